@@ -1,0 +1,28 @@
+//! The typed model the decision engine works on.
+//!
+//! Everything that comes from outside the process (YAML, API JSON, protobuf, annotations) is parsed
+//! once, at the boundary, into these types. Nothing here performs I/O or reads the clock; the only
+//! fallible functions are parsers, and their errors name the offending value.
+
+pub mod labels;
+pub mod node;
+pub mod pod;
+pub mod quantity;
+pub mod resources;
+pub mod taints;
+pub mod time;
+
+pub use labels::{
+    LabelOperator, LabelRequirement, LabelSelector, Labels, NodeOperator, NodeRequirement,
+    NodeSelector, NodeSelectorTerm,
+};
+pub use node::{ConditionStatus, Node, NodeConditions};
+pub use pod::{
+    ContainerRequests, effective_requests,
+    HostPort, NodeInclusionPolicy, OwnerRef, Pod, PodAffinityTerm, PodCondition, PodPhase,
+    Protocol, RestartPolicy, TopologySpreadConstraint, UnsatisfiableAction, Volume, VolumeSource,
+};
+pub use quantity::{Quantity, QuantityError};
+pub use resources::{ResourceName, Resources};
+pub use taints::{Taint, TaintEffect, Toleration, TolerationOperator};
+pub use time::{DurationError, Timestamp, parse_go_duration};
