@@ -11,6 +11,7 @@ pub mod quantity;
 pub mod resources;
 pub mod taints;
 pub mod time;
+pub mod workloads;
 
 pub use labels::{
     LabelOperator, LabelRequirement, LabelSelector, Labels, NodeOperator, NodeRequirement,
@@ -26,3 +27,6 @@ pub use quantity::{Quantity, QuantityError};
 pub use resources::{ResourceName, Resources};
 pub use taints::{Taint, TaintEffect, Toleration, TolerationOperator};
 pub use time::{DurationError, Timestamp, parse_go_duration};
+pub use workloads::{
+    DaemonSet, IntOrPercent, Namespace, PodDisruptionBudget, PreemptionPolicy, PriorityClass,
+};
