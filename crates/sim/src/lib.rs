@@ -1,4 +1,9 @@
 //! The Ferroscale simulator: runs the real decision engine against a scenario (node groups, a timed
 //! workload, expectations) in simulated time.
 
+pub mod clock;
+pub mod cloud;
+pub mod cluster;
+pub mod record;
+pub mod report;
 pub mod scenario;

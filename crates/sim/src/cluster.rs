@@ -1,0 +1,557 @@
+//! The in-memory cluster and the scheduler stand-in.
+//!
+//! Holds every registered node and every pod, and keeps a scheduling [`Snapshot`] of the nodes with
+//! their bound pods up to date incrementally, so neither the scheduler stand-in nor the engine has
+//! to rebuild it each loop. The stand-in places pending pods the way kube-scheduler would, with the
+//! same filters the engine simulates (`find_node`, round-robin start) in priority order; a pod that
+//! fits no node is marked `PodScheduled=False`, reason `Unschedulable`, which is what the engine
+//! reacts to.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use ferroscale_model::{
+    ConditionStatus, DaemonSet, LabelSelector, Node, Pod, PodCondition, PodPhase, Timestamp,
+};
+use ferroscale_scheduling::{NodeId, Snapshot, find_node};
+
+use crate::cloud::{daemonset_pod_for, daemonset_runs_on};
+
+/// Index of a pod in [`Cluster::pods`]; stable for the whole run.
+pub type PodIndex = usize;
+
+/// A pod and its life in the simulation.
+#[derive(Debug, Clone)]
+pub struct PodRecord {
+    pub pod: Arc<Pod>,
+    /// When it (last) started waiting for a node.
+    pub pending_since: Timestamp,
+    pub bound_at: Option<Timestamp>,
+    pub deleted_at: Option<Timestamp>,
+    /// Pods created from the same template share a shape: once one fails to fit in a scheduling
+    /// pass, the others are not tried again in that pass (capacity only shrinks within a pass).
+    pub shape: Option<usize>,
+}
+
+impl PodRecord {
+    pub fn is_pending(&self) -> bool {
+        self.deleted_at.is_none() && self.pod.node_name.is_none()
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.deleted_at.is_none() && self.pod.node_name.is_some()
+    }
+
+    /// DaemonSet pods are infrastructure, not workload: summaries leave them out.
+    pub fn is_workload(&self) -> bool {
+        !self.pod.is_daemonset_pod()
+    }
+}
+
+/// A registered node.
+#[derive(Debug, Clone)]
+pub struct ClusterNode {
+    pub node: Arc<Node>,
+    /// The node group id, `None` for nodes no group manages.
+    pub group: Option<String>,
+    pub id: NodeId,
+}
+
+/// What one scheduling pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SchedulingOutcome {
+    pub bound: usize,
+    /// Pods marked unschedulable for the first time in this pass.
+    pub newly_unschedulable: usize,
+}
+
+/// Nodes, pods and the scheduler stand-in.
+#[derive(Debug, Default)]
+pub struct Cluster {
+    snapshot: Snapshot,
+    nodes: HashMap<String, ClusterNode>,
+    /// Node names in registration order.
+    node_order: Vec<String>,
+    pods: Vec<PodRecord>,
+    pod_by_uid: HashMap<String, PodIndex>,
+    /// Pods waiting for a node, in no particular order.
+    pending: Vec<PodIndex>,
+    /// Pods created since the last scheduling pass.
+    fresh: Vec<PodIndex>,
+    /// Set when capacity may have appeared (a node registered or was uncordoned, a pod went away):
+    /// every pending pod is tried again, not only the fresh ones.
+    capacity_changed: bool,
+    round_robin: usize,
+    daemonsets: Vec<DaemonSet>,
+}
+
+impl Cluster {
+    pub fn new(daemonsets: Vec<DaemonSet>) -> Cluster {
+        Cluster {
+            daemonsets,
+            ..Cluster::default()
+        }
+    }
+
+    /// Registered nodes with their bound pods, as the scheduler and the engine see them.
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    /// Mutable access for the engine, which forks and reverts; callers must leave the snapshot as
+    /// they found it (every fork reverted).
+    pub fn snapshot_mut(&mut self) -> &mut Snapshot {
+        &mut self.snapshot
+    }
+
+    pub fn node(&self, name: &str) -> Option<&ClusterNode> {
+        self.nodes.get(name)
+    }
+
+    /// Registered nodes in registration order.
+    pub fn nodes(&self) -> impl Iterator<Item = &ClusterNode> {
+        self.node_order
+            .iter()
+            .filter_map(|name| self.nodes.get(name))
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn pods(&self) -> &[PodRecord] {
+        &self.pods
+    }
+
+    pub fn pod_index(&self, uid: &str) -> Option<PodIndex> {
+        self.pod_by_uid.get(uid).copied()
+    }
+
+    /// Pending pods (not deleted, not bound).
+    pub fn pending_pods(&self) -> impl Iterator<Item = &PodRecord> {
+        self.pending.iter().filter_map(|i| self.pods.get(*i))
+    }
+
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Pending pods the scheduler has marked unschedulable: what drives a scale-up.
+    pub fn unschedulable_pods(&self) -> Vec<Arc<Pod>> {
+        self.pending_pods()
+            .filter(|r| r.pod.is_marked_unschedulable())
+            .map(|r| r.pod.clone())
+            .collect()
+    }
+
+    /// Registers a Ready node and starts the DaemonSet pods that belong on it.
+    pub fn add_node(&mut self, node: Node, group: Option<String>) {
+        if self.nodes.contains_key(&node.name) {
+            return;
+        }
+        let node = Arc::new(node);
+        let id = self.snapshot.add_node(node.clone());
+        let daemon_pods: Vec<Pod> = self
+            .daemonsets
+            .iter()
+            .filter(|ds| daemonset_runs_on(ds, &node))
+            .map(|ds| daemonset_pod_for(ds, &node))
+            .collect();
+        self.node_order.push(node.name.clone());
+        self.nodes.insert(
+            node.name.clone(),
+            ClusterNode {
+                node: node.clone(),
+                group,
+                id,
+            },
+        );
+        for pod in daemon_pods {
+            let index = self.insert_pod(pod, node.creation_time, None);
+            self.bind(index, id, node.creation_time);
+        }
+        self.capacity_changed = true;
+    }
+
+    /// Removes a node. Its workload pods go back to pending as their controllers would recreate
+    /// them; its DaemonSet pods disappear with it. Returns how many pods went back to pending.
+    pub fn remove_node(&mut self, name: &str, now: Timestamp) -> usize {
+        let Some(entry) = self.nodes.remove(name) else {
+            return 0;
+        };
+        self.node_order.retain(|n| n != name);
+        let mut requeued = 0;
+        for pod in self.snapshot.remove_node(entry.id) {
+            let Some(index) = self.pod_by_uid.get(&pod.uid).copied() else {
+                continue;
+            };
+            let Some(record) = self.pods.get_mut(index) else {
+                continue;
+            };
+            if pod.is_daemonset_pod() {
+                record.deleted_at = Some(now);
+                continue;
+            }
+            let pod = Arc::make_mut(&mut record.pod);
+            pod.node_name = None;
+            pod.phase = PodPhase::Pending;
+            pod.scheduled_condition = None;
+            record.pending_since = now;
+            record.bound_at = None;
+            self.pending.push(index);
+            self.fresh.push(index);
+            requeued += 1;
+        }
+        requeued
+    }
+
+    /// Marks a node unschedulable (`kubectl cordon`). Returns false for an unknown node.
+    pub fn cordon(&mut self, name: &str) -> bool {
+        let Some(entry) = self.nodes.get(name) else {
+            return false;
+        };
+        if entry.node.unschedulable {
+            return true;
+        }
+        let mut node = (*entry.node).clone();
+        node.unschedulable = true;
+        self.replace_node(name, node);
+        true
+    }
+
+    /// Clears `spec.unschedulable` again.
+    pub fn uncordon(&mut self, name: &str) -> bool {
+        let Some(entry) = self.nodes.get(name) else {
+            return false;
+        };
+        if !entry.node.unschedulable {
+            return true;
+        }
+        let mut node = (*entry.node).clone();
+        node.unschedulable = false;
+        self.replace_node(name, node);
+        self.capacity_changed = true;
+        true
+    }
+
+    /// The snapshot has no in-place node update: remove and re-add with the same pods.
+    fn replace_node(&mut self, name: &str, node: Node) {
+        let Some(entry) = self.nodes.get_mut(name) else {
+            return;
+        };
+        let pods = self.snapshot.remove_node(entry.id);
+        let node = Arc::new(node);
+        let id = self.snapshot.add_node(node.clone());
+        for pod in pods {
+            self.snapshot.add_pod(id, pod);
+        }
+        entry.node = node;
+        entry.id = id;
+    }
+
+    /// Adds a pod. A pod with `spec.nodeName` of a registered node is bound at once; any other pod
+    /// waits for the scheduler (a `nodeName` of an unknown node is cleared, as if the pod had been
+    /// recreated). Returns its index.
+    pub fn add_pod(&mut self, mut pod: Pod, now: Timestamp, shape: Option<usize>) -> PodIndex {
+        let target = pod
+            .node_name
+            .as_ref()
+            .and_then(|n| self.nodes.get(n))
+            .map(|n| n.id);
+        if target.is_none() {
+            pod.node_name = None;
+            pod.phase = PodPhase::Pending;
+        }
+        let index = self.insert_pod(pod, now, shape);
+        match target {
+            Some(id) => self.bind(index, id, now),
+            None => {
+                self.pending.push(index);
+                self.fresh.push(index);
+            }
+        }
+        index
+    }
+
+    fn insert_pod(&mut self, mut pod: Pod, now: Timestamp, shape: Option<usize>) -> PodIndex {
+        let index = self.pods.len();
+        if pod.uid.is_empty() || self.pod_by_uid.contains_key(&pod.uid) {
+            pod.uid = format!("uid-sim-{index}-{}-{}", pod.namespace, pod.name);
+        }
+        self.pod_by_uid.insert(pod.uid.clone(), index);
+        self.pods.push(PodRecord {
+            pod: Arc::new(pod),
+            pending_since: now,
+            bound_at: None,
+            deleted_at: None,
+            shape,
+        });
+        index
+    }
+
+    fn bind(&mut self, index: PodIndex, node: NodeId, now: Timestamp) {
+        let Some(node_name) = self.snapshot.node(node).map(|n| n.node.name.clone()) else {
+            return;
+        };
+        let Some(record) = self.pods.get_mut(index) else {
+            return;
+        };
+        let pod = Arc::make_mut(&mut record.pod);
+        pod.node_name = Some(node_name);
+        pod.phase = PodPhase::Running;
+        pod.scheduled_condition = Some(PodCondition {
+            status: ConditionStatus::True,
+            reason: String::new(),
+            last_transition: Some(now),
+        });
+        record.bound_at = Some(now);
+        self.snapshot.add_pod(node, record.pod.clone());
+    }
+
+    /// Deletes pods matching `selector` (all of them, or `count`), pending ones first, then the
+    /// most recently created, as a ReplicaSet scaling down would. Returns how many were deleted.
+    pub fn delete_pods(
+        &mut self,
+        selector: &LabelSelector,
+        namespace: Option<&str>,
+        count: Option<usize>,
+        now: Timestamp,
+    ) -> usize {
+        let mut victims: Vec<PodIndex> = (0..self.pods.len())
+            .filter(|i| {
+                let r = &self.pods[*i];
+                r.deleted_at.is_none()
+                    && r.is_workload()
+                    && namespace.is_none_or(|ns| r.pod.namespace == ns)
+                    && selector.matches(&r.pod.labels)
+            })
+            .collect();
+        victims.sort_by_key(|i| {
+            let r = &self.pods[*i];
+            (
+                r.is_running(),
+                std::cmp::Reverse(r.pod.creation_time),
+                std::cmp::Reverse(*i),
+            )
+        });
+        victims.truncate(count.unwrap_or(usize::MAX));
+        let deleted: HashSet<PodIndex> = victims.iter().copied().collect();
+        for index in &victims {
+            let record = &mut self.pods[*index];
+            record.deleted_at = Some(now);
+            if let Some(node_name) = &record.pod.node_name
+                && let Some(entry) = self.nodes.get(node_name)
+            {
+                self.snapshot.remove_pod(entry.id, &record.pod.uid);
+                self.capacity_changed = true;
+            }
+        }
+        self.pending.retain(|i| !deleted.contains(i));
+        self.fresh.retain(|i| !deleted.contains(i));
+        victims.len()
+    }
+
+    /// One pass of the scheduler stand-in: pending pods in priority order (highest first, then
+    /// oldest) are bound to the first node that fits, starting one past the previous match; the
+    /// rest are marked unschedulable. When nothing changed since the last pass only the new pods
+    /// are tried: the verdict for the others could not have changed.
+    pub fn schedule(&mut self, now: Timestamp) -> SchedulingOutcome {
+        let mut candidates: Vec<PodIndex> = if self.capacity_changed {
+            self.pending.clone()
+        } else {
+            std::mem::take(&mut self.fresh)
+        };
+        self.fresh.clear();
+        self.capacity_changed = false;
+        if candidates.is_empty() {
+            return SchedulingOutcome::default();
+        }
+        candidates.sort_by_key(|i| {
+            let r = &self.pods[*i];
+            (
+                std::cmp::Reverse(r.pod.priority.unwrap_or(0)),
+                r.pending_since,
+                *i,
+            )
+        });
+        let mut outcome = SchedulingOutcome::default();
+        let mut failed_shapes: HashSet<usize> = HashSet::new();
+        let mut bound: HashSet<PodIndex> = HashSet::new();
+        for index in candidates {
+            let record = &self.pods[index];
+            let known_misfit = record.shape.is_some_and(|s| failed_shapes.contains(&s));
+            let placed = if known_misfit {
+                None
+            } else {
+                find_node(&self.snapshot, &record.pod, self.round_robin)
+            };
+            match placed {
+                Some(node) => {
+                    self.round_robin = node.index() + 1;
+                    self.bind(index, node, now);
+                    bound.insert(index);
+                    outcome.bound += 1;
+                }
+                None => {
+                    if let Some(shape) = record.shape {
+                        failed_shapes.insert(shape);
+                    }
+                    let record = &mut self.pods[index];
+                    if !record.pod.is_marked_unschedulable() {
+                        Arc::make_mut(&mut record.pod).scheduled_condition = Some(PodCondition {
+                            status: ConditionStatus::False,
+                            reason: "Unschedulable".to_string(),
+                            last_transition: Some(now),
+                        });
+                        outcome.newly_unschedulable += 1;
+                    }
+                }
+            }
+        }
+        if !bound.is_empty() {
+            self.pending.retain(|i| !bound.contains(i));
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroscale_model::Resources;
+
+    fn node(name: &str, cpu: i64) -> Node {
+        let mut n = Node::new(name, Resources::new(cpu, 8 << 30));
+        n.allocatable.pods = 110;
+        n.capacity.pods = 110;
+        n
+    }
+
+    fn pod(name: &str, cpu: i64) -> Pod {
+        let mut p = Pod::new("default", name);
+        p.requests = Resources::new(cpu, 0);
+        p.labels.insert("app".into(), "web".into());
+        p
+    }
+
+    #[test]
+    fn pods_that_fit_are_bound_and_the_rest_marked_unschedulable() {
+        let mut c = Cluster::new(Vec::new());
+        c.add_node(node("n1", 2000), None);
+        for i in 0..3 {
+            c.add_pod(
+                pod(&format!("p{i}"), 1000),
+                Timestamp::from_secs(0),
+                Some(0),
+            );
+        }
+        let out = c.schedule(Timestamp::from_secs(1));
+        assert_eq!(
+            out,
+            SchedulingOutcome {
+                bound: 2,
+                newly_unschedulable: 1
+            }
+        );
+        let waiting = c.unschedulable_pods();
+        assert_eq!(waiting.len(), 1);
+        let cond = waiting[0].scheduled_condition.clone().unwrap();
+        assert_eq!(cond.last_transition, Some(Timestamp::from_secs(1)));
+        // A new node makes room: the waiting pod is bound on the next pass.
+        c.add_node(node("n2", 2000), None);
+        let out = c.schedule(Timestamp::from_secs(5));
+        assert_eq!(out.bound, 1);
+        assert_eq!(c.pending_count(), 0);
+        assert_eq!(c.snapshot().pod_count(), 3);
+    }
+
+    #[test]
+    fn higher_priority_pods_are_placed_first() {
+        let mut c = Cluster::new(Vec::new());
+        c.add_node(node("n1", 1000), None);
+        c.add_pod(pod("low", 1000), Timestamp::from_secs(0), None);
+        let mut high = pod("high", 1000);
+        high.priority = Some(100);
+        c.add_pod(high, Timestamp::from_secs(0), None);
+        c.schedule(Timestamp::from_secs(0));
+        let waiting = c.unschedulable_pods();
+        assert_eq!(waiting.len(), 1);
+        assert_eq!(waiting[0].name, "low");
+    }
+
+    #[test]
+    fn round_robin_spreads_consecutive_pods() {
+        let mut c = Cluster::new(Vec::new());
+        c.add_node(node("n1", 4000), None);
+        c.add_node(node("n2", 4000), None);
+        c.add_pod(pod("a", 100), Timestamp::from_secs(0), None);
+        c.add_pod(pod("b", 100), Timestamp::from_secs(0), None);
+        c.schedule(Timestamp::from_secs(0));
+        let hosts: HashSet<_> = c
+            .pods()
+            .iter()
+            .filter_map(|r| r.pod.node_name.clone())
+            .collect();
+        assert_eq!(hosts.len(), 2);
+    }
+
+    #[test]
+    fn deleting_pods_frees_capacity_and_removing_a_node_requeues_its_pods() {
+        let mut c = Cluster::new(Vec::new());
+        c.add_node(node("n1", 1000), None);
+        c.add_pod(pod("a", 1000), Timestamp::from_secs(0), None);
+        let mut other = pod("b", 1000);
+        other.labels.insert("app".into(), "db".into());
+        c.add_pod(other, Timestamp::from_secs(1), None);
+        c.schedule(Timestamp::from_secs(1));
+        assert_eq!(c.pending_count(), 1);
+        let deleted = c.delete_pods(
+            &LabelSelector::from_labels([("app", "web")]),
+            None,
+            None,
+            Timestamp::from_secs(2),
+        );
+        assert_eq!(deleted, 1);
+        c.schedule(Timestamp::from_secs(2));
+        assert_eq!(c.pending_count(), 0);
+        assert_eq!(c.remove_node("n1", Timestamp::from_secs(3)), 1);
+        assert_eq!(c.pending_count(), 1);
+        assert_eq!(c.snapshot().node_count(), 0);
+    }
+
+    #[test]
+    fn cordoned_nodes_take_no_new_pods() {
+        let mut c = Cluster::new(Vec::new());
+        c.add_node(node("n1", 4000), None);
+        assert!(c.cordon("n1"));
+        c.add_pod(pod("a", 100), Timestamp::from_secs(0), None);
+        c.schedule(Timestamp::from_secs(0));
+        assert_eq!(c.unschedulable_pods().len(), 1);
+        assert!(c.uncordon("n1"));
+        c.schedule(Timestamp::from_secs(1));
+        assert_eq!(c.pending_count(), 0);
+    }
+
+    #[test]
+    fn daemonset_pods_start_on_matching_new_nodes() {
+        let mut ds_pod = pod("agent", 100);
+        ds_pod.owner_references.push(ferroscale_model::OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: "DaemonSet".into(),
+            name: "agent".into(),
+            uid: "ds".into(),
+            controller: true,
+        });
+        let ds = DaemonSet {
+            namespace: "kube-system".into(),
+            name: "agent".into(),
+            pod_template: ds_pod,
+            ..DaemonSet::default()
+        };
+        let mut c = Cluster::new(vec![ds]);
+        c.add_node(node("n1", 1000), None);
+        let info = c.snapshot().node(c.node("n1").unwrap().id).unwrap();
+        assert_eq!(info.requested.cpu_milli, 100);
+        assert!(c.pods().iter().all(|r| !r.is_workload()));
+    }
+}

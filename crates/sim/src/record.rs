@@ -1,0 +1,217 @@
+//! What a simulation run leaves behind: one sample per engine loop, the timeline of decisions and
+//! happenings, and the summary whose JSON shape is fixed by the scenario spec (`--output json`).
+//!
+//! The renderers in [`crate::report`] read only these types, so a run can be reported any number
+//! of ways without re-running it.
+
+use std::collections::BTreeMap;
+
+use ferroscale_model::Timestamp;
+use serde::Serialize;
+
+/// The state of the cluster right after one engine loop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopSample {
+    pub at: Timestamp,
+    /// Registered nodes per group, in the order of [`SimulationResult::group_ids`].
+    pub nodes: Vec<usize>,
+    /// Target sizes per group after the loop acted.
+    pub targets: Vec<usize>,
+    /// Workload pods waiting for a node.
+    pub pending_pods: usize,
+    /// Wall-clock time of the pure decision step, in milliseconds.
+    pub decide_millis: f64,
+}
+
+/// What kind of line a timeline entry is, for styling and filtering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EntryKind {
+    /// A scenario event fired (pods created or deleted, a node cordoned).
+    Scenario,
+    /// A group was scaled up.
+    ScaleUp,
+    /// Pending pods the engine could not help, with the reason per group.
+    NotHelped,
+    /// Nodes finished provisioning and registered.
+    NodesReady,
+    /// A cloud call failed or instances failed to be created.
+    Failure,
+    /// A group entered backoff.
+    Backoff,
+    /// An expectation was checked.
+    Expectation,
+}
+
+impl EntryKind {
+    pub fn label(&self) -> &'static str {
+        match self {
+            EntryKind::Scenario => "event",
+            EntryKind::ScaleUp => "scale-up",
+            EntryKind::NotHelped => "no scale-up",
+            EntryKind::NodesReady => "ready",
+            EntryKind::Failure => "failure",
+            EntryKind::Backoff => "backoff",
+            EntryKind::Expectation => "expect",
+        }
+    }
+}
+
+/// One line of the timeline: what happened at `at` and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelineEntry {
+    pub at: Timestamp,
+    pub kind: EntryKind,
+    pub what: String,
+    /// The reason, empty when the line explains itself.
+    pub why: String,
+}
+
+/// Percentiles of a distribution (nearest rank); all zero for an empty one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    pub fn of(values: &mut [f64]) -> Percentiles {
+        if values.is_empty() {
+            return Percentiles::default();
+        }
+        values.sort_by(f64::total_cmp);
+        let rank = |q: f64| {
+            let index = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
+            values[index]
+        };
+        Percentiles {
+            p50: rank(0.50),
+            p99: rank(0.99),
+            max: values[values.len() - 1],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupSummary {
+    /// Registered nodes at the end.
+    pub final_size: usize,
+    /// Most registered nodes at any time.
+    pub max_size: usize,
+    /// Successful size increases.
+    pub scale_ups: usize,
+    /// Nodes that registered during the run (initial nodes not counted).
+    pub nodes_added: usize,
+    pub nodes_removed: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSummary {
+    /// Workload pods (DaemonSet pods excluded) that existed during the run: initial and created.
+    pub created: usize,
+    /// Bound at the end.
+    pub running: usize,
+    /// Waiting for a node at the end.
+    pub pending: usize,
+    /// Pending at the end and fitting neither any node nor any group's template: no scale-up can
+    /// ever help them.
+    pub never_schedulable: usize,
+    /// From starting to wait to being bound, for every pod that was bound during the run.
+    pub wait_seconds: Percentiles,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExpectationOutcome {
+    pub description: String,
+    pub ok: bool,
+    /// What was observed, for failure messages.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub observed: String,
+}
+
+/// The `--output json` summary (spec/scenario.md). Fields may be added, never changed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub scenario: String,
+    pub simulated_seconds: u64,
+    pub groups: BTreeMap<String, GroupSummary>,
+    pub pods: PodSummary,
+    /// Instance lifetime from the size increase that requested it, as clouds bill it.
+    pub node_hours: f64,
+    pub cost: f64,
+    pub loops: usize,
+    pub decide_millis: Percentiles,
+    pub expectations: Vec<ExpectationOutcome>,
+}
+
+impl Summary {
+    pub fn all_expectations_hold(&self) -> bool {
+        self.expectations.iter().all(|e| e.ok)
+    }
+}
+
+/// Everything a run produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimulationResult {
+    pub summary: Summary,
+    pub group_ids: Vec<String>,
+    /// Registered nodes per group at time 0, in `group_ids` order.
+    pub initial_nodes: Vec<usize>,
+    pub scan_interval_secs: f64,
+    pub samples: Vec<LoopSample>,
+    pub timeline: Vec<TimelineEntry>,
+    /// Remarks on what this run does not model, and scenario warnings.
+    pub notes: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let mut values: Vec<f64> = (1..=100).map(f64::from).collect();
+        let p = Percentiles::of(&mut values);
+        assert_eq!((p.p50, p.p99, p.max), (50.0, 99.0, 100.0));
+        let mut one = vec![7.0];
+        assert_eq!(Percentiles::of(&mut one).p50, 7.0);
+        assert_eq!(Percentiles::of(&mut []), Percentiles::default());
+    }
+
+    #[test]
+    fn summary_serialises_with_the_spec_field_names() {
+        let summary = Summary {
+            scenario: "s".into(),
+            simulated_seconds: 60,
+            groups: BTreeMap::from([("g".to_string(), GroupSummary::default())]),
+            pods: PodSummary::default(),
+            node_hours: 1.5,
+            cost: 0.0,
+            loops: 6,
+            decide_millis: Percentiles::default(),
+            expectations: vec![ExpectationOutcome {
+                description: "d".into(),
+                ok: true,
+                observed: String::new(),
+            }],
+        };
+        let json = serde_json::to_value(&summary).unwrap();
+        for field in [
+            "simulatedSeconds",
+            "nodeHours",
+            "decideMillis",
+            "loops",
+            "expectations",
+        ] {
+            assert!(json.get(field).is_some(), "{field} missing in {json}");
+        }
+        assert!(json["groups"]["g"].get("finalSize").is_some());
+        assert!(json["pods"].get("neverSchedulable").is_some());
+        assert!(json["pods"]["waitSeconds"].get("p99").is_some());
+        assert!(json["expectations"][0].get("observed").is_none());
+    }
+}

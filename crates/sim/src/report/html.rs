@@ -1,0 +1,256 @@
+//! The HTML report: one self-contained file (inline CSS and SVG, no script, nothing fetched) with
+//! the summary, charts of nodes per group, pending pods and decide time, and the timeline.
+
+use std::fmt::Write;
+
+use super::chart::{PALETTE, Series, Shape, time_chart};
+use super::short_duration;
+use crate::record::{EntryKind, SimulationResult};
+
+/// Timelines longer than this are cut in the page (the text output has them all).
+const MAX_TIMELINE_ROWS: usize = 3000;
+
+const STYLE: &str = r#"
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto; max-width: 1100px; color: #111827; background: #fff; padding: 0 16px; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 16px; margin: 28px 0 8px; border-bottom: 1px solid #e5e7eb; padding-bottom: 4px; }
+.sub { color: #6b7280; margin: 0 0 12px; }
+.note { background: #fefce8; border: 1px solid #fde68a; padding: 6px 10px; margin: 6px 0; border-radius: 4px; font-size: 13px; }
+.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 12px 0; }
+.card { border: 1px solid #e5e7eb; border-radius: 6px; padding: 8px 12px; min-width: 120px; }
+.card .v { font-size: 20px; font-weight: 600; }
+.card .k { font-size: 12px; color: #6b7280; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #f3f4f6; vertical-align: top; }
+th { background: #f9fafb; font-weight: 600; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.t { white-space: nowrap; font-variant-numeric: tabular-nums; color: #374151; }
+.kind { display: inline-block; padding: 1px 6px; border-radius: 3px; font-size: 12px; white-space: nowrap; }
+.k-scenario { background: #f3f4f6; } .k-scale-up { background: #dbeafe; } .k-not-helped { background: #fef3c7; }
+.k-nodes-ready { background: #dcfce7; } .k-failure { background: #fee2e2; } .k-backoff { background: #fee2e2; }
+.k-expectation { background: #ede9fe; }
+.ok { color: #15803d; font-weight: 600; } .fail { color: #b91c1c; font-weight: 600; }
+.why { color: #4b5563; }
+"#;
+
+/// Escapes text for HTML element content and attribute values.
+pub(crate) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn kind_class(kind: EntryKind) -> &'static str {
+    match kind {
+        EntryKind::Scenario => "k-scenario",
+        EntryKind::ScaleUp => "k-scale-up",
+        EntryKind::NotHelped => "k-not-helped",
+        EntryKind::NodesReady => "k-nodes-ready",
+        EntryKind::Failure => "k-failure",
+        EntryKind::Backoff => "k-backoff",
+        EntryKind::Expectation => "k-expectation",
+    }
+}
+
+pub fn render_html(result: &SimulationResult) -> String {
+    let summary = &result.summary;
+    let x_max = summary.simulated_seconds as f64;
+    let mut out = String::new();
+    let title = format!("Ferroscale simulation: {}", summary.scenario);
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{}</title><style>{STYLE}</style></head><body>",
+        escape(&title)
+    );
+    let _ = write!(
+        out,
+        "<h1>{}</h1><p class=\"sub\">{} simulated · {} engine loops every {}</p>",
+        escape(&title),
+        short_duration(x_max),
+        summary.loops,
+        short_duration(result.scan_interval_secs)
+    );
+    for note in &result.notes {
+        let _ = write!(out, "<div class=\"note\">{}</div>", escape(note));
+    }
+
+    let failed = summary.expectations.iter().filter(|e| !e.ok).count();
+    let total_nodes: usize = summary.groups.values().map(|g| g.final_size).sum();
+    let cards = [
+        (
+            if summary.expectations.is_empty() {
+                "–".to_string()
+            } else if failed == 0 {
+                "all hold".to_string()
+            } else {
+                format!("{failed} failed")
+            },
+            "expectations",
+        ),
+        (total_nodes.to_string(), "nodes at end"),
+        (
+            format!("{} / {}", summary.pods.running, summary.pods.created),
+            "pods running / created",
+        ),
+        (summary.pods.pending.to_string(), "pods pending at end"),
+        (
+            format!("{:.0}s", summary.pods.wait_seconds.p50),
+            "pod wait p50",
+        ),
+        (
+            format!("{:.0}s", summary.pods.wait_seconds.p99),
+            "pod wait p99",
+        ),
+        (format!("{:.2}", summary.node_hours), "node-hours"),
+        (format!("{:.2}", summary.cost), "cost"),
+        (format!("{:.2} ms", summary.decide_millis.p99), "decide p99"),
+    ];
+    out.push_str("<div class=\"cards\">");
+    for (value, key) in cards {
+        let _ = write!(
+            out,
+            "<div class=\"card\"><div class=\"v\">{}</div><div class=\"k\">{}</div></div>",
+            escape(&value),
+            escape(key)
+        );
+    }
+    out.push_str("</div>");
+
+    if !summary.expectations.is_empty() {
+        out.push_str("<h2>Expectations</h2><table><tr><th>result</th><th>expectation</th><th>observed</th></tr>");
+        for e in &summary.expectations {
+            let (class, word) = if e.ok {
+                ("ok", "ok")
+            } else {
+                ("fail", "FAILED")
+            };
+            let _ = write!(
+                out,
+                "<tr><td class=\"{class}\">{word}</td><td>{}</td><td>{}</td></tr>",
+                escape(&e.description),
+                escape(&e.observed)
+            );
+        }
+        out.push_str("</table>");
+    }
+
+    // Charts start with the state at time 0 so the first step is visible.
+    let node_series: Vec<Series<'_>> = result
+        .group_ids
+        .iter()
+        .enumerate()
+        .map(|(g, id)| {
+            let mut points = vec![(
+                0.0,
+                result.initial_nodes.get(g).copied().unwrap_or(0) as f64,
+            )];
+            points.extend(result.samples.iter().map(|s| {
+                (
+                    s.at.millis() as f64 / 1000.0,
+                    s.nodes.get(g).copied().unwrap_or(0) as f64,
+                )
+            }));
+            Series {
+                name: id,
+                color: PALETTE[g % PALETTE.len()],
+                points,
+            }
+        })
+        .collect();
+    out.push_str("<h2>Nodes per group</h2>");
+    out.push_str(&time_chart(&node_series, x_max, "nodes", Shape::Steps));
+
+    let pending = Series {
+        name: "pending pods",
+        color: "#d97706",
+        points: result
+            .samples
+            .iter()
+            .map(|s| (s.at.millis() as f64 / 1000.0, s.pending_pods as f64))
+            .collect(),
+    };
+    out.push_str("<h2>Pending pods</h2>");
+    out.push_str(&time_chart(&[pending], x_max, "pods", Shape::Steps));
+
+    let decide = Series {
+        name: "decide time",
+        color: "#7c3aed",
+        points: result
+            .samples
+            .iter()
+            .map(|s| (s.at.millis() as f64 / 1000.0, s.decide_millis))
+            .collect(),
+    };
+    let _ = write!(
+        out,
+        "<h2>Decide time per loop</h2><p class=\"sub\">wall-clock milliseconds of the pure decision step · p50 {:.2} · p99 {:.2} · max {:.2}</p>",
+        summary.decide_millis.p50, summary.decide_millis.p99, summary.decide_millis.max
+    );
+    out.push_str(&time_chart(&[decide], x_max, "ms", Shape::Bars));
+
+    out.push_str("<h2>Groups</h2><table><tr><th>group</th><th class=\"num\">final</th><th class=\"num\">peak</th><th class=\"num\">scale-ups</th><th class=\"num\">added</th><th class=\"num\">removed</th></tr>");
+    for (id, g) in &summary.groups {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            escape(id),
+            g.final_size,
+            g.max_size,
+            g.scale_ups,
+            g.nodes_added,
+            g.nodes_removed
+        );
+    }
+    out.push_str("</table>");
+
+    let _ = write!(out, "<h2>Timeline</h2>");
+    if result.timeline.len() > MAX_TIMELINE_ROWS {
+        let _ = write!(
+            out,
+            "<div class=\"note\">Showing the first {MAX_TIMELINE_ROWS} of {} entries; the text output has all of them.</div>",
+            result.timeline.len()
+        );
+    }
+    out.push_str("<table><tr><th>time</th><th>what</th><th>details</th></tr>");
+    for entry in result.timeline.iter().take(MAX_TIMELINE_ROWS) {
+        let _ = write!(
+            out,
+            "<tr><td class=\"t\">{}</td><td><span class=\"kind {}\">{}</span> {}</td><td class=\"why\">{}</td></tr>",
+            short_duration(entry.at.millis() as f64 / 1000.0),
+            kind_class(entry.kind),
+            escape(entry.kind.label()),
+            escape(&entry.what),
+            escape(&entry.why)
+        );
+    }
+    out.push_str("</table></body></html>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::sample_result;
+
+    #[test]
+    fn html_is_self_contained_and_escaped() {
+        let html = render_html(&sample_result());
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(!html.contains("<script"));
+        assert!(!html.contains("src=\"http"));
+        assert!(!html.contains("href=\"http"));
+        assert!(html.contains("web &lt;burst&gt;"));
+        assert!(html.contains("Insufficient &lt;cpu&gt;"));
+        assert_eq!(html.matches("<svg").count(), 3);
+        assert!(html.contains("1 failed"));
+    }
+}

@@ -1,0 +1,189 @@
+//! Reports of a simulation run: the human timeline with its summary (text), the JSON summary, and a
+//! self-contained HTML page with inline SVG charts.
+
+mod chart;
+mod html;
+mod text;
+
+use std::time::Duration;
+
+use ferroscale_model::time::format_duration;
+
+pub use html::render_html;
+pub use text::render_text;
+
+use crate::record::SimulationResult;
+
+/// The `--output json` document: the summary, pretty-printed.
+pub fn render_json(result: &SimulationResult) -> String {
+    // Serialising plain structs of numbers, strings and maps cannot fail.
+    serde_json::to_string_pretty(&result.summary)
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// `1h30m0s` → `1h30m`: timeline times read better without trailing zero units.
+pub(crate) fn short_duration(secs: f64) -> String {
+    let full = format_duration(Duration::from_millis(
+        (secs.max(0.0) * 1000.0).round() as u64
+    ));
+    let trimmed = full
+        .strip_suffix("m0s")
+        .map(|s| format!("{s}m"))
+        .unwrap_or(full);
+    trimmed
+        .strip_suffix("h0m")
+        .map(|s| format!("{s}h"))
+        .unwrap_or(trimmed)
+}
+
+/// Up to `limit` sample indices that show how node counts evolved: every change when there are few,
+/// evenly spaced samples (always including the first and last) otherwise.
+pub(crate) fn table_rows(result: &SimulationResult, limit: usize) -> Vec<usize> {
+    let samples = &result.samples;
+    if samples.is_empty() {
+        return Vec::new();
+    }
+    let mut changes = vec![0];
+    for i in 1..samples.len() {
+        if samples[i].nodes != samples[i - 1].nodes {
+            changes.push(i);
+        }
+    }
+    let last = samples.len() - 1;
+    if changes.last() != Some(&last) {
+        changes.push(last);
+    }
+    if changes.len() <= limit {
+        return changes;
+    }
+    let steps = limit.max(2) - 1;
+    let mut rows: Vec<usize> = (0..=steps).map(|k| k * last / steps).collect();
+    rows.dedup();
+    rows
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::BTreeMap;
+
+    use ferroscale_model::Timestamp;
+
+    use super::*;
+    use crate::record::{
+        EntryKind, ExpectationOutcome, GroupSummary, LoopSample, Percentiles, PodSummary, Summary,
+        TimelineEntry,
+    };
+
+    /// A small run: group `a` grows from 1 to 3 nodes, one expectation fails.
+    pub(crate) fn sample_result() -> SimulationResult {
+        let samples = (0..30)
+            .map(|i| LoopSample {
+                at: Timestamp::from_secs(i * 10),
+                nodes: vec![if i < 10 { 1 } else { 3 }, 0],
+                targets: vec![3, 0],
+                pending_pods: if i < 10 { 20 } else { 0 },
+                decide_millis: 0.5 + (i % 3) as f64,
+            })
+            .collect();
+        SimulationResult {
+            summary: Summary {
+                scenario: "web <burst>".into(),
+                simulated_seconds: 300,
+                groups: BTreeMap::from([
+                    (
+                        "a".to_string(),
+                        GroupSummary {
+                            final_size: 3,
+                            max_size: 3,
+                            scale_ups: 1,
+                            nodes_added: 2,
+                            nodes_removed: 0,
+                        },
+                    ),
+                    ("b".to_string(), GroupSummary::default()),
+                ]),
+                pods: PodSummary {
+                    created: 20,
+                    running: 20,
+                    pending: 0,
+                    never_schedulable: 0,
+                    wait_seconds: Percentiles {
+                        p50: 90.0,
+                        p99: 100.0,
+                        max: 100.0,
+                    },
+                },
+                node_hours: 0.25,
+                cost: 0.05,
+                loops: 30,
+                decide_millis: Percentiles {
+                    p50: 1.5,
+                    p99: 2.5,
+                    max: 2.5,
+                },
+                expectations: vec![
+                    ExpectationOutcome {
+                        description: "group a nodes in [3,3] at end".into(),
+                        ok: true,
+                        observed: "3".into(),
+                    },
+                    ExpectationOutcome {
+                        description: "pending pods = 5 at end".into(),
+                        ok: false,
+                        observed: "0".into(),
+                    },
+                ],
+            },
+            group_ids: vec!["a".into(), "b".into()],
+            initial_nodes: vec![1, 0],
+            scan_interval_secs: 10.0,
+            samples,
+            timeline: vec![
+                TimelineEntry {
+                    at: Timestamp::from_secs(0),
+                    kind: EntryKind::Scenario,
+                    what: "created 20 pods web-0…web-19".into(),
+                    why: String::new(),
+                },
+                TimelineEntry {
+                    at: Timestamp::from_secs(10),
+                    kind: EntryKind::ScaleUp,
+                    what: "a 1 → 3 (+2) for 20 pods".into(),
+                    why: "least-waste".into(),
+                },
+                TimelineEntry {
+                    at: Timestamp::from_secs(10),
+                    kind: EntryKind::NotHelped,
+                    what: "0 pods".into(),
+                    why: "b: Insufficient <cpu>".into(),
+                },
+            ],
+            notes: vec!["scale-down is not simulated".into()],
+        }
+    }
+
+    #[test]
+    fn short_durations_drop_zero_units() {
+        assert_eq!(short_duration(0.0), "0s");
+        assert_eq!(short_duration(90.0), "1m30s");
+        assert_eq!(short_duration(600.0), "10m");
+        assert_eq!(short_duration(7200.0), "2h");
+        assert_eq!(short_duration(5400.0), "1h30m");
+    }
+
+    #[test]
+    fn table_rows_show_changes_or_evenly_spaced_samples() {
+        let result = sample_result();
+        assert_eq!(table_rows(&result, 10), vec![0, 10, 29]);
+        let rows = table_rows(&result, 2);
+        assert_eq!(rows, vec![0, 29]);
+    }
+
+    #[test]
+    fn json_is_the_summary() {
+        let value: serde_json::Value =
+            serde_json::from_str(&render_json(&sample_result())).unwrap();
+        assert_eq!(value["scenario"], "web <burst>");
+        assert_eq!(value["groups"]["a"]["nodesAdded"], 2);
+    }
+}

@@ -1,0 +1,137 @@
+//! The human report: the timeline, one line per decision or happening, then the summary.
+
+use std::fmt::Write;
+
+use super::{short_duration, table_rows};
+use crate::record::SimulationResult;
+
+/// Rows of the nodes-per-group table; enough to see the shape of a run at a glance.
+const TABLE_ROWS: usize = 12;
+
+pub fn render_text(result: &SimulationResult) -> String {
+    let summary = &result.summary;
+    let mut out = String::new();
+    // Writing to a String cannot fail; the results are ignored on purpose.
+    let _ = writeln!(
+        out,
+        "Scenario {:?}: {} simulated, {} engine loops every {}",
+        summary.scenario,
+        short_duration(summary.simulated_seconds as f64),
+        summary.loops,
+        short_duration(result.scan_interval_secs)
+    );
+    for note in &result.notes {
+        let _ = writeln!(out, "Note: {note}");
+    }
+
+    let _ = writeln!(out, "\nTimeline");
+    if result.timeline.is_empty() {
+        let _ = writeln!(out, "  (nothing happened)");
+    }
+    for entry in &result.timeline {
+        let at = short_duration(entry.at.millis() as f64 / 1000.0);
+        let _ = write!(out, "  {at:>9}  {:<11}  {}", entry.kind.label(), entry.what);
+        if !entry.why.is_empty() {
+            let _ = write!(out, " — {}", entry.why);
+        }
+        out.push('\n');
+    }
+
+    let _ = writeln!(out, "\nNodes per group over time");
+    let width = result
+        .group_ids
+        .iter()
+        .map(String::len)
+        .max()
+        .unwrap_or(0)
+        .max(5);
+    let _ = write!(out, "  {:>9}", "time");
+    for id in &result.group_ids {
+        let _ = write!(out, "  {id:>width$}");
+    }
+    let _ = writeln!(out, "  {:>8}", "pending");
+    for row in table_rows(result, TABLE_ROWS) {
+        let Some(sample) = result.samples.get(row) else {
+            continue;
+        };
+        let _ = write!(
+            out,
+            "  {:>9}",
+            short_duration(sample.at.millis() as f64 / 1000.0)
+        );
+        for count in &sample.nodes {
+            let _ = write!(out, "  {count:>width$}");
+        }
+        let _ = writeln!(out, "  {:>8}", sample.pending_pods);
+    }
+
+    let _ = writeln!(out, "\nSummary");
+    let _ = writeln!(
+        out,
+        "  {:<width$}  {:>7}  {:>7}  {:>9}  {:>6}  {:>8}",
+        "group", "final", "peak", "scale-ups", "added", "removed"
+    );
+    for (id, g) in &summary.groups {
+        let _ = writeln!(
+            out,
+            "  {id:<width$}  {:>7}  {:>7}  {:>9}  {:>6}  {:>8}",
+            g.final_size, g.max_size, g.scale_ups, g.nodes_added, g.nodes_removed
+        );
+    }
+    let pods = &summary.pods;
+    let _ = writeln!(
+        out,
+        "  pods: {} created, {} running, {} pending ({} never schedulable)",
+        pods.created, pods.running, pods.pending, pods.never_schedulable
+    );
+    let _ = writeln!(
+        out,
+        "  pod wait: p50 {:.1}s, p99 {:.1}s, max {:.1}s",
+        pods.wait_seconds.p50, pods.wait_seconds.p99, pods.wait_seconds.max
+    );
+    let _ = writeln!(
+        out,
+        "  node-hours: {:.2}, cost: {:.2}",
+        summary.node_hours, summary.cost
+    );
+    let _ = writeln!(
+        out,
+        "  decide time per loop: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        summary.decide_millis.p50, summary.decide_millis.p99, summary.decide_millis.max
+    );
+
+    if !summary.expectations.is_empty() {
+        let _ = writeln!(out, "\nExpectations");
+        for e in &summary.expectations {
+            let mark = if e.ok { "ok  " } else { "FAIL" };
+            let _ = write!(out, "  {mark}  {}", e.description);
+            if !e.ok && !e.observed.is_empty() {
+                let _ = write!(out, " (observed {})", e.observed);
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::sample_result;
+
+    #[test]
+    fn text_report_has_timeline_table_summary_and_failures() {
+        let text = render_text(&sample_result());
+        assert!(
+            text.contains("scale-up     a 1 → 3 (+2) for 20 pods — least-waste"),
+            "{text}"
+        );
+        assert!(text.contains("Nodes per group over time"));
+        assert!(text.contains("p50 90.0s"));
+        assert!(
+            text.contains("FAIL  pending pods = 5 at end (observed 0)"),
+            "{text}"
+        );
+        assert!(text.contains("Note: scale-down is not simulated"));
+    }
+}
