@@ -1,0 +1,1 @@
+//! Synthetic clusters for benchmarks (and the simulator's stress scenarios).

@@ -1,0 +1,767 @@
+//! The autoscaler's options: every upstream flag the engine implements, under its upstream name and
+//! with its upstream default and syntax.
+//!
+//! The CLI and the scenario file's `options:` block both feed flags through [`AutoscalingOptions::set`]
+//! one at a time (flag name without the leading dashes, value as text), then call
+//! [`AutoscalingOptions::validate`] once for the rules that involve several flags. Parsing happens
+//! here, at the boundary; the engine only ever sees typed values.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use ferroscale_model::parse_go_duration;
+use thiserror::Error;
+
+/// A flag that could not be applied. Every variant names the flag and, where there is one, the value.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum OptionError {
+    #[error("unknown flag --{flag}")]
+    UnknownFlag { flag: String },
+    #[error("invalid value {value:?} for flag --{flag}: {reason}")]
+    InvalidValue {
+        flag: String,
+        value: String,
+        reason: String,
+    },
+}
+
+impl OptionError {
+    fn invalid(flag: &str, value: &str, reason: impl Into<String>) -> OptionError {
+        OptionError::InvalidValue {
+            flag: flag.to_string(),
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// One step of the `--expander` chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExpanderName {
+    Random,
+    MostPods,
+    LeastWaste,
+    LeastNodes,
+    Price,
+    Priority,
+    /// Accepted by the parser so that upstream configurations give a clear error in `validate`.
+    Grpc,
+}
+
+impl ExpanderName {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ExpanderName::Random => "random",
+            ExpanderName::MostPods => "most-pods",
+            ExpanderName::LeastWaste => "least-waste",
+            ExpanderName::LeastNodes => "least-nodes",
+            ExpanderName::Price => "price",
+            ExpanderName::Priority => "priority",
+            ExpanderName::Grpc => "grpc",
+        }
+    }
+}
+
+impl fmt::Display for ExpanderName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ExpanderName {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "random" => ExpanderName::Random,
+            "most-pods" => ExpanderName::MostPods,
+            "least-waste" => ExpanderName::LeastWaste,
+            "least-nodes" => ExpanderName::LeastNodes,
+            "price" => ExpanderName::Price,
+            "priority" => ExpanderName::Priority,
+            "grpc" => ExpanderName::Grpc,
+            other => {
+                return Err(format!(
+                    "unknown expander {other:?} (valid: random, most-pods, least-waste, least-nodes, price, priority, grpc)"
+                ));
+            }
+        })
+    }
+}
+
+/// A `<min>:<max>` bound, as `--cores-total` and `--memory-total` write it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MinMax {
+    pub min: i64,
+    pub max: i64,
+}
+
+/// One `--gpu-total <type>:<min>:<max>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuLimit {
+    pub gpu_type: String,
+    pub min: i64,
+    pub max: i64,
+}
+
+/// Every flag the engine implements. `Default` gives the upstream defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutoscalingOptions {
+    // --- scale-up ---
+    /// `expander`: the chain of expanders, applied in order (2.7).
+    pub expander: Vec<ExpanderName>,
+    /// `expendable-pods-priority-cutoff`: pods with a priority strictly below never trigger scale-up.
+    pub expendable_pods_priority_cutoff: i32,
+    /// `new-pod-scale-up-delay`: minimum pod age before it may trigger a scale-up.
+    pub new_pod_scale_up_delay: Duration,
+    /// `max-nodes-total`: cluster node cap, 0 = none.
+    pub max_nodes_total: usize,
+    /// `cores-total`: cluster cores `min:max`.
+    pub cores_total: MinMax,
+    /// `memory-total`: cluster memory `min:max` in GiB.
+    pub memory_total_gib: MinMax,
+    /// `gpu-total` (repeatable).
+    pub gpu_total: Vec<GpuLimit>,
+    /// `max-nodes-per-scaleup`: node cap of one estimation, 0 = none.
+    pub max_nodes_per_scaleup: usize,
+    /// `max-binpacking-time` and `max-nodegroup-binpacking-duration` are accepted and kept for
+    /// reporting, but the engine never reads the clock while deciding: binpacking is bounded by
+    /// `max_nodes_per_scaleup` instead (see `scale_up::estimator`).
+    pub max_binpacking_time: Duration,
+    pub max_nodegroup_binpacking_duration: Duration,
+    /// `balance-similar-node-groups`.
+    pub balance_similar_node_groups: bool,
+    /// `balancing-ignore-label` (repeatable).
+    pub balancing_ignore_labels: Vec<String>,
+    /// `balancing-label` (repeatable): when set, similarity compares only these labels.
+    pub balancing_labels: Vec<String>,
+    pub memory_difference_ratio: f64,
+    pub max_allocatable_difference_ratio: f64,
+    pub max_free_difference_ratio: f64,
+    pub initial_node_group_backoff_duration: Duration,
+    pub max_node_group_backoff_duration: Duration,
+    pub node_group_backoff_reset_timeout: Duration,
+    pub max_node_provision_time: Duration,
+    pub max_node_startup_time: Duration,
+    pub scan_interval: Duration,
+    /// `bypassed-scheduler-names` (comma-separated).
+    pub bypassed_scheduler_names: Vec<String>,
+    /// `allowed-scheduler-names` (comma-separated); empty allows every scheduler.
+    pub allowed_scheduler_names: Vec<String>,
+    pub enforce_node_group_min_size: bool,
+    pub parallel_scale_up: bool,
+    pub scale_up_from_zero: bool,
+    pub scale_from_unschedulable: bool,
+    pub force_ds: bool,
+    /// `startup-taint` and its deprecated alias `ignore-taint` (repeatable).
+    pub startup_taints: Vec<String>,
+    /// `startup-taint-prefix` (repeatable).
+    pub startup_taint_prefixes: Vec<String>,
+    /// `status-taint` (repeatable).
+    pub status_taints: Vec<String>,
+
+    // --- cluster health and wiring ---
+    pub ok_total_unready_count: usize,
+    pub max_total_unready_percentage: f64,
+    pub namespace: String,
+    pub write_status_configmap: bool,
+    pub cloud_provider: String,
+    pub nodes: Vec<String>,
+    pub node_group_auto_discovery: Vec<String>,
+    pub leader_elect: bool,
+
+    // --- scale-down (stored for the scale-down engine) ---
+    pub scale_down_enabled: bool,
+    pub scale_down_delay_after_add: Duration,
+    pub scale_down_delay_after_delete: Duration,
+    pub scale_down_delay_after_failure: Duration,
+    pub scale_down_unneeded_time: Duration,
+    pub scale_down_unready_time: Duration,
+    pub scale_down_utilization_threshold: f64,
+    pub scale_down_gpu_utilization_threshold: f64,
+    pub max_scale_down_parallelism: usize,
+    pub max_drain_parallelism: usize,
+    pub max_bulk_soft_taint_count: usize,
+    pub max_graceful_termination_sec: i64,
+    pub max_pod_eviction_time: Duration,
+    pub cordon_node_before_terminating: bool,
+    pub daemonset_eviction_for_empty_nodes: bool,
+    pub daemonset_eviction_for_occupied_nodes: bool,
+    pub ignore_daemonsets_utilization: bool,
+    pub skip_nodes_with_custom_controller_pods: bool,
+    pub skip_nodes_with_local_storage: bool,
+    pub skip_nodes_with_system_pods: bool,
+}
+
+const MINUTE: u64 = 60;
+
+impl Default for AutoscalingOptions {
+    fn default() -> Self {
+        AutoscalingOptions {
+            expander: vec![ExpanderName::LeastWaste],
+            expendable_pods_priority_cutoff: -10,
+            new_pod_scale_up_delay: Duration::ZERO,
+            max_nodes_total: 0,
+            cores_total: MinMax {
+                min: 0,
+                max: 320_000,
+            },
+            memory_total_gib: MinMax {
+                min: 0,
+                max: 6_400_000,
+            },
+            gpu_total: Vec::new(),
+            max_nodes_per_scaleup: 1000,
+            max_binpacking_time: Duration::from_secs(5 * MINUTE),
+            max_nodegroup_binpacking_duration: Duration::from_secs(10),
+            balance_similar_node_groups: false,
+            balancing_ignore_labels: Vec::new(),
+            balancing_labels: Vec::new(),
+            memory_difference_ratio: 0.015,
+            max_allocatable_difference_ratio: 0.05,
+            max_free_difference_ratio: 0.05,
+            initial_node_group_backoff_duration: Duration::from_secs(5 * MINUTE),
+            max_node_group_backoff_duration: Duration::from_secs(30 * MINUTE),
+            node_group_backoff_reset_timeout: Duration::from_secs(180 * MINUTE),
+            max_node_provision_time: Duration::from_secs(15 * MINUTE),
+            max_node_startup_time: Duration::from_secs(15 * MINUTE),
+            scan_interval: Duration::from_secs(10),
+            bypassed_scheduler_names: Vec::new(),
+            allowed_scheduler_names: Vec::new(),
+            enforce_node_group_min_size: false,
+            parallel_scale_up: false,
+            scale_up_from_zero: true,
+            scale_from_unschedulable: false,
+            force_ds: false,
+            startup_taints: Vec::new(),
+            startup_taint_prefixes: Vec::new(),
+            status_taints: Vec::new(),
+            ok_total_unready_count: 3,
+            max_total_unready_percentage: 45.0,
+            namespace: "kube-system".to_string(),
+            write_status_configmap: true,
+            cloud_provider: String::new(),
+            nodes: Vec::new(),
+            node_group_auto_discovery: Vec::new(),
+            leader_elect: true,
+            scale_down_enabled: true,
+            scale_down_delay_after_add: Duration::from_secs(10 * MINUTE),
+            scale_down_delay_after_delete: Duration::ZERO,
+            scale_down_delay_after_failure: Duration::from_secs(3 * MINUTE),
+            scale_down_unneeded_time: Duration::from_secs(10 * MINUTE),
+            scale_down_unready_time: Duration::from_secs(20 * MINUTE),
+            scale_down_utilization_threshold: 0.5,
+            scale_down_gpu_utilization_threshold: 0.5,
+            max_scale_down_parallelism: 10,
+            max_drain_parallelism: 1,
+            max_bulk_soft_taint_count: 10,
+            max_graceful_termination_sec: 600,
+            max_pod_eviction_time: Duration::from_secs(2 * MINUTE),
+            cordon_node_before_terminating: true,
+            daemonset_eviction_for_empty_nodes: false,
+            daemonset_eviction_for_occupied_nodes: true,
+            ignore_daemonsets_utilization: false,
+            skip_nodes_with_custom_controller_pods: true,
+            skip_nodes_with_local_storage: true,
+            skip_nodes_with_system_pods: true,
+        }
+    }
+}
+
+/// Go's `strconv.ParseBool`, which upstream boolean flags use.
+fn parse_bool(flag: &str, value: &str) -> Result<bool, OptionError> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(OptionError::invalid(
+            flag,
+            value,
+            "expected a boolean (true or false)",
+        )),
+    }
+}
+
+fn parse_duration(flag: &str, value: &str) -> Result<Duration, OptionError> {
+    parse_go_duration(value).map_err(|e| OptionError::invalid(flag, value, e.reason))
+}
+
+fn parse_number<T: FromStr>(flag: &str, value: &str, what: &str) -> Result<T, OptionError> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| OptionError::invalid(flag, value, format!("expected {what}")))
+}
+
+fn parse_ratio(flag: &str, value: &str) -> Result<f64, OptionError> {
+    let v: f64 = parse_number(flag, value, "a number")?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(OptionError::invalid(
+            flag,
+            value,
+            "expected a non-negative number",
+        ));
+    }
+    Ok(v)
+}
+
+fn parse_min_max(flag: &str, value: &str) -> Result<MinMax, OptionError> {
+    let (min, max) = value
+        .split_once(':')
+        .ok_or_else(|| OptionError::invalid(flag, value, "expected <min>:<max>"))?;
+    let min: i64 = parse_number(flag, min, "an integer minimum")
+        .map_err(|_| OptionError::invalid(flag, value, "minimum is not an integer"))?;
+    let max: i64 = parse_number(flag, max, "an integer maximum")
+        .map_err(|_| OptionError::invalid(flag, value, "maximum is not an integer"))?;
+    check_min_max(flag, value, min, max)?;
+    Ok(MinMax { min, max })
+}
+
+fn check_min_max(flag: &str, value: &str, min: i64, max: i64) -> Result<(), OptionError> {
+    if min < 0 {
+        return Err(OptionError::invalid(
+            flag,
+            value,
+            "minimum must be at least 0",
+        ));
+    }
+    if max < min {
+        return Err(OptionError::invalid(
+            flag,
+            value,
+            "maximum must not be below the minimum",
+        ));
+    }
+    Ok(())
+}
+
+fn parse_gpu_limit(flag: &str, value: &str) -> Result<GpuLimit, OptionError> {
+    let mut parts = value.split(':');
+    let (Some(gpu_type), Some(min), Some(max), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(OptionError::invalid(
+            flag,
+            value,
+            "expected <type>:<min>:<max>",
+        ));
+    };
+    if gpu_type.is_empty() {
+        return Err(OptionError::invalid(flag, value, "GPU type is empty"));
+    }
+    let min: i64 = min
+        .trim()
+        .parse()
+        .map_err(|_| OptionError::invalid(flag, value, "minimum is not an integer"))?;
+    let max: i64 = max
+        .trim()
+        .parse()
+        .map_err(|_| OptionError::invalid(flag, value, "maximum is not an integer"))?;
+    check_min_max(flag, value, min, max)?;
+    Ok(GpuLimit {
+        gpu_type: gpu_type.to_string(),
+        min,
+        max,
+    })
+}
+
+/// Comma-separated names, empty items dropped (`a,,b` is `a,b`; the empty string is no names).
+fn parse_name_list(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn parse_expander_chain(flag: &str, value: &str) -> Result<Vec<ExpanderName>, OptionError> {
+    let names = parse_name_list(value);
+    if names.is_empty() {
+        return Err(OptionError::invalid(
+            flag,
+            value,
+            "at least one expander is required",
+        ));
+    }
+    let chain = names
+        .iter()
+        .map(|n| {
+            n.parse::<ExpanderName>()
+                .map_err(|reason| OptionError::invalid(flag, value, reason))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    check_expander_chain(flag, value, &chain)?;
+    Ok(chain)
+}
+
+fn check_expander_chain(
+    flag: &str,
+    value: &str,
+    chain: &[ExpanderName],
+) -> Result<(), OptionError> {
+    if chain.is_empty() {
+        return Err(OptionError::invalid(
+            flag,
+            value,
+            "at least one expander is required",
+        ));
+    }
+    for (i, name) in chain.iter().enumerate() {
+        if chain[..i].contains(name) {
+            return Err(OptionError::invalid(
+                flag,
+                value,
+                format!("expander {name} is listed twice"),
+            ));
+        }
+        if *name == ExpanderName::Random && i + 1 < chain.len() {
+            return Err(OptionError::invalid(
+                flag,
+                value,
+                "random always picks a single option, so no expander may follow it",
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl AutoscalingOptions {
+    /// Applies one flag by its upstream name (no leading dashes) with upstream syntax. Repeatable
+    /// flags (`gpu-total`, `balancing-ignore-label`, `balancing-label`, `startup-taint`, ...) append;
+    /// every other flag replaces its value.
+    pub fn set(&mut self, flag: &str, value: &str) -> Result<(), OptionError> {
+        let f = flag;
+        let v = value;
+        match flag {
+            "expander" => self.expander = parse_expander_chain(f, v)?,
+            "expendable-pods-priority-cutoff" => {
+                self.expendable_pods_priority_cutoff = parse_number(f, v, "an integer")?
+            }
+            "new-pod-scale-up-delay" => self.new_pod_scale_up_delay = parse_duration(f, v)?,
+            "max-nodes-total" => {
+                self.max_nodes_total = parse_number(f, v, "a non-negative integer")?
+            }
+            "cores-total" => self.cores_total = parse_min_max(f, v)?,
+            "memory-total" => self.memory_total_gib = parse_min_max(f, v)?,
+            "gpu-total" => self.gpu_total.push(parse_gpu_limit(f, v)?),
+            "max-nodes-per-scaleup" => {
+                self.max_nodes_per_scaleup = parse_number(f, v, "a non-negative integer")?
+            }
+            "max-binpacking-time" => self.max_binpacking_time = parse_duration(f, v)?,
+            "max-nodegroup-binpacking-duration" => {
+                self.max_nodegroup_binpacking_duration = parse_duration(f, v)?
+            }
+            "balance-similar-node-groups" => self.balance_similar_node_groups = parse_bool(f, v)?,
+            "balancing-ignore-label" => self.balancing_ignore_labels.push(v.to_string()),
+            "balancing-label" => self.balancing_labels.push(v.to_string()),
+            "memory-difference-ratio" => self.memory_difference_ratio = parse_ratio(f, v)?,
+            "max-allocatable-difference-ratio" => {
+                self.max_allocatable_difference_ratio = parse_ratio(f, v)?
+            }
+            "max-free-difference-ratio" => self.max_free_difference_ratio = parse_ratio(f, v)?,
+            "initial-node-group-backoff-duration" => {
+                self.initial_node_group_backoff_duration = parse_duration(f, v)?
+            }
+            "max-node-group-backoff-duration" => {
+                self.max_node_group_backoff_duration = parse_duration(f, v)?
+            }
+            "node-group-backoff-reset-timeout" => {
+                self.node_group_backoff_reset_timeout = parse_duration(f, v)?
+            }
+            "max-node-provision-time" => self.max_node_provision_time = parse_duration(f, v)?,
+            "max-node-startup-time" => self.max_node_startup_time = parse_duration(f, v)?,
+            "scan-interval" => self.scan_interval = parse_duration(f, v)?,
+            "bypassed-scheduler-names" => self.bypassed_scheduler_names = parse_name_list(v),
+            "allowed-scheduler-names" => self.allowed_scheduler_names = parse_name_list(v),
+            "enforce-node-group-min-size" => self.enforce_node_group_min_size = parse_bool(f, v)?,
+            "parallel-scale-up" => self.parallel_scale_up = parse_bool(f, v)?,
+            "scale-up-from-zero" => self.scale_up_from_zero = parse_bool(f, v)?,
+            "scale-from-unschedulable" => self.scale_from_unschedulable = parse_bool(f, v)?,
+            "force-ds" => self.force_ds = parse_bool(f, v)?,
+            "startup-taint" | "ignore-taint" => self.startup_taints.push(v.to_string()),
+            "startup-taint-prefix" => self.startup_taint_prefixes.push(v.to_string()),
+            "status-taint" => self.status_taints.push(v.to_string()),
+            "ok-total-unready-count" => {
+                self.ok_total_unready_count = parse_number(f, v, "a non-negative integer")?
+            }
+            "max-total-unready-percentage" => {
+                self.max_total_unready_percentage = parse_ratio(f, v)?
+            }
+            "namespace" => self.namespace = v.to_string(),
+            "write-status-configmap" => self.write_status_configmap = parse_bool(f, v)?,
+            "cloud-provider" => self.cloud_provider = v.to_string(),
+            "nodes" => self.nodes.push(v.to_string()),
+            "node-group-auto-discovery" => self.node_group_auto_discovery.push(v.to_string()),
+            "leader-elect" => self.leader_elect = parse_bool(f, v)?,
+            "scale-down-enabled" => self.scale_down_enabled = parse_bool(f, v)?,
+            "scale-down-delay-after-add" => self.scale_down_delay_after_add = parse_duration(f, v)?,
+            "scale-down-delay-after-delete" => {
+                self.scale_down_delay_after_delete = parse_duration(f, v)?
+            }
+            "scale-down-delay-after-failure" => {
+                self.scale_down_delay_after_failure = parse_duration(f, v)?
+            }
+            "scale-down-unneeded-time" => self.scale_down_unneeded_time = parse_duration(f, v)?,
+            "scale-down-unready-time" => self.scale_down_unready_time = parse_duration(f, v)?,
+            "scale-down-utilization-threshold" => {
+                self.scale_down_utilization_threshold = parse_ratio(f, v)?
+            }
+            "scale-down-gpu-utilization-threshold" => {
+                self.scale_down_gpu_utilization_threshold = parse_ratio(f, v)?
+            }
+            // `max-empty-bulk-delete` no longer exists upstream; it is kept as an alias.
+            "max-scale-down-parallelism" | "max-empty-bulk-delete" => {
+                self.max_scale_down_parallelism = parse_number(f, v, "a non-negative integer")?
+            }
+            "max-drain-parallelism" => {
+                self.max_drain_parallelism = parse_number(f, v, "a non-negative integer")?
+            }
+            "max-bulk-soft-taint-count" => {
+                self.max_bulk_soft_taint_count = parse_number(f, v, "a non-negative integer")?
+            }
+            "max-graceful-termination-sec" => {
+                self.max_graceful_termination_sec = parse_number(f, v, "an integer")?
+            }
+            "max-pod-eviction-time" => self.max_pod_eviction_time = parse_duration(f, v)?,
+            "cordon-node-before-terminating" => {
+                self.cordon_node_before_terminating = parse_bool(f, v)?
+            }
+            "daemonset-eviction-for-empty-nodes" => {
+                self.daemonset_eviction_for_empty_nodes = parse_bool(f, v)?
+            }
+            "daemonset-eviction-for-occupied-nodes" => {
+                self.daemonset_eviction_for_occupied_nodes = parse_bool(f, v)?
+            }
+            "ignore-daemonsets-utilization" => {
+                self.ignore_daemonsets_utilization = parse_bool(f, v)?
+            }
+            "skip-nodes-with-custom-controller-pods" => {
+                self.skip_nodes_with_custom_controller_pods = parse_bool(f, v)?
+            }
+            "skip-nodes-with-local-storage" => {
+                self.skip_nodes_with_local_storage = parse_bool(f, v)?
+            }
+            "skip-nodes-with-system-pods" => self.skip_nodes_with_system_pods = parse_bool(f, v)?,
+            _ => {
+                return Err(OptionError::UnknownFlag {
+                    flag: flag.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the rules that involve several flags or that a direct field assignment could break.
+    pub fn validate(&self) -> Result<(), OptionError> {
+        let chain_text = self
+            .expander
+            .iter()
+            .map(ExpanderName::as_str)
+            .collect::<Vec<_>>()
+            .join(",");
+        check_expander_chain("expander", &chain_text, &self.expander)?;
+        if self.expander.contains(&ExpanderName::Grpc) {
+            return Err(OptionError::invalid(
+                "expander",
+                &chain_text,
+                "the grpc expander is not supported by ferroscale",
+            ));
+        }
+        let text = |m: MinMax| format!("{}:{}", m.min, m.max);
+        check_min_max(
+            "cores-total",
+            &text(self.cores_total),
+            self.cores_total.min,
+            self.cores_total.max,
+        )?;
+        check_min_max(
+            "memory-total",
+            &text(self.memory_total_gib),
+            self.memory_total_gib.min,
+            self.memory_total_gib.max,
+        )?;
+        for gpu in &self.gpu_total {
+            let value = format!("{}:{}:{}", gpu.gpu_type, gpu.min, gpu.max);
+            check_min_max("gpu-total", &value, gpu.min, gpu.max)?;
+        }
+        if !self.allowed_scheduler_names.is_empty()
+            && let Some(outside) = self
+                .bypassed_scheduler_names
+                .iter()
+                .find(|name| !self.allowed_scheduler_names.contains(name))
+        {
+            return Err(OptionError::invalid(
+                "bypassed-scheduler-names",
+                &self.bypassed_scheduler_names.join(","),
+                format!("scheduler {outside:?} is not in --allowed-scheduler-names"),
+            ));
+        }
+        if self.initial_node_group_backoff_duration > self.max_node_group_backoff_duration {
+            return Err(OptionError::invalid(
+                "initial-node-group-backoff-duration",
+                &ferroscale_model::time::format_duration(self.initial_node_group_backoff_duration),
+                "must not exceed --max-node-group-backoff-duration",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `memory-total` converted to bytes.
+    pub fn memory_total_bytes(&self) -> MinMax {
+        let gib = |v: i64| v.saturating_mul(1 << 30);
+        MinMax {
+            min: gib(self.memory_total_gib.min),
+            max: gib(self.memory_total_gib.max),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(flag: &str, value: &str) -> Result<AutoscalingOptions, OptionError> {
+        let mut o = AutoscalingOptions::default();
+        o.set(flag, value)?;
+        Ok(o)
+    }
+
+    #[test]
+    fn defaults_are_upstream_defaults() {
+        let o = AutoscalingOptions::default();
+        assert_eq!(o.expander, vec![ExpanderName::LeastWaste]);
+        assert_eq!(o.expendable_pods_priority_cutoff, -10);
+        assert_eq!(o.max_nodes_per_scaleup, 1000);
+        assert_eq!(
+            o.cores_total,
+            MinMax {
+                min: 0,
+                max: 320_000
+            }
+        );
+        assert_eq!(
+            o.initial_node_group_backoff_duration,
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            o.node_group_backoff_reset_timeout,
+            Duration::from_secs(3 * 3600)
+        );
+        assert!(o.scale_up_from_zero);
+        assert!(o.validate().is_ok());
+    }
+
+    #[test]
+    fn s34_random_followed_by_another_expander_is_refused() {
+        let err = set("expander", "random,most-pods").unwrap_err();
+        assert!(matches!(&err, OptionError::InvalidValue { flag, value, .. }
+            if flag == "expander" && value == "random,most-pods"));
+        assert!(err.to_string().contains("no expander may follow"));
+        // Direct assignment is caught by validate.
+        let o = AutoscalingOptions {
+            expander: vec![ExpanderName::Random, ExpanderName::MostPods],
+            ..AutoscalingOptions::default()
+        };
+        assert!(o.validate().is_err());
+    }
+
+    #[test]
+    fn expander_chain_rules() {
+        assert_eq!(
+            set("expander", "priority,least-waste").unwrap().expander,
+            vec![ExpanderName::Priority, ExpanderName::LeastWaste]
+        );
+        assert!(set("expander", "most-pods,random").is_ok());
+        let dup = set("expander", "most-pods,most-pods").unwrap_err();
+        assert!(dup.to_string().contains("listed twice"), "{dup}");
+        let unknown = set("expander", "cheapest").unwrap_err();
+        assert!(unknown.to_string().contains("\"cheapest\""), "{unknown}");
+        assert!(set("expander", "").is_err());
+        assert!(set("expander", "grpc").unwrap().validate().is_err());
+    }
+
+    #[test]
+    fn unknown_flag_names_the_flag() {
+        let err = set("no-such-flag", "1").unwrap_err();
+        assert_eq!(
+            err,
+            OptionError::UnknownFlag {
+                flag: "no-such-flag".into()
+            }
+        );
+        assert_eq!(err.to_string(), "unknown flag --no-such-flag");
+    }
+
+    #[test]
+    fn bad_values_name_flag_and_value() {
+        for (flag, value) in [
+            ("scan-interval", "10 seconds"),
+            ("balance-similar-node-groups", "yes"),
+            ("max-nodes-total", "-1"),
+            ("cores-total", "16"),
+            ("cores-total", "10:5"),
+            ("cores-total", "-1:5"),
+            ("memory-total", "a:b"),
+            ("gpu-total", "nvidia-t4:1"),
+            ("gpu-total", "nvidia-t4:4:2"),
+            ("gpu-total", ":0:2"),
+            ("memory-difference-ratio", "-0.1"),
+            ("expendable-pods-priority-cutoff", "low"),
+        ] {
+            let err = set(flag, value).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains(flag) && text.contains(value),
+                "{flag}={value}: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn upstream_syntax_is_accepted() {
+        let mut o = AutoscalingOptions::default();
+        o.set("scan-interval", "1m30s").unwrap();
+        o.set("cores-total", "8:100").unwrap();
+        o.set("memory-total", "1:64").unwrap();
+        o.set("gpu-total", "nvidia-t4:0:4").unwrap();
+        o.set("gpu-total", "nvidia-a100:1:8").unwrap();
+        o.set("balancing-ignore-label", "a").unwrap();
+        o.set("balancing-ignore-label", "b").unwrap();
+        o.set("balance-similar-node-groups", "true").unwrap();
+        o.set("parallel-scale-up", "1").unwrap();
+        o.set("max-empty-bulk-delete", "20").unwrap();
+        assert_eq!(o.scan_interval, Duration::from_secs(90));
+        assert_eq!(o.cores_total, MinMax { min: 8, max: 100 });
+        assert_eq!(
+            o.memory_total_bytes(),
+            MinMax {
+                min: 1 << 30,
+                max: 64 << 30
+            }
+        );
+        assert_eq!(o.gpu_total.len(), 2);
+        assert_eq!(o.gpu_total[1].gpu_type, "nvidia-a100");
+        assert_eq!(o.balancing_ignore_labels, vec!["a", "b"]);
+        assert!(o.balance_similar_node_groups && o.parallel_scale_up);
+        assert_eq!(o.max_scale_down_parallelism, 20);
+    }
+
+    #[test]
+    fn bypassed_schedulers_must_be_allowed() {
+        let mut o = AutoscalingOptions::default();
+        o.set("bypassed-scheduler-names", "a,b").unwrap();
+        assert!(
+            o.validate().is_ok(),
+            "no allow-list means every scheduler is allowed"
+        );
+        o.set("allowed-scheduler-names", "a").unwrap();
+        let err = o.validate().unwrap_err();
+        assert!(
+            err.to_string().contains("bypassed-scheduler-names")
+                && err.to_string().contains("\"b\"")
+        );
+        o.set("allowed-scheduler-names", "a,b,c").unwrap();
+        assert!(o.validate().is_ok());
+    }
+}
