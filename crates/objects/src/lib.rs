@@ -1,8 +1,30 @@
 //! Converts Kubernetes API objects, exactly as `kubectl get -o yaml` prints them, into the
 //! Ferroscale model. This is the boundary: every quantity, operator, effect and port is parsed here
 //! once, and an error names the object, the field path and the bad value.
+//!
+//! - [`convert`]: one k8s-openapi object to one model object (`pod_from_k8s`, `node_from_k8s`, ...).
+//! - [`documents`]: multi-document YAML and `List`s, dispatched on `kind`; unused kinds are skipped
+//!   with a warning ([`parse_objects_yaml`]).
+//! - [`locate`]: best-effort line numbers for field paths, for errors found after parsing.
+
+pub mod convert;
+pub mod documents;
+pub mod locate;
 
 use ferroscale_model::{DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass};
+
+pub use convert::{
+    ConvertError, PriorityClasses, daemonset_from_k8s, namespace_from_k8s, node_from_k8s,
+    pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
+};
+pub use documents::{
+    ObjectsError, ParsedObjects, RawObject, RawObjectError, parse_objects_yaml,
+    parse_objects_yaml_with,
+};
+pub use locate::locate_field_line;
+
+/// The k8s-openapi version this crate reads, for callers that embed raw objects in their own types.
+pub use k8s_openapi;
 
 /// One cluster object converted into the model.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,4 +35,20 @@ pub enum K8sObject {
     PodDisruptionBudget(PodDisruptionBudget),
     PriorityClass(PriorityClass),
     Namespace(Namespace),
+}
+
+impl K8sObject {
+    /// Kind and name, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            K8sObject::Node(n) => format!("Node {}", n.name),
+            K8sObject::Pod(p) => format!("Pod {}", p.key()),
+            K8sObject::DaemonSet(d) => format!("DaemonSet {}/{}", d.namespace, d.name),
+            K8sObject::PodDisruptionBudget(p) => {
+                format!("PodDisruptionBudget {}/{}", p.namespace, p.name)
+            }
+            K8sObject::PriorityClass(c) => format!("PriorityClass {}", c.name),
+            K8sObject::Namespace(n) => format!("Namespace {}", n.name),
+        }
+    }
 }

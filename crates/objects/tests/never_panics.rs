@@ -1,0 +1,23 @@
+//! Whatever the input, parsing returns an error or objects; it never panics.
+
+use ferroscale_objects::parse_objects_yaml;
+use proptest::prelude::*;
+
+const SEED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {a: b}}\nspec:\n  containers:\n  - name: c\n    ports: [{containerPort: 80, hostPort: 80}]\n    resources: {requests: {cpu: 100m, memory: 1Gi}}\n  tolerations: [{key: k, operator: Exists}]\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {taints: [{key: a, effect: NoSchedule}]}\nstatus: {capacity: {cpu: '4'}}\n";
+
+proptest! {
+    #[test]
+    fn arbitrary_text_never_panics(text in "\\PC{0,300}") {
+        let _ = parse_objects_yaml(&text, "fuzz");
+    }
+
+    #[test]
+    fn mutated_objects_never_panic(position in 0usize..SEED.len(), replacement in "[-:{}\\[\\],'\" a-z0-9\n]{0,6}", cut in 0usize..40) {
+        let mut text = SEED.to_string();
+        let start = (0..=position).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+        let end = (start + cut).min(text.len());
+        let end = (end..=text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
+        text.replace_range(start..end, &replacement);
+        let _ = parse_objects_yaml(&text, "fuzz");
+    }
+}
