@@ -6,9 +6,11 @@
 //! on the branch, never to the size of the cluster. Forks nest.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ferroscale_model::{HostPort, Labels, Node, Pod, Resources};
+
+use crate::topology::{NamespaceLabels, TopologyIndex};
 
 /// Stable handle of a node within one snapshot. Handles of removed nodes are never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -33,7 +35,12 @@ pub struct NodeInfo {
 
 impl NodeInfo {
     fn new(node: Arc<Node>) -> NodeInfo {
-        NodeInfo { node, pods: Vec::new(), requested: Resources::default(), host_ports: Vec::new() }
+        NodeInfo {
+            node,
+            pods: Vec::new(),
+            requested: Resources::default(),
+            host_ports: Vec::new(),
+        }
     }
 
     /// Allocatable minus requested.
@@ -51,15 +58,25 @@ enum Undo {
 }
 
 /// An in-memory cluster on which scheduling is simulated.
+///
+/// Besides the nodes and their pods, the snapshot keeps the topology indexes the inter-pod filters
+/// read (see [`crate::topology`]). They are registered lazily by the filters and kept up to date by
+/// the same four internal functions (`attach_node`, `detach_node`, `attach_pod`, `detach_pod`) that
+/// both the public mutations and the undo log go through, so forking and reverting stay
+/// proportional to the changes made on the branch.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     slots: Vec<Option<NodeInfo>>,
     by_name: HashMap<String, NodeId>,
     live_nodes: usize,
     pod_count: usize,
+    /// Placed pods with at least one required anti-affinity term: when zero, the symmetric
+    /// anti-affinity check is skipped without touching the indexes.
+    pods_with_anti_affinity: usize,
     undo: Vec<Undo>,
     fork_points: Vec<usize>,
-    namespace_labels: HashMap<String, Labels>,
+    namespace_labels: NamespaceLabels,
+    topology: Mutex<TopologyIndex>,
 }
 
 impl Snapshot {
@@ -74,21 +91,17 @@ impl Snapshot {
             return *id;
         }
         let id = NodeId(self.slots.len() as u32);
-        self.by_name.insert(node.name.clone(), id);
-        self.slots.push(Some(NodeInfo::new(node)));
-        self.live_nodes += 1;
+        self.slots.push(None);
+        self.attach_node(id, NodeInfo::new(node));
         self.record(Undo::AddedNode(id));
         id
     }
 
     /// Removes a node with everything placed on it, and returns its pods.
     pub fn remove_node(&mut self, id: NodeId) -> Vec<Arc<Pod>> {
-        let Some(info) = self.slots.get_mut(id.index()).and_then(Option::take) else {
+        let Some(info) = self.detach_node(id) else {
             return Vec::new();
         };
-        self.by_name.remove(&info.node.name);
-        self.live_nodes -= 1;
-        self.pod_count -= info.pods.len();
         let pods = info.pods.clone();
         self.record(Undo::RemovedNode(id, info));
         pods
@@ -97,22 +110,17 @@ impl Snapshot {
     /// Places a pod on a node without checking whether it fits (callers check with
     /// [`crate::check`] first when that matters).
     pub fn add_pod(&mut self, id: NodeId, pod: Arc<Pod>) {
-        let Some(info) = self.slots.get_mut(id.index()).and_then(Option::as_mut) else {
+        if self.node(id).is_none() {
             return;
-        };
-        Self::account_pod(info, &pod, true);
-        info.pods.push(pod);
-        self.pod_count += 1;
+        }
+        self.attach_pod(id, pod, None);
         self.record(Undo::AddedPod(id));
     }
 
     /// Removes the pod with this uid from a node; returns it.
     pub fn remove_pod(&mut self, id: NodeId, uid: &str) -> Option<Arc<Pod>> {
-        let info = self.slots.get_mut(id.index()).and_then(Option::as_mut)?;
-        let index = info.pods.iter().position(|p| p.uid == uid)?;
-        let pod = info.pods.remove(index);
-        Self::account_pod(info, &pod, false);
-        self.pod_count -= 1;
+        let index = self.node(id)?.pods.iter().position(|p| p.uid == uid)?;
+        let pod = self.detach_pod(id, index)?;
         self.record(Undo::RemovedPod(id, index, pod.clone()));
         Some(pod)
     }
@@ -174,19 +182,139 @@ impl Snapshot {
         self.pod_count
     }
 
-    /// Labels of a namespace, used by affinity terms with a namespace selector.
+    /// Labels of a namespace, used by affinity terms with a namespace selector. A namespace without
+    /// recorded labels is treated as having none. Not recorded in the undo log: namespaces are not
+    /// part of what-if branches.
     pub fn set_namespace_labels(&mut self, namespace: impl Into<String>, labels: Labels) {
-        self.namespace_labels.insert(namespace.into(), labels);
+        let namespace = namespace.into();
+        if self.namespace_labels.get(&namespace) == Some(&labels) {
+            return;
+        }
+        self.namespace_labels.insert(namespace, labels);
+        // Counts registered with namespace selectors were evaluated against the old labels.
+        self.topology_mut().forget_matchers();
     }
 
     pub fn namespace_labels(&self, namespace: &str) -> Option<&Labels> {
         self.namespace_labels.get(namespace)
     }
 
+    pub(crate) fn slots(&self) -> &[Option<NodeInfo>] {
+        &self.slots
+    }
+
+    pub(crate) fn all_namespace_labels(&self) -> &NamespaceLabels {
+        &self.namespace_labels
+    }
+
+    pub(crate) fn has_pods_with_anti_affinity(&self) -> bool {
+        self.pods_with_anti_affinity > 0
+    }
+
+    /// The topology indexes, for filters that only hold `&Snapshot`. A poisoned lock only means a
+    /// panic elsewhere while the guard was held; the indexes are updated before any user code runs,
+    /// so the data is still usable.
+    pub(crate) fn topology(&self) -> MutexGuard<'_, TopologyIndex> {
+        self.topology.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn topology_mut(&mut self) -> &mut TopologyIndex {
+        self.topology
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn record(&mut self, op: Undo) {
         if !self.fork_points.is_empty() {
             self.undo.push(op);
         }
+    }
+
+    // The four functions below are the only places that change nodes and pods: mutations and
+    // undo both go through them, which keeps the indexes consistent in both directions.
+
+    /// Puts `info` (possibly with pods, when undoing a removal) into its slot.
+    fn attach_node(&mut self, id: NodeId, mut info: NodeInfo) {
+        let pods = std::mem::take(&mut info.pods);
+        info.requested = Resources::default();
+        info.host_ports.clear();
+        self.by_name.insert(info.node.name.clone(), id);
+        self.live_nodes += 1;
+        let node = info.node.clone();
+        if self.slots.len() <= id.index() {
+            self.slots.resize_with(id.index() + 1, || None);
+        }
+        self.slots[id.index()] = Some(info);
+        let topology = self
+            .topology
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        topology.node_added(id.index(), &node);
+        for pod in pods {
+            self.attach_pod(id, pod, None);
+        }
+    }
+
+    fn detach_node(&mut self, id: NodeId) -> Option<NodeInfo> {
+        let count = self.node(id)?.pods.len();
+        // Pods leave one by one through the same path as `remove_pod`, last first, so the returned
+        // info lists them in their original order.
+        let mut pods = Vec::with_capacity(count);
+        for index in (0..count).rev() {
+            if let Some(pod) = self.detach_pod(id, index) {
+                pods.push(pod);
+            }
+        }
+        pods.reverse();
+        self.topology_mut().node_removed(id.index());
+        let mut info = self.slots.get_mut(id.index()).and_then(Option::take)?;
+        self.by_name.remove(&info.node.name);
+        self.live_nodes -= 1;
+        for pod in &pods {
+            Self::account_pod(&mut info, pod, true);
+        }
+        info.pods = pods;
+        Some(info)
+    }
+
+    /// Places `pod` at `position` (at the end when `None`).
+    fn attach_pod(&mut self, id: NodeId, pod: Arc<Pod>, position: Option<usize>) {
+        let Some(info) = self.slots.get_mut(id.index()).and_then(Option::as_mut) else {
+            return;
+        };
+        Self::account_pod(info, &pod, true);
+        match position {
+            Some(p) if p <= info.pods.len() => info.pods.insert(p, pod.clone()),
+            _ => info.pods.push(pod.clone()),
+        }
+        self.pod_count += 1;
+        if !pod.pod_anti_affinity.is_empty() {
+            self.pods_with_anti_affinity += 1;
+        }
+        let topology = self
+            .topology
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        topology.pod_changed(id.index(), &pod, true, &self.slots, &self.namespace_labels);
+    }
+
+    fn detach_pod(&mut self, id: NodeId, index: usize) -> Option<Arc<Pod>> {
+        let info = self.slots.get_mut(id.index()).and_then(Option::as_mut)?;
+        if index >= info.pods.len() {
+            return None;
+        }
+        let pod = info.pods.remove(index);
+        Self::account_pod(info, &pod, false);
+        self.pod_count -= 1;
+        if !pod.pod_anti_affinity.is_empty() {
+            self.pods_with_anti_affinity -= 1;
+        }
+        let topology = self
+            .topology
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        topology.pod_changed(id.index(), &pod, false, &self.slots, &self.namespace_labels);
+        Some(pod)
     }
 
     fn account_pod(info: &mut NodeInfo, pod: &Pod, adding: bool) {
@@ -208,37 +336,41 @@ impl Snapshot {
     fn apply_undo(&mut self, op: Undo) {
         match op {
             Undo::AddedNode(id) => {
-                if let Some(info) = self.slots.get_mut(id.index()).and_then(Option::take) {
-                    self.by_name.remove(&info.node.name);
-                    self.live_nodes -= 1;
-                    self.pod_count -= info.pods.len();
-                }
+                self.detach_node(id);
                 if id.index() + 1 == self.slots.len() {
                     self.slots.pop();
                 }
             }
-            Undo::RemovedNode(id, info) => {
-                self.by_name.insert(info.node.name.clone(), id);
-                self.live_nodes += 1;
-                self.pod_count += info.pods.len();
-                self.slots[id.index()] = Some(info);
-            }
+            Undo::RemovedNode(id, info) => self.attach_node(id, info),
             Undo::AddedPod(id) => {
-                if let Some(info) = self.slots[id.index()].as_mut()
-                    && let Some(pod) = info.pods.pop()
+                if let Some(last) = self
+                    .node(id)
+                    .and_then(|info| info.pods.len().checked_sub(1))
                 {
-                    Self::account_pod(info, &pod, false);
-                    self.pod_count -= 1;
+                    self.detach_pod(id, last);
                 }
             }
-            Undo::RemovedPod(id, index, pod) => {
-                if let Some(info) = self.slots[id.index()].as_mut() {
-                    Self::account_pod(info, &pod, true);
-                    info.pods.insert(index, pod);
-                    self.pod_count += 1;
-                }
-            }
+            Undo::RemovedPod(id, index, pod) => self.attach_pod(id, pod, Some(index)),
         }
+    }
+
+    /// Compares every index with one recomputed from the placed pods. For tests.
+    #[cfg(test)]
+    pub(crate) fn assert_indexes_consistent(&self) {
+        let carriers: usize = self
+            .slots
+            .iter()
+            .flatten()
+            .map(|i| {
+                i.pods
+                    .iter()
+                    .filter(|p| !p.pod_anti_affinity.is_empty())
+                    .count()
+            })
+            .sum();
+        assert_eq!(self.pods_with_anti_affinity, carriers);
+        self.topology()
+            .assert_consistent(&self.slots, &self.namespace_labels);
     }
 }
 

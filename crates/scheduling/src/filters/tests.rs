@@ -1,0 +1,744 @@
+//! Each filter with its edge cases, checked through the public `check` / `find_node`.
+
+use std::sync::Arc;
+
+use ferroscale_model::labels::{HOSTNAME, ZONE};
+use ferroscale_model::{
+    HostPort, LabelOperator, LabelRequirement, LabelSelector, Labels, NodeInclusionPolicy,
+    NodeOperator, NodeRequirement, NodeSelector, NodeSelectorTerm, Pod, PodAffinityTerm, Protocol,
+    Resources, Taint, TaintEffect, Timestamp, Toleration, TolerationOperator,
+    TopologySpreadConstraint, UnsatisfiableAction,
+};
+
+use super::*;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn node_in(name: &str, zone: Option<&str>) -> ferroscale_model::Node {
+    let mut allocatable = Resources::new(4000, 8 << 30);
+    allocatable.pods = 110;
+    let mut n = ferroscale_model::Node::new(name, allocatable);
+    if let Some(z) = zone {
+        n.labels.insert(ZONE.to_string(), z.to_string());
+    }
+    n
+}
+
+fn add_node(s: &mut Snapshot, name: &str, zone: Option<&str>) -> NodeId {
+    s.add_node(Arc::new(node_in(name, zone)))
+}
+
+fn pod(name: &str) -> Pod {
+    let mut p = Pod::new("default", name);
+    p.requests = Resources::new(100, 1 << 20);
+    p
+}
+
+fn app(name: &str, app: &str) -> Pod {
+    let mut p = pod(name);
+    p.labels.insert("app".into(), app.into());
+    p
+}
+
+/// Places a pod the way a bound pod is: with `node_name` set.
+fn place(s: &mut Snapshot, id: NodeId, mut p: Pod) {
+    p.node_name = Some(s.node(id).unwrap().node.name.clone());
+    s.add_pod(id, Arc::new(p));
+}
+
+fn term(app: &str, key: &str) -> PodAffinityTerm {
+    PodAffinityTerm {
+        label_selector: Some(LabelSelector::from_labels([("app", app)])),
+        namespaces: vec![],
+        namespace_selector: None,
+        topology_key: key.into(),
+    }
+}
+
+fn spread(app: &str, key: &str, max_skew: i32) -> TopologySpreadConstraint {
+    TopologySpreadConstraint {
+        max_skew,
+        topology_key: key.into(),
+        when_unsatisfiable: UnsatisfiableAction::DoNotSchedule,
+        label_selector: Some(LabelSelector::from_labels([("app", app)])),
+        min_domains: None,
+        node_affinity_policy: NodeInclusionPolicy::Honor,
+        node_taints_policy: NodeInclusionPolicy::Ignore,
+    }
+}
+
+fn fits_on(s: &Snapshot, p: &Pod) -> Vec<String> {
+    s.nodes()
+        .filter(|(id, _)| check(s, p, *id).is_ok())
+        .map(|(_, i)| i.node.name.clone())
+        .collect()
+}
+
+fn kind(s: &Snapshot, p: &Pod, id: NodeId) -> Option<UnfitKind> {
+    check(s, p, id).err().map(|u| u.kind())
+}
+
+// ----- node-local filters -----
+
+#[test]
+fn cordoned_nodes_are_rejected_and_skipped_by_find_node() {
+    let mut s = Snapshot::new();
+    let mut cordoned = node_in("a", None);
+    cordoned.unschedulable = true;
+    let a = s.add_node(Arc::new(cordoned));
+    let b = add_node(&mut s, "b", None);
+    let mut p = pod("p");
+    // Even a toleration of the cordon taint does not help in the autoscaler's simulation.
+    p.tolerations.push(Toleration {
+        key: "node.kubernetes.io/unschedulable".into(),
+        operator: TolerationOperator::Exists,
+        value: String::new(),
+        effect: None,
+    });
+    assert_eq!(check(&s, &p, a), Err(Unfit::NodeUnschedulable));
+    assert_eq!(find_node(&s, &p, 0), Some(b));
+}
+
+#[test]
+fn a_bound_pod_fits_only_its_own_node() {
+    let mut s = Snapshot::new();
+    let a = add_node(&mut s, "a", None);
+    let b = add_node(&mut s, "b", None);
+    let mut p = pod("p");
+    p.node_name = Some("b".into());
+    assert_eq!(check(&s, &p, a), Err(Unfit::NodeName));
+    assert_eq!(check(&s, &p, b), Ok(()));
+    assert_eq!(find_node(&s, &p, 0), Some(b));
+    p.node_name = None;
+    assert_eq!(find_node(&s, &p, 0), Some(a));
+}
+
+#[test]
+fn taints_reject_unless_tolerated_and_prefer_no_schedule_never_rejects() {
+    let mut s = Snapshot::new();
+    let tainted = |effect| {
+        let mut n = node_in(&format!("n-{effect:?}"), None);
+        n.taints.push(Taint::new("gpu", "true", effect));
+        n
+    };
+    let no_schedule = s.add_node(Arc::new(tainted(TaintEffect::NoSchedule)));
+    let no_execute = s.add_node(Arc::new(tainted(TaintEffect::NoExecute)));
+    let prefer = s.add_node(Arc::new(tainted(TaintEffect::PreferNoSchedule)));
+    let p = pod("p");
+    assert_eq!(
+        check(&s, &p, no_schedule),
+        Err(Unfit::UntoleratedTaint {
+            key: "gpu".into(),
+            value: "true".into(),
+            effect: "NoSchedule"
+        })
+    );
+    assert_eq!(kind(&s, &p, no_execute), Some(UnfitKind::TaintToleration));
+    assert_eq!(check(&s, &p, prefer), Ok(()));
+
+    let with = |key: &str, operator, value: &str, effect| {
+        let mut p = pod("p");
+        p.tolerations.push(Toleration {
+            key: key.into(),
+            operator,
+            value: value.into(),
+            effect,
+        });
+        p
+    };
+    use TolerationOperator::{Equal, Exists};
+    let equal = with("gpu", Equal, "true", None);
+    assert_eq!(fits_on(&s, &equal).len(), 3);
+    let wrong_value = with("gpu", Equal, "false", None);
+    assert_eq!(fits_on(&s, &wrong_value), vec!["n-PreferNoSchedule"]);
+    let exists = with("gpu", Exists, "", None);
+    assert_eq!(fits_on(&s, &exists).len(), 3);
+    let everything = with("", Exists, "", None);
+    assert_eq!(fits_on(&s, &everything).len(), 3);
+    let only_no_execute = with("gpu", Exists, "", Some(TaintEffect::NoExecute));
+    assert_eq!(check(&s, &only_no_execute, no_execute), Ok(()));
+    assert_eq!(
+        kind(&s, &only_no_execute, no_schedule),
+        Some(UnfitKind::TaintToleration)
+    );
+}
+
+#[test]
+fn taints_are_reported_before_node_affinity_and_resources() {
+    let mut s = Snapshot::new();
+    let mut n = node_in("a", None);
+    n.taints
+        .push(Taint::new("dedicated", "", TaintEffect::NoSchedule));
+    let a = s.add_node(Arc::new(n));
+    let mut p = pod("p");
+    p.node_selector = labels(&[("disk", "ssd")]);
+    p.requests = Resources::new(1_000_000, 0);
+    assert_eq!(
+        check(&s, &p, a).map_err(|u| u.to_string()),
+        Err("node(s) had untolerated taint {dedicated: } (NoSchedule)".to_string())
+    );
+}
+
+#[test]
+fn node_selector_and_every_node_affinity_operator() {
+    let mut s = Snapshot::new();
+    let mut n = node_in("a", Some("z1"));
+    n.labels.insert("cores".into(), "8".into());
+    n.labels.insert("disk".into(), "ssd".into());
+    let a = s.add_node(Arc::new(n));
+
+    let mut p = pod("p");
+    p.node_selector = labels(&[("disk", "ssd")]);
+    assert_eq!(check(&s, &p, a), Ok(()));
+    p.node_selector = labels(&[("disk", "hdd")]);
+    assert_eq!(check(&s, &p, a), Err(Unfit::NodeAffinity));
+
+    let verdict = |operator, key: &str, values: &[&str]| {
+        let mut p = pod("p");
+        p.required_node_affinity = Some(NodeSelector {
+            terms: vec![NodeSelectorTerm {
+                match_expressions: vec![NodeRequirement {
+                    key: key.into(),
+                    operator,
+                    values: values.iter().map(|v| v.to_string()).collect(),
+                }],
+                match_fields: vec![],
+            }],
+        });
+        check(&s, &p, a).is_ok()
+    };
+    assert!(verdict(NodeOperator::In, ZONE, &["z1", "z2"]));
+    assert!(!verdict(NodeOperator::In, ZONE, &["z2"]));
+    assert!(verdict(NodeOperator::NotIn, ZONE, &["z2"]));
+    assert!(!verdict(NodeOperator::NotIn, ZONE, &["z1"]));
+    assert!(verdict(NodeOperator::NotIn, "absent", &["x"]));
+    assert!(verdict(NodeOperator::Exists, "disk", &[]));
+    assert!(!verdict(NodeOperator::Exists, "absent", &[]));
+    assert!(verdict(NodeOperator::DoesNotExist, "absent", &[]));
+    assert!(!verdict(NodeOperator::DoesNotExist, "disk", &[]));
+    assert!(verdict(NodeOperator::Gt, "cores", &["4"]));
+    assert!(!verdict(NodeOperator::Gt, "cores", &["8"]));
+    assert!(verdict(NodeOperator::Lt, "cores", &["16"]));
+    assert!(!verdict(NodeOperator::Lt, "cores", &["8"]));
+    // Non-integer values never match Gt/Lt.
+    assert!(!verdict(NodeOperator::Gt, "disk", &["1"]));
+
+    let by_field = |name: &str| {
+        let mut p = pod("p");
+        p.required_node_affinity = Some(NodeSelector {
+            terms: vec![
+                NodeSelectorTerm::default(), // an empty term matches nothing ...
+                NodeSelectorTerm {
+                    match_expressions: vec![],
+                    match_fields: vec![NodeRequirement {
+                        key: "metadata.name".into(),
+                        operator: NodeOperator::In,
+                        values: vec![name.into()],
+                    }],
+                }, // ... but terms are ORed
+            ],
+        });
+        check(&s, &p, a).is_ok()
+    };
+    assert!(by_field("a"));
+    assert!(!by_field("b"));
+}
+
+#[test]
+fn host_ports_conflict_by_port_protocol_and_address() {
+    let mut s = Snapshot::new();
+    let a = add_node(&mut s, "a", None);
+    let port = |port, protocol, ip: &str| HostPort {
+        port,
+        protocol,
+        host_ip: ip.into(),
+    };
+    let with_ports = |name: &str, ports: Vec<HostPort>| {
+        let mut p = pod(name);
+        p.host_ports = ports;
+        p
+    };
+    place(
+        &mut s,
+        a,
+        with_ports("web", vec![port(80, Protocol::Tcp, "10.0.0.1")]),
+    );
+    let verdict_in = |s: &Snapshot, hp: HostPort| check(s, &with_ports("new", vec![hp]), a);
+    let verdict = |hp: HostPort| verdict_in(&s, hp);
+    assert_eq!(
+        verdict(port(80, Protocol::Tcp, "10.0.0.1")),
+        Err(Unfit::NodePorts)
+    );
+    assert_eq!(verdict(port(80, Protocol::Tcp, "")), Err(Unfit::NodePorts));
+    assert_eq!(
+        verdict(port(80, Protocol::Tcp, "0.0.0.0")),
+        Err(Unfit::NodePorts)
+    );
+    assert_eq!(verdict(port(80, Protocol::Tcp, "10.0.0.2")), Ok(()));
+    assert_eq!(verdict(port(80, Protocol::Udp, "10.0.0.1")), Ok(()));
+    assert_eq!(verdict(port(80, Protocol::Sctp, "")), Ok(()));
+    assert_eq!(verdict(port(81, Protocol::Tcp, "")), Ok(()));
+    // Removing the pod frees the port.
+    s.remove_pod(a, "uid-default-web");
+    assert_eq!(verdict_in(&s, port(80, Protocol::Tcp, "")), Ok(()));
+    // Port 0 is "no host port" and never conflicts.
+    place(
+        &mut s,
+        a,
+        with_ports("zero", vec![port(0, Protocol::Tcp, "")]),
+    );
+    assert_eq!(verdict_in(&s, port(0, Protocol::Tcp, "")), Ok(()));
+}
+
+#[test]
+fn resource_fit_checks_pod_count_first_then_each_requested_resource() {
+    let mut s = Snapshot::new();
+    let mut allocatable = Resources::new(1000, 1 << 30);
+    allocatable.pods = 2;
+    allocatable.ephemeral_storage = 10 << 30;
+    allocatable.set("nvidia.com/gpu", 1);
+    let a = s.add_node(Arc::new(ferroscale_model::Node::new("a", allocatable)));
+    let mut big = pod("big");
+    big.requests = Resources::new(600, 1 << 29);
+    place(&mut s, a, big);
+
+    let asking = |cpu, memory, storage, gpu| {
+        let mut p = pod("p");
+        p.requests = Resources::new(cpu, memory);
+        p.requests.ephemeral_storage = storage;
+        p.requests.set("nvidia.com/gpu", gpu);
+        check(&s, &p, a).map_err(|u| u.to_string())
+    };
+    assert_eq!(asking(400, 1 << 29, 10 << 30, 1), Ok(()));
+    assert_eq!(asking(401, 0, 0, 0), Err("Insufficient cpu".into()));
+    assert_eq!(
+        asking(0, (1 << 29) + 1, 0, 0),
+        Err("Insufficient memory".into())
+    );
+    assert_eq!(
+        asking(0, 0, (10 << 30) + 1, 0),
+        Err("Insufficient ephemeral-storage".into())
+    );
+    assert_eq!(
+        asking(0, 0, 0, 2),
+        Err("Insufficient nvidia.com/gpu".into())
+    );
+    // cpu is reported before memory.
+    assert_eq!(asking(500, 1 << 30, 0, 0), Err("Insufficient cpu".into()));
+    // An extended resource the node does not have at all.
+    let mut fpga = pod("fpga");
+    fpga.requests.set("example.com/fpga", 1);
+    assert_eq!(
+        check(&s, &fpga, a),
+        Err(Unfit::InsufficientResource("example.com/fpga".into()))
+    );
+
+    // The pod count is checked first, even for a pod that requests nothing.
+    place(&mut s, a, pod("second"));
+    let mut nothing = pod("nothing");
+    nothing.requests = Resources::default();
+    assert_eq!(
+        check(&s, &nothing, a).map_err(|u| u.to_string()),
+        Err("Too many pods".to_string())
+    );
+    assert_eq!(find_node(&s, &nothing, 0), None);
+}
+
+// ----- inter-pod affinity -----
+
+fn three_zones() -> (Snapshot, Vec<NodeId>) {
+    let mut s = Snapshot::new();
+    let ids = vec![
+        add_node(&mut s, "a1", Some("a")),
+        add_node(&mut s, "a2", Some("a")),
+        add_node(&mut s, "b1", Some("b")),
+        add_node(&mut s, "c1", Some("c")),
+        add_node(&mut s, "nozone", None),
+    ];
+    (s, ids)
+}
+
+#[test]
+fn pod_affinity_on_hostname_and_zone() {
+    let (mut s, n) = three_zones();
+    place(&mut s, n[0], app("db-0", "db"));
+    let mut on_host = app("web", "web");
+    on_host.pod_affinity.push(term("db", HOSTNAME));
+    assert_eq!(fits_on(&s, &on_host), vec!["a1"]);
+    assert_eq!(check(&s, &on_host, n[2]), Err(Unfit::PodAffinity));
+
+    let mut in_zone = app("web", "web");
+    in_zone.pod_affinity.push(term("db", ZONE));
+    assert_eq!(fits_on(&s, &in_zone), vec!["a1", "a2"]);
+    // The node without a zone label can never satisfy a zone term.
+    assert_eq!(check(&s, &in_zone, n[4]), Err(Unfit::PodAffinity));
+}
+
+#[test]
+fn pod_affinity_counts_only_pods_matching_every_term() {
+    let (mut s, n) = three_zones();
+    let mut db = app("db-0", "db");
+    db.labels.insert("tier".into(), "cache".into());
+    place(&mut s, n[0], app("db-1", "db")); // matches the first term only
+    place(&mut s, n[2], db); // matches both
+    let mut p = app("web", "web");
+    p.pod_affinity.push(term("db", ZONE));
+    let mut tier = term("db", HOSTNAME);
+    tier.label_selector = Some(LabelSelector::from_labels([("tier", "cache")]));
+    p.pod_affinity.push(tier);
+    assert_eq!(fits_on(&s, &p), vec!["b1"]);
+}
+
+#[test]
+fn first_pod_of_a_self_affine_group_goes_anywhere_with_the_key() {
+    let (mut s, n) = three_zones();
+    let mut first = app("web-0", "web");
+    first.pod_affinity.push(term("web", ZONE));
+    // No pod matches: the pod matches its own term, so any zoned node will do.
+    assert_eq!(fits_on(&s, &first), vec!["a1", "a2", "b1", "c1"]);
+    // A pod that does not match its own term gets no such exception.
+    let mut other = app("api-0", "api");
+    other.pod_affinity.push(term("web", ZONE));
+    assert!(fits_on(&s, &other).is_empty());
+    // Once one is placed, the rest follow it into its zone.
+    place(&mut s, n[2], first.clone());
+    let mut second = first.clone();
+    second.name = "web-1".into();
+    second.uid = "uid-web-1".into();
+    assert_eq!(fits_on(&s, &second), vec!["b1"]);
+    // A matching pod on a node without the key does not count: the group is still "first".
+    let (mut s, n) = three_zones();
+    place(&mut s, n[4], app("web-x", "web"));
+    assert_eq!(fits_on(&s, &first).len(), 4);
+}
+
+#[test]
+fn pod_anti_affinity_on_hostname_and_zone_ignores_nodes_without_the_key() {
+    let (mut s, n) = three_zones();
+    place(&mut s, n[0], app("web-0", "web"));
+    let mut host = app("web-1", "web");
+    host.pod_anti_affinity.push(term("web", HOSTNAME));
+    assert_eq!(check(&s, &host, n[0]), Err(Unfit::PodAntiAffinity));
+    assert_eq!(fits_on(&s, &host), vec!["a2", "b1", "c1", "nozone"]);
+    let mut zone = app("web-1", "web");
+    zone.pod_anti_affinity.push(term("web", ZONE));
+    assert_eq!(fits_on(&s, &zone), vec!["b1", "c1", "nozone"]);
+}
+
+#[test]
+fn affinity_namespace_selection() {
+    let (mut s, n) = three_zones();
+    s.set_namespace_labels("team-a", labels(&[("team", "a")]));
+    s.set_namespace_labels("team-b", labels(&[("team", "b")]));
+    let mut in_a = app("db-a", "db");
+    in_a.namespace = "team-a".into();
+    in_a.uid = "uid-db-a".into();
+    place(&mut s, n[0], in_a);
+    let mut in_b = app("db-b", "db");
+    in_b.namespace = "team-b".into();
+    in_b.uid = "uid-db-b".into();
+    place(&mut s, n[2], in_b);
+
+    let affine_in = |s: &Snapshot, namespaces: &[&str], selector: Option<LabelSelector>| {
+        let mut p = app("web", "web");
+        p.namespace = "team-a".into();
+        let mut t = term("db", HOSTNAME);
+        t.namespaces = namespaces.iter().map(|n| n.to_string()).collect();
+        t.namespace_selector = selector;
+        p.pod_affinity.push(t);
+        fits_on(s, &p)
+    };
+    let affine = |namespaces: &[&str], selector| affine_in(&s, namespaces, selector);
+    // No names and no selector: the pod's own namespace.
+    assert_eq!(affine(&[], None), vec!["a1"]);
+    assert_eq!(affine(&["team-b"], None), vec!["b1"]);
+    // An empty selector selects every namespace.
+    assert_eq!(
+        affine(&[], Some(LabelSelector::default())),
+        vec!["a1", "b1"]
+    );
+    // A selector is matched against namespace labels; names and selector are ORed.
+    let team_b = LabelSelector::from_labels([("team", "b")]);
+    assert_eq!(affine(&[], Some(team_b.clone())), vec!["b1"]);
+    assert_eq!(affine(&["team-a"], Some(team_b)), vec!["a1", "b1"]);
+    // Relabelling a namespace is seen by later checks.
+    s.set_namespace_labels("team-a", labels(&[("team", "b")]));
+    let team_b = LabelSelector::from_labels([("team", "b")]);
+    assert_eq!(affine_in(&s, &[], Some(team_b)), vec!["a1", "b1"]);
+}
+
+#[test]
+fn a_nil_label_selector_matches_no_pod() {
+    let (mut s, n) = three_zones();
+    place(&mut s, n[0], app("web-0", "web"));
+    let mut t = term("web", HOSTNAME);
+    t.label_selector = None;
+    let mut anti = app("web-1", "web");
+    anti.pod_anti_affinity.push(t.clone());
+    assert_eq!(check(&s, &anti, n[0]), Ok(()));
+    let mut affine = app("web-1", "web");
+    affine.pod_affinity.push(t);
+    assert!(fits_on(&s, &affine).is_empty());
+}
+
+#[test]
+fn placed_pods_anti_affinity_repels_matching_pods() {
+    let (mut s, n) = three_zones();
+    let mut lonely = app("lonely", "db");
+    lonely.pod_anti_affinity.push(term("web", ZONE));
+    place(&mut s, n[0], lonely);
+    let web = app("web", "web");
+    assert_eq!(check(&s, &web, n[1]), Err(Unfit::ExistingPodAntiAffinity));
+    assert_eq!(fits_on(&s, &web), vec!["b1", "c1", "nozone"]);
+    // Pods the term does not select are unaffected.
+    assert_eq!(fits_on(&s, &app("api", "api")).len(), 5);
+    // The term is scoped to the owner's namespace: the same labels elsewhere are fine.
+    let mut elsewhere = app("web", "web");
+    elsewhere.namespace = "other".into();
+    assert_eq!(fits_on(&s, &elsewhere).len(), 5);
+    // Removing the pod lifts the restriction.
+    s.remove_pod(n[0], "uid-default-lonely");
+    assert_eq!(fits_on(&s, &web).len(), 5);
+}
+
+#[test]
+fn spread_is_checked_before_affinity() {
+    let (mut s, n) = three_zones();
+    place(&mut s, n[0], app("web-0", "web"));
+    let mut p = app("web-1", "web");
+    p.topology_spread.push(spread("web", ZONE, 1));
+    p.pod_anti_affinity.push(term("web", HOSTNAME));
+    assert_eq!(kind(&s, &p, n[0]), Some(UnfitKind::TopologySpread));
+}
+
+// ----- topology spread -----
+
+fn zones_with(counts: [usize; 3]) -> (Snapshot, Vec<NodeId>) {
+    let mut s = Snapshot::new();
+    let ids: Vec<NodeId> = ["a", "b", "c"]
+        .iter()
+        .map(|z| add_node(&mut s, &format!("{z}1"), Some(z)))
+        .collect();
+    for (zone, count) in counts.iter().enumerate() {
+        for i in 0..*count {
+            place(&mut s, ids[zone], app(&format!("web-{zone}-{i}"), "web"));
+        }
+    }
+    (s, ids)
+}
+
+#[test]
+fn spread_max_skew_against_the_global_minimum() {
+    let (s, _) = zones_with([2, 2, 1]);
+    let mut p = app("new", "web");
+    p.topology_spread.push(spread("web", ZONE, 1));
+    assert_eq!(fits_on(&s, &p), vec!["c1"]);
+    p.topology_spread[0].max_skew = 2;
+    assert_eq!(fits_on(&s, &p).len(), 3);
+    // A pod the selector does not match does not count itself: 2 + 0 - 1 is within the skew.
+    let mut other = app("new", "api");
+    other.topology_spread.push(spread("web", ZONE, 1));
+    assert_eq!(fits_on(&s, &other).len(), 3);
+    let (s, _) = zones_with([3, 2, 1]);
+    assert_eq!(fits_on(&s, &other), vec!["b1", "c1"]);
+}
+
+#[test]
+fn spread_ignores_schedule_anyway_and_counts_only_matching_live_pods_of_the_namespace() {
+    let (mut s, n) = zones_with([1, 1, 0]);
+    let mut p = app("new", "web");
+    p.topology_spread.push(spread("web", ZONE, 1));
+    assert_eq!(fits_on(&s, &p), vec!["c1"]);
+    // Pods in another namespace, pods not matching, and terminating pods are not counted.
+    let mut foreign = app("foreign", "web");
+    foreign.namespace = "other".into();
+    place(&mut s, n[2], foreign);
+    place(&mut s, n[2], app("api", "api"));
+    let mut leaving = app("leaving", "web");
+    leaving.deletion_time = Some(Timestamp::from_secs(1));
+    place(&mut s, n[2], leaving);
+    assert_eq!(fits_on(&s, &p), vec!["c1"]);
+    p.topology_spread[0].when_unsatisfiable = UnsatisfiableAction::ScheduleAnyway;
+    assert_eq!(fits_on(&s, &p).len(), 3);
+}
+
+#[test]
+fn spread_rejects_nodes_missing_the_key() {
+    let (mut s, _) = zones_with([0, 0, 0]);
+    let bare = add_node(&mut s, "bare", None);
+    let mut p = app("new", "web");
+    p.topology_spread.push(spread("web", ZONE, 1));
+    assert_eq!(
+        check(&s, &p, bare),
+        Err(Unfit::TopologySpreadMissingLabel {
+            topology_key: ZONE.into()
+        })
+    );
+    assert!(!check(&s, &p, bare).unwrap_err().is_local_to_node());
+}
+
+#[test]
+fn spread_min_domains_treats_the_minimum_as_zero_when_domains_are_missing() {
+    let (s, _) = zones_with([1, 1, 1]);
+    let mut p = app("new", "web");
+    p.topology_spread.push(spread("web", ZONE, 1));
+    assert_eq!(fits_on(&s, &p).len(), 3);
+    p.topology_spread[0].min_domains = Some(3);
+    assert_eq!(fits_on(&s, &p).len(), 3);
+    // Four domains are wanted, three exist: the global minimum is 0, so 1 + 1 - 0 > 1.
+    p.topology_spread[0].min_domains = Some(4);
+    assert!(fits_on(&s, &p).is_empty());
+    p.topology_spread[0].max_skew = 2;
+    assert_eq!(fits_on(&s, &p).len(), 3);
+}
+
+#[test]
+fn spread_node_affinity_policy_decides_which_domains_count() {
+    let (mut s, _) = zones_with([1, 1, 0]);
+    // Zone c is empty; the pod may only run in zones a and b.
+    let d = add_node(&mut s, "d1", Some("d"));
+    let mut p = app("new", "web");
+    p.topology_spread.push(spread("web", ZONE, 1));
+    p.required_node_affinity = Some(NodeSelector {
+        terms: vec![NodeSelectorTerm {
+            match_expressions: vec![NodeRequirement {
+                key: ZONE.into(),
+                operator: NodeOperator::In,
+                values: vec!["a".into(), "b".into(), "d".into()],
+            }],
+            match_fields: vec![],
+        }],
+    });
+    // Honor: domains a, b, d; d has no pods, so the minimum is 0 and only d is allowed.
+    assert_eq!(fits_on(&s, &p), vec!["d1"]);
+    s.remove_node(d);
+    // Honor without d: domains a and b, minimum 1: both allowed.
+    assert_eq!(fits_on(&s, &p), vec!["a1", "b1"]);
+    // Ignore: the empty zone c counts, minimum 0: a and b are too full (c fails node affinity).
+    p.topology_spread[0].node_affinity_policy = NodeInclusionPolicy::Ignore;
+    assert!(fits_on(&s, &p).is_empty());
+}
+
+#[test]
+fn spread_node_taints_policy_decides_which_domains_count() {
+    let (mut s, _) = zones_with([1, 1, 0]);
+    let mut tainted = node_in("c2", Some("c"));
+    tainted
+        .taints
+        .push(Taint::new("dedicated", "x", TaintEffect::NoSchedule));
+    // Replace zone c's only untainted node by a tainted one.
+    let c1 = s.node_id("c1").unwrap();
+    s.remove_node(c1);
+    s.add_node(Arc::new(tainted));
+    let mut p = app("new", "web");
+    p.topology_spread.push(spread("web", ZONE, 1));
+    // Ignore (default): zone c counts with 0 pods, so a and b are too full.
+    assert!(fits_on(&s, &p).is_empty());
+    p.topology_spread[0].node_taints_policy = NodeInclusionPolicy::Honor;
+    assert_eq!(fits_on(&s, &p), vec!["a1", "b1"]);
+}
+
+#[test]
+fn spread_counts_only_nodes_having_every_constraint_key() {
+    let mut s = Snapshot::new();
+    let a = add_node(&mut s, "a1", Some("a"));
+    let mut rackless = node_in("b1", Some("b"));
+    rackless.labels.remove(HOSTNAME);
+    let b = s.add_node(Arc::new(rackless));
+    place(&mut s, a, app("web-0", "web"));
+    let mut p = app("new", "web");
+    p.topology_spread.push(spread("web", ZONE, 1));
+    // With zone only, zone b is a domain with 0 pods: a is too full.
+    assert_eq!(fits_on(&s, &p), vec!["b1"]);
+    // With a hostname constraint too, b1 (no hostname) forms no zone domain and is rejected.
+    p.topology_spread.push(spread("web", HOSTNAME, 5));
+    assert_eq!(fits_on(&s, &p), vec!["a1"]);
+    assert_eq!(
+        check(&s, &p, b),
+        Err(Unfit::TopologySpreadMissingLabel {
+            topology_key: HOSTNAME.into()
+        })
+    );
+}
+
+#[test]
+fn spread_with_an_empty_selector_counts_nothing() {
+    let (s, _) = zones_with([3, 0, 0]);
+    let mut p = app("new", "web");
+    let mut c = spread("web", ZONE, 1);
+    c.label_selector = Some(LabelSelector::default());
+    p.topology_spread.push(c);
+    assert_eq!(fits_on(&s, &p).len(), 3);
+}
+
+#[test]
+fn hostname_spread_fills_nodes_evenly() {
+    let mut s = Snapshot::new();
+    for i in 0..3 {
+        add_node(&mut s, &format!("n{i}"), Some("a"));
+    }
+    let mut template = app("web", "web");
+    template.topology_spread.push(spread("web", HOSTNAME, 1));
+    let mut placed = Vec::new();
+    for i in 0..6 {
+        let mut p = template.clone();
+        p.name = format!("web-{i}");
+        p.uid = format!("uid-web-{i}");
+        let id = find_node(&s, &p, 0).unwrap();
+        placed.push(s.node(id).unwrap().node.name.clone());
+        place(&mut s, id, p);
+    }
+    assert_eq!(placed, vec!["n0", "n1", "n2", "n0", "n1", "n2"]);
+    s.assert_indexes_consistent();
+}
+
+// ----- indexes and branches -----
+
+#[test]
+fn verdicts_follow_fork_and_revert() {
+    let (mut s, n) = three_zones();
+    let mut p = app("web-1", "web");
+    p.pod_anti_affinity.push(term("web", ZONE));
+    p.topology_spread.push(spread("web", HOSTNAME, 1));
+    assert_eq!(fits_on(&s, &p).len(), 5);
+    s.fork();
+    place(&mut s, n[0], app("web-0", "web"));
+    assert_eq!(fits_on(&s, &p), vec!["b1", "c1", "nozone"]);
+    s.fork();
+    let removed = s.remove_node(n[2]);
+    assert!(removed.is_empty());
+    assert_eq!(fits_on(&s, &p), vec!["c1", "nozone"]);
+    s.revert();
+    assert_eq!(fits_on(&s, &p), vec!["b1", "c1", "nozone"]);
+    s.assert_indexes_consistent();
+    s.revert();
+    assert_eq!(fits_on(&s, &p).len(), 5);
+    s.assert_indexes_consistent();
+}
+
+#[test]
+fn affinity_operators_in_label_selectors() {
+    let (mut s, n) = three_zones();
+    place(&mut s, n[0], app("db", "db"));
+    place(&mut s, n[2], app("cache", "cache"));
+    let mut p = app("web", "web");
+    p.pod_anti_affinity.push(PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_labels: Labels::new(),
+            match_expressions: vec![LabelRequirement {
+                key: "app".into(),
+                operator: LabelOperator::In,
+                values: vec!["db".into(), "cache".into()],
+            }],
+        }),
+        namespaces: vec![],
+        namespace_selector: None,
+        topology_key: ZONE.into(),
+    });
+    assert_eq!(fits_on(&s, &p), vec!["c1", "nozone"]);
+}
