@@ -429,3 +429,6 @@ mod tests {
         assert_eq!(s.fork_depth(), 0);
     }
 }
+
+#[cfg(test)]
+mod consistency_tests;

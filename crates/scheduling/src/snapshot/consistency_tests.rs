@@ -1,0 +1,348 @@
+//! Random mutation sequences (with forks, reverts and commits) must leave the snapshot and every
+//! topology index exactly as if the surviving nodes and pods had been added to a fresh snapshot.
+
+use std::sync::Arc;
+
+use ferroscale_model::labels::{HOSTNAME, ZONE};
+use ferroscale_model::{
+    HostPort, LabelSelector, Labels, NodeInclusionPolicy, NodeOperator, NodeRequirement,
+    NodeSelector, NodeSelectorTerm, Pod, PodAffinityTerm, Protocol, Resources, Taint, TaintEffect,
+    Timestamp, TopologySpreadConstraint, UnsatisfiableAction,
+};
+use proptest::prelude::*;
+
+use super::*;
+use crate::filters::{Unfit, check};
+
+#[derive(Debug, Clone)]
+struct NodeShape {
+    zone: Option<u8>,
+    hostname: bool,
+    tainted: bool,
+}
+
+#[derive(Debug, Clone)]
+struct PodShape {
+    app: u8,
+    other_namespace: bool,
+    terminating: bool,
+    anti_affinity: Option<(u8, bool)>,
+    host_port: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    AddNode(NodeShape),
+    RemoveNode(u8),
+    AddPod(u8, PodShape),
+    RemovePod(u8, u8),
+    Fork,
+    Revert,
+    Commit,
+    /// Runs the probe pods against every node, registering their indexes mid-sequence.
+    Probe,
+}
+
+const APPS: [&str; 2] = ["web", "db"];
+
+fn key(zone: bool) -> &'static str {
+    if zone { ZONE } else { HOSTNAME }
+}
+
+fn node_shape() -> impl Strategy<Value = NodeShape> {
+    (
+        proptest::option::of(0u8..3),
+        proptest::bool::weighted(0.85),
+        proptest::bool::weighted(0.2),
+    )
+        .prop_map(|(zone, hostname, tainted)| NodeShape {
+            zone,
+            hostname,
+            tainted,
+        })
+}
+
+fn pod_shape() -> impl Strategy<Value = PodShape> {
+    (
+        0u8..2,
+        proptest::bool::weighted(0.2),
+        proptest::bool::weighted(0.1),
+        proptest::option::weighted(0.3, (0u8..2, any::<bool>())),
+        proptest::bool::weighted(0.1),
+    )
+        .prop_map(
+            |(app, other_namespace, terminating, anti_affinity, host_port)| PodShape {
+                app,
+                other_namespace,
+                terminating,
+                anti_affinity,
+                host_port,
+            },
+        )
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => node_shape().prop_map(Op::AddNode),
+        1 => any::<u8>().prop_map(Op::RemoveNode),
+        8 => (any::<u8>(), pod_shape()).prop_map(|(n, p)| Op::AddPod(n, p)),
+        3 => (any::<u8>(), any::<u8>()).prop_map(|(n, p)| Op::RemovePod(n, p)),
+        1 => Just(Op::Fork),
+        1 => Just(Op::Revert),
+        1 => Just(Op::Commit),
+        1 => Just(Op::Probe),
+    ]
+}
+
+fn make_node(shape: &NodeShape, serial: usize) -> Arc<Node> {
+    let mut allocatable = Resources::new(8000, 16 << 30);
+    allocatable.pods = 110;
+    let mut n = Node::new(format!("n{serial}"), allocatable);
+    if !shape.hostname {
+        n.labels.remove(HOSTNAME);
+    }
+    if let Some(z) = shape.zone {
+        n.labels.insert(ZONE.into(), format!("z{z}"));
+    }
+    if shape.tainted {
+        n.taints
+            .push(Taint::new("dedicated", "x", TaintEffect::NoSchedule));
+    }
+    Arc::new(n)
+}
+
+fn term(app: u8, zone: bool) -> PodAffinityTerm {
+    PodAffinityTerm {
+        label_selector: Some(LabelSelector::from_labels([("app", APPS[app as usize])])),
+        namespaces: vec![],
+        namespace_selector: None,
+        topology_key: key(zone).into(),
+    }
+}
+
+fn make_pod(shape: &PodShape, serial: usize) -> Arc<Pod> {
+    let namespace = if shape.other_namespace {
+        "other"
+    } else {
+        "default"
+    };
+    let mut p = Pod::new(namespace, format!("p{serial}"));
+    p.requests = Resources::new(10, 1 << 20);
+    p.labels
+        .insert("app".into(), APPS[shape.app as usize].into());
+    if shape.terminating {
+        p.deletion_time = Some(Timestamp::from_secs(1));
+    }
+    if let Some((app, zone)) = shape.anti_affinity {
+        p.pod_anti_affinity.push(term(app, zone));
+    }
+    if shape.host_port {
+        p.host_ports.push(HostPort {
+            port: 8080,
+            protocol: Protocol::Tcp,
+            host_ip: String::new(),
+        });
+    }
+    Arc::new(p)
+}
+
+fn spread(app: u8, zone: bool) -> TopologySpreadConstraint {
+    TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: key(zone).into(),
+        when_unsatisfiable: UnsatisfiableAction::DoNotSchedule,
+        label_selector: Some(LabelSelector::from_labels([("app", APPS[app as usize])])),
+        min_domains: None,
+        node_affinity_policy: NodeInclusionPolicy::Honor,
+        node_taints_policy: NodeInclusionPolicy::Ignore,
+    }
+}
+
+/// Pods with every kind of inter-pod constraint, in both namespaces.
+fn probes() -> Vec<Pod> {
+    let mut probes = Vec::new();
+    for namespace in ["default", "other"] {
+        for app in 0..2u8 {
+            for zone in [false, true] {
+                let base = || {
+                    let mut p = Pod::new(namespace, "probe");
+                    p.labels.insert("app".into(), APPS[app as usize].into());
+                    p
+                };
+                let mut affine = base();
+                affine.pod_affinity.push(term(app, zone));
+                probes.push(affine);
+                let mut anti = base();
+                anti.pod_anti_affinity.push(term(1 - app, zone));
+                probes.push(anti);
+                let mut spread_pod = base();
+                spread_pod.topology_spread.push(spread(app, zone));
+                probes.push(spread_pod.clone());
+                let mut honoring = spread_pod;
+                honoring.topology_spread[0].node_taints_policy = NodeInclusionPolicy::Honor;
+                honoring.topology_spread[0].min_domains = Some(3);
+                honoring.required_node_affinity = Some(NodeSelector {
+                    terms: vec![NodeSelectorTerm {
+                        match_expressions: vec![NodeRequirement {
+                            key: ZONE.into(),
+                            operator: NodeOperator::NotIn,
+                            values: vec!["z2".into()],
+                        }],
+                        match_fields: vec![],
+                    }],
+                });
+                probes.push(honoring);
+                let mut everywhere = base();
+                let mut all = term(app, zone);
+                all.namespace_selector = Some(LabelSelector::default());
+                everywhere.pod_anti_affinity.push(all);
+                probes.push(everywhere);
+            }
+        }
+    }
+    probes
+}
+
+/// Applies `ops`; forks opened before the call (`floor` of them) are left alone.
+fn run(s: &mut Snapshot, ops: &[Op], serial: &mut usize, floor: usize) {
+    let probes = probes();
+    for op in ops {
+        *serial += 1;
+        let live: Vec<NodeId> = s.nodes().map(|(id, _)| id).collect();
+        let pick = |i: u8| (!live.is_empty()).then(|| live[i as usize % live.len()]);
+        match op {
+            Op::AddNode(shape) => {
+                s.add_node(make_node(shape, *serial));
+            }
+            Op::RemoveNode(i) => {
+                if let Some(id) = pick(*i) {
+                    s.remove_node(id);
+                }
+            }
+            Op::AddPod(i, shape) => {
+                if let Some(id) = pick(*i) {
+                    s.add_pod(id, make_pod(shape, *serial));
+                }
+            }
+            Op::RemovePod(i, j) => {
+                if let Some(id) = pick(*i) {
+                    let pods = &s.node(id).unwrap().pods;
+                    if !pods.is_empty() {
+                        let uid = pods[*j as usize % pods.len()].uid.clone();
+                        s.remove_pod(id, &uid);
+                    }
+                }
+            }
+            Op::Fork => s.fork(),
+            Op::Revert if s.fork_depth() > floor => s.revert(),
+            Op::Commit if s.fork_depth() > floor => s.commit(),
+            Op::Revert | Op::Commit => {}
+            Op::Probe => {
+                for p in &probes {
+                    for id in &live {
+                        let _ = check(s, p, *id);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Everything a user of the snapshot can observe, keyed by node name.
+#[derive(Debug, PartialEq)]
+struct Observed {
+    node_count: usize,
+    pod_count: usize,
+    nodes: Vec<(String, Vec<String>, Resources, Vec<HostPort>)>,
+    verdicts: Vec<Vec<Result<(), Unfit>>>,
+}
+
+fn observe(s: &Snapshot) -> Observed {
+    let mut nodes: Vec<_> = s
+        .nodes()
+        .map(|(_, info)| {
+            let mut ports = info.host_ports.clone();
+            ports.sort_by_key(|p| (p.port, p.host_ip.clone()));
+            let uids = info.pods.iter().map(|p| p.uid.clone()).collect();
+            (info.node.name.clone(), uids, info.requested.clone(), ports)
+        })
+        .collect();
+    nodes.sort_by(|a, b| a.0.cmp(&b.0));
+    let verdicts = probes()
+        .iter()
+        .map(|p| {
+            nodes
+                .iter()
+                .map(|n| check(s, p, s.node_id(&n.0).unwrap()))
+                .collect()
+        })
+        .collect();
+    Observed {
+        node_count: s.node_count(),
+        pod_count: s.pod_count(),
+        nodes,
+        verdicts,
+    }
+}
+
+fn rebuilt(s: &Snapshot) -> Snapshot {
+    let mut fresh = Snapshot::new();
+    for (ns, labels) in &s.namespace_labels {
+        fresh.set_namespace_labels(ns.clone(), labels.clone());
+    }
+    for (_, info) in s.nodes() {
+        let id = fresh.add_node(info.node.clone());
+        for p in &info.pods {
+            fresh.add_pod(id, p.clone());
+        }
+    }
+    fresh
+}
+
+fn with_namespaces() -> Snapshot {
+    let mut s = Snapshot::new();
+    s.set_namespace_labels("default", Labels::from([("team".into(), "a".into())]));
+    s.set_namespace_labels("other", Labels::from([("team".into(), "b".into())]));
+    s
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn random_mutations_match_a_snapshot_rebuilt_from_scratch(
+        ops in proptest::collection::vec(op(), 0..80)
+    ) {
+        let mut s = with_namespaces();
+        let mut serial = 0;
+        run(&mut s, &ops, &mut serial, 0);
+        s.assert_indexes_consistent();
+        let fresh = rebuilt(&s);
+        prop_assert_eq!(observe(&s), observe(&fresh));
+        // Observing registered every probe's indexes; they must still be right afterwards.
+        s.assert_indexes_consistent();
+    }
+
+    #[test]
+    fn revert_restores_what_was_observable_before_the_fork(
+        before in proptest::collection::vec(op(), 0..40),
+        branch in proptest::collection::vec(op(), 0..40),
+    ) {
+        let mut s = with_namespaces();
+        let mut serial = 0;
+        run(&mut s, &before, &mut serial, 0);
+        while s.fork_depth() > 0 {
+            s.commit();
+        }
+        let expected = observe(&s);
+        s.fork();
+        run(&mut s, &branch, &mut serial, 1);
+        while s.fork_depth() > 1 {
+            s.commit();
+        }
+        s.revert();
+        prop_assert_eq!(s.fork_depth(), 0);
+        s.assert_indexes_consistent();
+        prop_assert_eq!(observe(&s), expected);
+    }
+}
