@@ -1,1 +1,143 @@
-//! TODO
+//! Equivalence groups (spec 2.3): pending pods of one controller with equal labels and an equal
+//! scheduling-relevant spec are simulated once per group instead of once per pod.
+//!
+//! A pod without a controller, or a DaemonSet pod, is a group of its own. A controller may own at
+//! most [`MAX_GROUPS_PER_CONTROLLER`] groups; further shapes become singletons, as upstream.
+
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use ferroscale_model::Pod;
+
+pub(super) const MAX_GROUPS_PER_CONTROLLER: usize = 10;
+
+/// The parts of a pod that decide where it can run. Names, UIDs, timestamps, environment and
+/// projected volumes (which the model already folds into `Other`) do not matter.
+#[derive(Hash, PartialEq, Eq)]
+struct PodShape<'a> {
+    namespace: &'a str,
+    labels: &'a ferroscale_model::Labels,
+    priority: Option<i32>,
+    scheduler_name: &'a str,
+    requests: &'a ferroscale_model::Resources,
+    node_selector: &'a ferroscale_model::Labels,
+    required_node_affinity: &'a Option<ferroscale_model::NodeSelector>,
+    pod_affinity: &'a [ferroscale_model::PodAffinityTerm],
+    pod_anti_affinity: &'a [ferroscale_model::PodAffinityTerm],
+    tolerations: &'a [ferroscale_model::Toleration],
+    host_ports: &'a [ferroscale_model::HostPort],
+    topology_spread: &'a [ferroscale_model::TopologySpreadConstraint],
+    volumes: &'a [ferroscale_model::Volume],
+}
+
+fn shape(pod: &Pod) -> PodShape<'_> {
+    PodShape {
+        namespace: &pod.namespace,
+        labels: &pod.labels,
+        priority: pod.priority,
+        scheduler_name: &pod.scheduler_name,
+        requests: &pod.requests,
+        node_selector: &pod.node_selector,
+        required_node_affinity: &pod.required_node_affinity,
+        pod_affinity: &pod.pod_affinity,
+        pod_anti_affinity: &pod.pod_anti_affinity,
+        tolerations: &pod.tolerations,
+        host_ports: &pod.host_ports,
+        topology_spread: &pod.topology_spread,
+        volumes: &pod.volumes,
+    }
+}
+
+/// Whether two pods are interchangeable for scheduling.
+pub(super) fn same_shape(a: &Pod, b: &Pod) -> bool {
+    shape(a) == shape(b)
+}
+
+/// Splits `pods` into equivalence groups, each a list of indices into `pods` in input order;
+/// groups are ordered by their first pod.
+pub(super) fn group_pods(pods: &[Arc<Pod>]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    // (controller uid, shape hash) -> groups with that hash.
+    let mut by_key: HashMap<(&str, u64), Vec<usize>> = HashMap::new();
+    let mut per_controller: HashMap<&str, usize> = HashMap::new();
+    for (i, pod) in pods.iter().enumerate() {
+        let controller = match pod.controller() {
+            Some(c) if !pod.is_daemonset_pod() => c.uid.as_str(),
+            _ => {
+                groups.push(vec![i]);
+                continue;
+            }
+        };
+        let mut hasher = DefaultHasher::new();
+        shape(pod).hash(&mut hasher);
+        let key = (controller, hasher.finish());
+        let existing = by_key.get(&key).and_then(|candidates| {
+            candidates
+                .iter()
+                .copied()
+                .find(|&g| same_shape(&pods[groups[g][0]], pod))
+        });
+        if let Some(g) = existing {
+            groups[g].push(i);
+            continue;
+        }
+        let count = per_controller.entry(controller).or_insert(0);
+        groups.push(vec![i]);
+        if *count < MAX_GROUPS_PER_CONTROLLER {
+            *count += 1;
+            by_key.entry(key).or_default().push(groups.len() - 1);
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroscale_model::{OwnerRef, Resources};
+
+    fn owned(name: &str, owner: &str, cpu: i64) -> Arc<Pod> {
+        let mut p = Pod::new("default", name);
+        p.owner_references.push(OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: owner.into(),
+            uid: format!("uid-{owner}"),
+            controller: true,
+        });
+        p.requests = Resources::new(cpu, 0);
+        Arc::new(p)
+    }
+
+    #[test]
+    fn pods_of_one_controller_with_equal_specs_share_a_group() {
+        let pods = vec![
+            owned("a-1", "a", 100),
+            owned("b-1", "b", 100),
+            owned("a-2", "a", 100),
+            owned("a-3", "a", 200),
+            Arc::new(Pod::new("default", "bare-1")),
+            Arc::new(Pod::new("default", "bare-2")),
+        ];
+        let groups = group_pods(&pods);
+        assert_eq!(groups, vec![vec![0, 2], vec![1], vec![3], vec![4], vec![5]]);
+    }
+
+    #[test]
+    fn a_controller_keeps_at_most_ten_shapes() {
+        let pods: Vec<_> = (0..12)
+            .flat_map(|i| {
+                [
+                    owned(&format!("p{i}-x"), "a", 100 + i),
+                    owned(&format!("p{i}-y"), "a", 100 + i),
+                ]
+            })
+            .collect();
+        let groups = group_pods(&pods);
+        // Ten shapes are remembered (pairs); the last two shapes give four singletons.
+        assert_eq!(groups.len(), 10 + 4);
+        assert!(groups[..10].iter().all(|g| g.len() == 2));
+    }
+}

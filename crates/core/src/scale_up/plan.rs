@@ -1,11 +1,484 @@
 //! The scale-up decision: intake, estimation per node group, expanders, capping and balancing,
 //! put together into a [`ScaleUpPlan`].
 
-use super::{ScaleUpInput, ScaleUpPlan, ScaleUpStatus};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ferroscale_model::Pod;
+use ferroscale_scheduling::{Snapshot, Unfit, check};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::cloud::NodeTemplate;
+use crate::events::{Event, EventObject, reasons};
+use crate::options::AutoscalingOptions;
+
+use super::balancing::{BalanceTarget, split, templates_similar};
+use super::equivalence::group_pods;
+use super::estimator::{NodeLimiter, estimate};
+use super::expander::{ExpanderContext, ExpansionOption, choose};
+use super::intake::{
+    all_pods_new, collect_candidates, drop_daemonset_and_young, filter_out_schedulable,
+};
+use super::limits::{Headroom, NodeUsage, node_usage, quota_skip_reason, skipped_event_reason};
+use super::template::{add_template_copy, is_upcoming_node, sanitize_template};
+use super::{
+    ExpansionSummary, GroupIncrease, NodeGroupView, PodVerdict, ScaleUpInput, ScaleUpPlan,
+    ScaleUpStatus, skip_reasons,
+};
+
+/// What the plan learnt about one node group.
+struct GroupState<'a> {
+    view: &'a NodeGroupView,
+    /// Why the group cannot grow, if it cannot.
+    skip: Option<String>,
+    /// The sanitised template (valid groups only).
+    template: Option<NodeTemplate>,
+    usage: NodeUsage,
+    /// Per equivalence group: fits an empty template node, or the filter that failed.
+    verdicts: Vec<Result<(), Unfit>>,
+}
+
+impl GroupState<'_> {
+    fn is_valid(&self) -> bool {
+        self.skip.is_none() && self.template.is_some()
+    }
+
+    fn fits(&self, equivalence_group: usize) -> bool {
+        self.verdicts
+            .get(equivalence_group)
+            .is_some_and(Result::is_ok)
+    }
+}
+
+/// Why each group cannot grow (2.5), in upstream order.
+fn skip_reason(
+    view: &NodeGroupView,
+    ctx: &PlanContext<'_>,
+    headroom: &Headroom,
+    usage: &NodeUsage,
+    skipped_events: &mut Vec<String>,
+) -> Option<String> {
+    if view.exists && !view.healthy {
+        return Some(skip_reasons::NOT_READY.to_string());
+    }
+    if view.exists && ctx.backoff.is_backed_off(&view.id, ctx.now) {
+        return Some(skip_reasons::BACKOFF.to_string());
+    }
+    if view.target_size >= view.max_size {
+        return Some(skip_reasons::MAX_SIZE_REACHED.to_string());
+    }
+    let jump = if view.zero_or_max() {
+        view.max_size - view.target_size
+    } else {
+        1
+    };
+    if view.zero_or_max()
+        && ctx.options.max_nodes_total > 0
+        && ctx.cluster_nodes + jump > ctx.options.max_nodes_total
+    {
+        return Some(skip_reasons::ATOMIC_EXCEEDS_MAX_NODES_TOTAL.to_string());
+    }
+    view.template.as_ref()?;
+    let exceeded = headroom.exceeded_by(usage, jump);
+    if !exceeded.is_empty() {
+        skipped_events.extend(exceeded.iter().map(|r| skipped_event_reason(r)));
+        return Some(quota_skip_reason(&exceeded));
+    }
+    None
+}
+
+/// Inputs shared by the steps of one plan.
+struct PlanContext<'a> {
+    now: ferroscale_model::Timestamp,
+    options: &'a AutoscalingOptions,
+    backoff: &'a crate::backoff::NodeGroupBackoff,
+    cluster_nodes: usize,
+}
+
+/// Checks each equivalence group's first pod against one empty copy of the template.
+fn template_verdicts(
+    snapshot: &mut Snapshot,
+    template: &NodeTemplate,
+    pods: &[Arc<Pod>],
+    groups: &[Vec<usize>],
+) -> Vec<Result<(), Unfit>> {
+    snapshot.fork();
+    let name = format!("{}-check", template.node.name);
+    let id = add_template_copy(snapshot, template, &name, false);
+    let verdicts = groups
+        .iter()
+        .map(|g| check(snapshot, &pods[g[0]], id))
+        .collect::<Vec<_>>();
+    snapshot.revert();
+    verdicts
+}
+
+/// `pod didn't trigger scale-up: 2 <reason>, 1 <reason>`.
+fn not_triggered_message(verdict: &PodVerdict) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, reason) in &verdict.per_group {
+        *counts.entry(reason.as_str()).or_default() += 1;
+    }
+    let parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    if parts.is_empty() {
+        "pod didn't trigger scale-up: no node group can be scaled up".to_string()
+    } else {
+        format!("pod didn't trigger scale-up: {}", parts.join(", "))
+    }
+}
+
+/// Fills `pods_not_helped` (and their events when nothing is scaled up) and finishes the plan.
+fn finish(
+    mut plan: ScaleUpPlan,
+    pods: &[Arc<Pod>],
+    helped: &[bool],
+    reason_for: impl Fn(usize) -> Vec<(String, String)>,
+) -> ScaleUpPlan {
+    for (i, pod) in pods.iter().enumerate() {
+        if helped.get(i).copied().unwrap_or(false) {
+            continue;
+        }
+        plan.pods_not_helped.push(PodVerdict {
+            pod: pod.key(),
+            per_group: reason_for(i),
+        });
+    }
+    if plan.status != ScaleUpStatus::Successful {
+        for verdict in &plan.pods_not_helped {
+            plan.events.push(Event::normal(
+                EventObject::Pod(verdict.pod.clone()),
+                reasons::NOT_TRIGGER_SCALE_UP,
+                not_triggered_message(verdict),
+            ));
+        }
+    }
+    plan
+}
 
 /// Decides whether and how to scale up (spec section 2). Pure: no clock, no I/O; randomness only
 /// from `input.seed`. See [`ScaleUpInput`] for what stays placed in the snapshot.
 pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
-    let _ = input;
-    ScaleUpPlan::empty(ScaleUpStatus::NotNeeded)
+    let ScaleUpInput {
+        now,
+        snapshot,
+        pending_pods,
+        draining_pods,
+        node_groups,
+        backoff,
+        options,
+        priority_config,
+        provider,
+        seed,
+    } = input;
+    let mut plan = ScaleUpPlan::empty(ScaleUpStatus::NotNeeded);
+
+    // 2.1: intake.
+    let candidates = collect_candidates(snapshot, pending_pods, draining_pods, options);
+    let (remaining, schedulable) = filter_out_schedulable(snapshot, candidates);
+    plan.pods_schedulable_on_existing = schedulable;
+    let pods = drop_daemonset_and_young(remaining, now, options);
+    if pods.is_empty() {
+        return plan;
+    }
+    if options.max_nodes_total > 0 {
+        let ready = snapshot
+            .nodes()
+            .filter(|(_, i)| {
+                i.node.is_ready() && !i.node.unschedulable && !is_upcoming_node(&i.node)
+            })
+            .count();
+        if ready >= options.max_nodes_total {
+            plan.status = ScaleUpStatus::LimitedByMaxNodesTotal;
+            plan.events.push(Event::warning(
+                EventObject::StatusConfigMap,
+                reasons::MAX_NODES_TOTAL_REACHED,
+                format!(
+                    "Max total nodes in cluster reached: {}",
+                    options.max_nodes_total
+                ),
+            ));
+            let all_groups = |_| {
+                node_groups
+                    .iter()
+                    .map(|g| {
+                        (
+                            g.id.clone(),
+                            skip_reasons::MAX_TOTAL_NODES_REACHED.to_string(),
+                        )
+                    })
+                    .collect()
+            };
+            return finish(plan, &pods, &[], all_groups);
+        }
+    }
+    if all_pods_new(&pods, now, options) {
+        plan.status = ScaleUpStatus::InCooldown;
+        plan.skip_scale_down_this_loop = true;
+        return plan;
+    }
+
+    // 2.3 / 2.5: equivalence groups and which node groups can take them.
+    let equivalence_groups = group_pods(&pods);
+    let mut group_of = vec![0usize; pods.len()];
+    for (g, members) in equivalence_groups.iter().enumerate() {
+        for &m in members {
+            group_of[m] = g;
+        }
+    }
+    let ctx = PlanContext {
+        now,
+        options,
+        backoff,
+        cluster_nodes: snapshot.node_count(),
+    };
+    let mut headroom = Headroom::from_snapshot(snapshot, options, provider);
+    let mut states: Vec<GroupState<'_>> = Vec::with_capacity(node_groups.len());
+    for view in node_groups {
+        let template = view
+            .template
+            .as_ref()
+            .map(|t| sanitize_template(t, &view.id, "template", options));
+        let usage = template
+            .as_ref()
+            .map(|t| node_usage(&t.node, provider.gpu_label))
+            .unwrap_or_default();
+        let skip = skip_reason(
+            view,
+            &ctx,
+            &headroom,
+            &usage,
+            &mut plan.skipped_scale_events,
+        )
+        .or_else(|| {
+            template
+                .is_none()
+                .then(|| skip_reasons::NOT_READY.to_string())
+        });
+        let verdicts = match (&skip, &template) {
+            (None, Some(t)) => template_verdicts(snapshot, t, &pods, &equivalence_groups),
+            _ => Vec::new(),
+        };
+        states.push(GroupState {
+            view,
+            skip,
+            template,
+            usage,
+            verdicts,
+        });
+    }
+
+    // Similar groups, for the estimator's capacity limit and for balancing.
+    let similar: Vec<Vec<usize>> = states
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            if !options.balance_similar_node_groups || !s.is_valid() || s.view.zero_or_max() {
+                return Vec::new();
+            }
+            states
+                .iter()
+                .enumerate()
+                .filter(|(j, other)| {
+                    *j != i
+                        && other.is_valid()
+                        && !other.view.zero_or_max()
+                        && matches!((&s.template, &other.template),
+                            (Some(a), Some(b)) if templates_similar(a, b, options))
+                        && (0..equivalence_groups.len()).all(|g| !s.fits(g) || other.fits(g))
+                })
+                .map(|(j, _)| j)
+                .collect()
+        })
+        .collect();
+
+    // 2.6: one estimate per valid group.
+    let mut expansion_options = Vec::new();
+    for (i, state) in states.iter().enumerate() {
+        let Some(template) = &state.template else {
+            continue;
+        };
+        if !state.is_valid() {
+            continue;
+        }
+        let fitting: Vec<&[usize]> = equivalence_groups
+            .iter()
+            .enumerate()
+            .filter(|(g, _)| state.fits(*g))
+            .map(|(_, members)| members.as_slice())
+            .collect();
+        if fitting.is_empty() {
+            continue;
+        }
+        let room = |s: &GroupState<'_>| s.view.max_size as i64 - s.view.target_size as i64;
+        let similar_room: i64 =
+            room(state) + similar[i].iter().map(|&j| room(&states[j])).sum::<i64>();
+        let mut limits = vec![
+            i64::try_from(options.max_nodes_per_scaleup).unwrap_or(i64::MAX),
+            if similar_room > 0 { similar_room } else { -1 },
+        ];
+        if options.max_nodes_total > 0 {
+            let left = options.max_nodes_total as i64 - ctx.cluster_nodes as i64;
+            limits.push(if left > 0 { left } else { -1 });
+        }
+        let result = estimate(
+            snapshot,
+            template,
+            &pods,
+            &fitting,
+            NodeLimiter::new(&limits),
+        );
+        let mut node_count = result.node_count;
+        if state.view.zero_or_max() && node_count > 0 {
+            node_count = state.view.max_size - state.view.target_size;
+        }
+        if node_count == 0 || result.placed.is_empty() {
+            continue;
+        }
+        expansion_options.push((
+            i,
+            ExpansionOption {
+                group_id: &state.view.id,
+                exists: state.view.exists,
+                template,
+                price_per_hour: state.view.price_per_hour,
+                node_count,
+                pods: result.placed,
+            },
+        ));
+    }
+
+    let reason_for = |pod: usize| -> Vec<(String, String)> {
+        states
+            .iter()
+            .filter_map(|s| {
+                let reason = match (&s.skip, s.verdicts.get(group_of[pod])) {
+                    (Some(skip), _) => skip.clone(),
+                    (None, Some(Err(unfit))) => unfit.to_string(),
+                    _ => return None,
+                };
+                Some((s.view.id.clone(), reason))
+            })
+            .collect()
+    };
+    if expansion_options.is_empty() {
+        plan.status = ScaleUpStatus::NoOptionsAvailable;
+        return finish(plan, &pods, &[], reason_for);
+    }
+
+    // 2.7: expanders.
+    let options_considered = expansion_options.len();
+    let state_of: BTreeMap<&str, usize> = expansion_options
+        .iter()
+        .map(|(i, o)| (o.group_id, *i))
+        .collect();
+    let expander_ctx = ExpanderContext {
+        pods: &pods,
+        priority_config,
+        cluster_nodes: ctx.cluster_nodes,
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let chosen = choose(
+        expansion_options.into_iter().map(|(_, o)| o).collect(),
+        &options.expander,
+        &expander_ctx,
+        &mut rng,
+        &mut plan.events,
+    );
+    let Some(best) = chosen.filter(|o| o.node_count > 0) else {
+        plan.status = ScaleUpStatus::NoOptionsAvailable;
+        let filtered = |_| vec![(String::new(), skip_reasons::FILTERED_OUT.to_string())];
+        return finish(plan, &pods, &[], filtered);
+    };
+    let Some(&best_index) = state_of.get(best.group_id) else {
+        plan.status = ScaleUpStatus::Error("chosen option has no node group".to_string());
+        return plan;
+    };
+    let best_state = &states[best_index];
+
+    // 2.8: capping.
+    let mut new_nodes = best.node_count;
+    if options.max_nodes_total > 0 && ctx.cluster_nodes + new_nodes > options.max_nodes_total {
+        new_nodes = options.max_nodes_total.saturating_sub(ctx.cluster_nodes);
+        plan.events.push(Event::warning(
+            EventObject::StatusConfigMap,
+            reasons::MAX_NODES_TOTAL_REACHED,
+            format!(
+                "Max total nodes in cluster reached: {}; capping scale-up of {} from {} to {} nodes",
+                options.max_nodes_total, best.group_id, best.node_count, new_nodes
+            ),
+        ));
+    }
+    new_nodes = new_nodes.min(headroom.nodes_that_fit(&best_state.usage));
+    let atomic = best_state.view.zero_or_max();
+    if new_nodes == 0 || (atomic && new_nodes < best.node_count) {
+        plan.status = ScaleUpStatus::Error(format!(
+            "cannot scale up node group {}: the cluster node limit or resource limits leave no room",
+            best.group_id
+        ));
+        return finish(plan, &pods, &[], reason_for);
+    }
+
+    // 2.9: balancing.
+    let mut placed_groups: Vec<usize> = best.pods.iter().map(|&p| group_of[p]).collect();
+    placed_groups.sort_unstable();
+    placed_groups.dedup();
+    let mut participants = vec![best_index];
+    if options.balance_similar_node_groups && !atomic {
+        participants.extend(
+            similar[best_index]
+                .iter()
+                .copied()
+                .filter(|&j| placed_groups.iter().all(|&g| states[j].fits(g))),
+        );
+    }
+    let targets: Vec<BalanceTarget> = participants
+        .iter()
+        .map(|&i| BalanceTarget {
+            index: i,
+            current: states[i].view.target_size,
+            max: states[i].view.max_size,
+        })
+        .collect();
+    for (index, added) in split(new_nodes, &targets) {
+        let state = &states[index];
+        let added = added.min(headroom.nodes_that_fit(&state.usage));
+        if added == 0 {
+            continue;
+        }
+        headroom.consume(&state.usage, added);
+        plan.increases.push(GroupIncrease {
+            group_id: state.view.id.clone(),
+            current_target: state.view.target_size,
+            new_target: state.view.target_size + added,
+            max_size: state.view.max_size,
+            atomic,
+        });
+    }
+    if plan.increases.is_empty() {
+        plan.status = ScaleUpStatus::Error(format!(
+            "cannot scale up node group {}: no group has room",
+            best.group_id
+        ));
+        return finish(plan, &pods, &[], reason_for);
+    }
+
+    plan.status = ScaleUpStatus::Successful;
+    let mut helped = vec![false; pods.len()];
+    for &p in &best.pods {
+        helped[p] = true;
+        plan.triggering_pods.push(pods[p].key());
+    }
+    plan.chosen = Some(ExpansionSummary {
+        group_id: best.group_id.to_string(),
+        estimated_nodes: best.node_count,
+        pod_count: best.pods.len(),
+        similar_groups: participants
+            .iter()
+            .skip(1)
+            .map(|&i| states[i].view.id.clone())
+            .collect(),
+        options_considered,
+    });
+    finish(plan, &pods, &helped, reason_for)
 }
