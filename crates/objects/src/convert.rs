@@ -51,6 +51,19 @@ impl ObjectContext {
         ObjectContext { object }
     }
 
+    /// For namespaced kinds: an object without a namespace lives in `default`.
+    fn namespaced(kind: &str, metadata: &meta::ObjectMeta) -> ObjectContext {
+        let name = metadata.name.as_deref().unwrap_or("<unnamed>");
+        let namespace = metadata
+            .namespace
+            .as_deref()
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or("default");
+        ObjectContext {
+            object: format!("{kind} {namespace}/{name}"),
+        }
+    }
+
     fn error(
         &self,
         field: impl Into<String>,
@@ -781,7 +794,7 @@ fn pod_from_parts(
 
 /// Converts a Pod. A pod without a namespace is put in `default`, as `kubectl apply` would.
 pub fn pod_from_k8s(pod: &core::Pod, priorities: &PriorityClasses) -> Result<Pod, ConvertError> {
-    let ctx = ObjectContext::new("Pod", &pod.metadata);
+    let ctx = ObjectContext::namespaced("Pod", &pod.metadata);
     pod_from_parts(
         &ctx,
         &pod.metadata,
@@ -797,7 +810,7 @@ pub fn daemonset_from_k8s(
     daemonset: &apps::DaemonSet,
     priorities: &PriorityClasses,
 ) -> Result<DaemonSet, ConvertError> {
-    let ctx = ObjectContext::new("DaemonSet", &daemonset.metadata);
+    let ctx = ObjectContext::namespaced("DaemonSet", &daemonset.metadata);
     let namespace = daemonset
         .metadata
         .namespace
@@ -872,7 +885,7 @@ fn int_or_percent(
 pub fn pdb_from_k8s(
     pdb: &policy::PodDisruptionBudget,
 ) -> Result<PodDisruptionBudget, ConvertError> {
-    let ctx = ObjectContext::new("PodDisruptionBudget", &pdb.metadata);
+    let ctx = ObjectContext::namespaced("PodDisruptionBudget", &pdb.metadata);
     let spec = pdb.spec.as_ref();
     Ok(PodDisruptionBudget {
         namespace: pdb

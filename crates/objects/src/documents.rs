@@ -279,14 +279,31 @@ fn document_value(document: &Document<'_>, origin: &str) -> Result<Option<Value>
     Ok(if value.is_null() { None } else { Some(value) })
 }
 
-/// Parses one or more YAML documents of Kubernetes objects (as `kubectl get -o yaml` prints them)
-/// into the model. PriorityClasses anywhere in the text are known to every pod; `known` adds more
-/// (from other files). Kinds the engine does not use are skipped with a warning.
-pub fn parse_objects_yaml_with(
-    text: &str,
+/// An object read from one document of a multi-document text, not yet converted.
+#[derive(Debug, Clone)]
+pub struct DocumentObject<'a> {
+    pub document: Document<'a>,
+    pub object: RawObject,
+}
+
+impl DocumentObject<'_> {
+    /// Turns a conversion error of this object into an error pointing at its line in `origin`.
+    pub fn error(&self, origin: &str, e: ConvertError) -> ObjectsError {
+        ObjectsError {
+            origin: origin.to_string(),
+            line: locate_field_line(self.document.text, &e.field)
+                .map(|l| l + self.document.first_line),
+            field: e.field.clone(),
+            message: format!("{}: {} (value {:?})", e.object, e.message, e.value),
+        }
+    }
+}
+
+/// Reads every document of `text` into typed objects (first stage; see the module doc).
+pub fn read_documents<'a>(
+    text: &'a str,
     origin: &str,
-    known: &PriorityClasses,
-) -> Result<ParsedObjects, ObjectsError> {
+) -> Result<Vec<DocumentObject<'a>>, ObjectsError> {
     let mut raw = Vec::new();
     for document in split_documents(text) {
         let Some(value) = document_value(&document, origin)? else {
@@ -298,25 +315,31 @@ pub fn parse_objects_yaml_with(
             field: e.field.clone(),
             message: e.message,
         })?;
-        raw.push((document, object));
+        raw.push(DocumentObject { document, object });
     }
-    let conversion_error = |document: &Document<'_>, e: ConvertError| ObjectsError {
-        origin: origin.to_string(),
-        line: locate_field_line(document.text, &e.field).map(|l| l + document.first_line),
-        field: e.field.clone(),
-        message: format!("{}: {} (value {:?})", e.object, e.message, e.value),
-    };
+    Ok(raw)
+}
+
+/// Parses one or more YAML documents of Kubernetes objects (as `kubectl get -o yaml` prints them)
+/// into the model. PriorityClasses anywhere in the text are known to every pod; `known` adds more
+/// (from other files). Kinds the engine does not use are skipped with a warning.
+pub fn parse_objects_yaml_with(
+    text: &str,
+    origin: &str,
+    known: &PriorityClasses,
+) -> Result<ParsedObjects, ObjectsError> {
+    let raw = read_documents(text, origin)?;
     let mut priorities = known.clone();
-    for (document, object) in &raw {
-        object
+    for item in &raw {
+        item.object
             .collect_priority_classes(&mut priorities)
-            .map_err(|e| conversion_error(document, e))?;
+            .map_err(|e| item.error(origin, e))?;
     }
     let mut parsed = ParsedObjects::default();
-    for (document, object) in &raw {
-        object
+    for item in &raw {
+        item.object
             .convert(&priorities, &mut parsed.objects, &mut parsed.warnings)
-            .map_err(|e| conversion_error(document, e))?;
+            .map_err(|e| item.error(origin, e))?;
     }
     Ok(parsed)
 }

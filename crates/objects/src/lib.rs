@@ -18,8 +18,8 @@ pub use convert::{
     pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
 };
 pub use documents::{
-    ObjectsError, ParsedObjects, RawObject, RawObjectError, parse_objects_yaml,
-    parse_objects_yaml_with,
+    Document, DocumentObject, ObjectsError, ParsedObjects, RawObject, RawObjectError,
+    parse_objects_yaml, parse_objects_yaml_with, read_documents, split_documents,
 };
 pub use locate::locate_field_line;
 

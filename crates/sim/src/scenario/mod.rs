@@ -5,9 +5,22 @@ use std::path::Path;
 use std::time::Duration;
 
 use ferroscale_core::cloud::ErrorClass;
-use ferroscale_model::{LabelSelector, Node, Pod};
-use ferroscale_objects::K8sObject;
+use ferroscale_model::{ConditionStatus, LabelSelector, Node, Pod};
+use ferroscale_objects::{
+    ConvertError, K8sObject, ObjectsError, PriorityClasses, RawObject, locate_field_line,
+    node_from_k8s, pod_from_k8s, read_documents,
+};
+use serde_yaml_ng::{Mapping, Value};
 use thiserror::Error;
+
+mod bundled;
+mod raw;
+mod selector;
+#[cfg(test)]
+mod tests;
+
+pub use bundled::{BUNDLED, DEFAULT_SCENARIO, bundled, default_scenario};
+pub use selector::parse_label_selector;
 
 /// A parsed, validated scenario.
 #[derive(Debug, Clone)]
@@ -153,17 +166,491 @@ pub fn load_scenario(path: &Path) -> Result<Scenario, ScenarioError> {
     parse_scenario(&text, &origin, base_dir)
 }
 
+pub const API_VERSION: &str = "ferroscale/v1alpha1";
+pub const KIND: &str = "Scenario";
+
 /// Parses scenario text. `origin` names it in messages; `base_dir` resolves `file:` references.
 pub fn parse_scenario(
     text: &str,
     origin: &str,
     base_dir: &Path,
 ) -> Result<Scenario, ScenarioError> {
-    let _ = (text, base_dir);
-    Err(ScenarioError {
-        origin: origin.to_string(),
-        line: None,
-        field: String::new(),
-        message: "scenario parsing is not implemented yet".to_string(),
+    let raw = read_raw(text, origin)?;
+    Validator {
+        text,
+        origin,
+        base_dir,
+    }
+    .scenario(raw)
+}
+
+/// Strips what serde_yaml_ng appends and prepends (position and path) from its messages: the error
+/// carries both separately.
+fn bare_message(message: &str, path: &str) -> String {
+    let message = match message.rfind(" at line ") {
+        Some(i) if message[i + 9..].contains(" column ") => &message[..i],
+        _ => message,
+    };
+    let message = message
+        .strip_prefix(&format!("{path}: "))
+        .unwrap_or(message);
+    message.to_string()
+}
+
+fn read_raw(text: &str, origin: &str) -> Result<raw::RawScenario, ScenarioError> {
+    let deserializer = serde_yaml_ng::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { String::new() } else { path };
+        let inner = e.into_inner();
+        ScenarioError {
+            origin: origin.to_string(),
+            line: inner.location().map(|l| l.line()),
+            message: bare_message(&inner.to_string(), &field),
+            field,
+        }
     })
+}
+
+/// Checks the raw scenario and converts it; knows the text so errors found after parsing can be
+/// given a line.
+struct Validator<'a> {
+    text: &'a str,
+    origin: &'a str,
+    base_dir: &'a Path,
+}
+
+impl Validator<'_> {
+    fn error(&self, field: impl Into<String>, message: impl Into<String>) -> ScenarioError {
+        let field = field.into();
+        ScenarioError {
+            origin: self.origin.to_string(),
+            line: locate_field_line(self.text, &field),
+            field,
+            message: message.into(),
+        }
+    }
+
+    fn convert_error(&self, prefix: &str, e: ConvertError) -> ScenarioError {
+        self.error(
+            format!("{prefix}.{}", e.field),
+            format!("{}: {} (value {:?})", e.object, e.message, e.value),
+        )
+    }
+
+    fn scenario(&self, raw: raw::RawScenario) -> Result<Scenario, ScenarioError> {
+        if raw.api_version != API_VERSION {
+            return Err(self.error(
+                "apiVersion",
+                format!("expected {API_VERSION}, found {:?}", raw.api_version),
+            ));
+        }
+        if raw.kind != KIND {
+            return Err(self.error("kind", format!("expected {KIND}, found {:?}", raw.kind)));
+        }
+        let options = self.options(&raw.options)?;
+
+        let mut node_groups: Vec<ScenarioNodeGroup> = Vec::new();
+        for (i, group) in raw.node_groups.into_iter().enumerate() {
+            let group = self.node_group(i, group)?;
+            if node_groups.iter().any(|g| g.id == group.id) {
+                return Err(self.error(
+                    format!("nodeGroups[{i}].id"),
+                    format!("duplicate node group id {:?}", group.id),
+                ));
+            }
+            node_groups.push(group);
+        }
+
+        let mut warnings = Vec::new();
+        let objects = self.objects(&raw.objects, &raw.events, &mut warnings)?;
+
+        let mut expect = Vec::new();
+        for (i, expectation) in raw.expect.into_iter().enumerate() {
+            expect.push(self.expectation(i, expectation, &node_groups)?);
+        }
+
+        Ok(Scenario {
+            name: raw.name,
+            duration: raw.duration.0,
+            seed: raw.seed.unwrap_or(DEFAULT_SEED),
+            options,
+            node_groups,
+            objects: objects.objects,
+            events: objects.events,
+            expect,
+            warnings,
+        })
+    }
+
+    fn options(&self, options: &Mapping) -> Result<Vec<(String, String)>, ScenarioError> {
+        let mut out = Vec::new();
+        for (key, value) in options {
+            let Some(name) = key.as_str() else {
+                return Err(self.error(
+                    "options",
+                    format!("option names must be strings, found {key:?}"),
+                ));
+            };
+            let value = match value {
+                Value::String(s) => s.clone(),
+                Value::Bool(b) => b.to_string(),
+                Value::Number(n) => n.to_string(),
+                other => {
+                    return Err(self.error(
+                        format!("options.{name}"),
+                        format!("expected a string, number or boolean, found {other:?}"),
+                    ));
+                }
+            };
+            out.push((name.trim_start_matches('-').to_string(), value));
+        }
+        Ok(out)
+    }
+
+    fn node_group(
+        &self,
+        i: usize,
+        raw: raw::RawNodeGroup,
+    ) -> Result<ScenarioNodeGroup, ScenarioError> {
+        let at = |field: &str| format!("nodeGroups[{i}].{field}");
+        if raw.id.trim().is_empty() {
+            return Err(self.error(at("id"), "node group id must not be empty"));
+        }
+        let size = |field: &str, value: i64| {
+            usize::try_from(value)
+                .map_err(|_| self.error(at(field), format!("must not be negative (found {value})")))
+        };
+        let min_size = size("minSize", raw.min_size)?;
+        let max_size = size("maxSize", raw.max_size)?;
+        if min_size > max_size {
+            return Err(self.error(
+                at("maxSize"),
+                format!("maxSize {max_size} is smaller than minSize {min_size}"),
+            ));
+        }
+        let initial_size = match raw.initial_size {
+            None => min_size,
+            Some(n) => size("initialSize", n)?,
+        };
+        if !(min_size..=max_size).contains(&initial_size) {
+            return Err(self.error(
+                at("initialSize"),
+                format!(
+                    "initialSize {initial_size} is outside [minSize {min_size}, maxSize {max_size}]"
+                ),
+            ));
+        }
+        if let Some(price) = raw.price_per_hour
+            && !(price.is_finite() && price >= 0.0)
+        {
+            return Err(self.error(
+                at("pricePerHour"),
+                format!("must be a non-negative number (found {price})"),
+            ));
+        }
+        let mut failures = Vec::new();
+        for (name, operation, windows) in [
+            (
+                "increaseSize",
+                CloudOperation::IncreaseSize,
+                &raw.failures.increase_size.0,
+            ),
+            (
+                "deleteNodes",
+                CloudOperation::DeleteNodes,
+                &raw.failures.delete_nodes.0,
+            ),
+            (
+                "decreaseTargetSize",
+                CloudOperation::DecreaseTargetSize,
+                &raw.failures.decrease_target_size.0,
+            ),
+        ] {
+            for window in windows {
+                if window.to.0 <= window.from.0 {
+                    return Err(self.error(
+                        at(&format!("failures.{name}.to")),
+                        "the failure window must end after it starts",
+                    ));
+                }
+                failures.push(FailureWindow {
+                    operation,
+                    from: window.from.0,
+                    to: window.to.0,
+                    error_class: match window.error_class {
+                        raw::RawErrorClass::OutOfResources => ErrorClass::OutOfResources,
+                        raw::RawErrorClass::Other => ErrorClass::Other,
+                    },
+                });
+            }
+        }
+        let mut template =
+            node_from_k8s(&raw.template).map_err(|e| self.convert_error(&at("template"), e))?;
+        if template.name.is_empty() {
+            template.name = format!("{}-template", raw.id);
+        }
+        // A template describes a healthy new node unless it says otherwise.
+        if template.conditions.ready.is_none() {
+            template.conditions.ready = Some(ConditionStatus::True);
+        }
+        Ok(ScenarioNodeGroup {
+            id: raw.id,
+            min_size,
+            max_size,
+            initial_size,
+            provisioning_delay: raw
+                .provisioning_delay
+                .map_or(DEFAULT_PROVISIONING_DELAY, |d| d.0),
+            failures,
+            price_per_hour: raw.price_per_hour,
+            template,
+        })
+    }
+
+    /// Reads every initial object, then converts them and the event pods once every PriorityClass
+    /// is known.
+    fn objects(
+        &self,
+        sources: &[raw::RawObjectSource],
+        raw_events: &[raw::RawEvent],
+        warnings: &mut Vec<String>,
+    ) -> Result<ObjectsAndEvents, ScenarioError> {
+        struct FileObjects {
+            origin: String,
+            text: String,
+        }
+        enum Source {
+            File(usize),
+            Inline(usize, RawObject),
+        }
+        let mut files = Vec::new();
+        let mut sources_in_order = Vec::new();
+        for (i, source) in sources.iter().enumerate() {
+            match (&source.file, &source.inline) {
+                (Some(file), None) => {
+                    let path = self.base_dir.join(file);
+                    let text = std::fs::read_to_string(&path).map_err(|e| {
+                        self.error(
+                            format!("objects[{i}].file"),
+                            format!("cannot read {}: {e}", path.display()),
+                        )
+                    })?;
+                    files.push(FileObjects {
+                        origin: path.display().to_string(),
+                        text,
+                    });
+                    sources_in_order.push(Source::File(files.len() - 1));
+                }
+                (None, Some(value)) => {
+                    let object = RawObject::from_value(value.clone()).map_err(|e| {
+                        let field = if e.field.is_empty() {
+                            format!("objects[{i}].inline")
+                        } else {
+                            format!("objects[{i}].inline.{}", e.field)
+                        };
+                        self.error(field, e.message)
+                    })?;
+                    sources_in_order.push(Source::Inline(i, object));
+                }
+                _ => {
+                    return Err(self.error(
+                        format!("objects[{i}]"),
+                        "each entry needs exactly one of `file:` or `inline:`",
+                    ));
+                }
+            }
+        }
+        let mut documents = Vec::new();
+        for file in &files {
+            let read = read_documents(&file.text, &file.origin).map_err(objects_error)?;
+            documents.push(read);
+        }
+
+        let mut priorities = PriorityClasses::default();
+        for source in &sources_in_order {
+            match source {
+                Source::File(f) => {
+                    for item in &documents[*f] {
+                        item.object
+                            .collect_priority_classes(&mut priorities)
+                            .map_err(|e| objects_error(item.error(&files[*f].origin, e)))?;
+                    }
+                }
+                Source::Inline(i, object) => object
+                    .collect_priority_classes(&mut priorities)
+                    .map_err(|e| self.convert_error(&format!("objects[{i}].inline"), e))?,
+            }
+        }
+        let mut objects = Vec::new();
+        for source in &sources_in_order {
+            match source {
+                Source::File(f) => {
+                    for item in &documents[*f] {
+                        item.object
+                            .convert(&priorities, &mut objects, warnings)
+                            .map_err(|e| objects_error(item.error(&files[*f].origin, e)))?;
+                    }
+                }
+                Source::Inline(i, object) => object
+                    .convert(&priorities, &mut objects, warnings)
+                    .map_err(|e| self.convert_error(&format!("objects[{i}].inline"), e))?,
+            }
+        }
+
+        let mut events = Vec::new();
+        for (i, event) in raw_events.iter().enumerate() {
+            events.push(self.event(i, event, &priorities)?);
+        }
+        events.sort_by_key(|e: &ScenarioEvent| e.at);
+        Ok(ObjectsAndEvents { objects, events })
+    }
+
+    fn event(
+        &self,
+        i: usize,
+        raw: &raw::RawEvent,
+        priorities: &PriorityClasses,
+    ) -> Result<ScenarioEvent, ScenarioError> {
+        let at = |field: &str| format!("events[{i}].{field}");
+        let count = |field: &str, value: Option<u64>| {
+            value
+                .map(|n| {
+                    usize::try_from(n)
+                        .map_err(|_| self.error(at(field), format!("count {n} is too large")))
+                })
+                .transpose()
+        };
+        let mut actions = Vec::new();
+        if let Some(create) = &raw.create {
+            let count = count("create.count", create.count)?.unwrap_or(1);
+            if count == 0 {
+                return Err(self.error(at("create.count"), "count must be at least 1"));
+            }
+            let mut pod = pod_from_k8s(&create.pod, priorities)
+                .map_err(|e| self.convert_error(&at("create.pod"), e))?;
+            if pod.name.is_empty() {
+                let generated = create.pod.metadata.generate_name.as_deref().unwrap_or("");
+                pod.name = match generated.trim_end_matches('-') {
+                    "" => format!("event-{i}"),
+                    prefix => prefix.to_string(),
+                };
+            }
+            actions.push(ScenarioAction::Create { count, pod });
+        }
+        if let Some(delete) = &raw.delete {
+            actions.push(ScenarioAction::Delete {
+                selector: delete.selector.0.clone(),
+                count: count("delete.count", delete.count)?,
+            });
+        }
+        if let Some(cordon) = &raw.cordon {
+            actions.push(ScenarioAction::Cordon {
+                node: cordon.node.clone(),
+            });
+        }
+        if let Some(uncordon) = &raw.uncordon {
+            actions.push(ScenarioAction::Uncordon {
+                node: uncordon.node.clone(),
+            });
+        }
+        let mut actions = actions.into_iter();
+        match (actions.next(), actions.next()) {
+            (Some(action), None) => Ok(ScenarioEvent {
+                at: raw.at.0,
+                action,
+            }),
+            _ => Err(self.error(
+                format!("events[{i}]"),
+                "each event needs exactly one of create, delete, cordon or uncordon",
+            )),
+        }
+    }
+
+    fn expectation(
+        &self,
+        i: usize,
+        raw: raw::RawExpectation,
+        groups: &[ScenarioNodeGroup],
+    ) -> Result<Expectation, ScenarioError> {
+        let at_field = |field: &str| format!("expect[{i}].{field}");
+        let to_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        let range = |field: &str, r: &raw::RawRange| {
+            let min = r.min.map_or(0, to_usize);
+            let max = r.max.map_or(usize::MAX, to_usize);
+            if r.min.is_none() && r.max.is_none() {
+                return Err(self.error(at_field(field), "give min, max or both"));
+            }
+            if min > max {
+                return Err(self.error(
+                    at_field(field),
+                    format!("min {min} is larger than max {max}"),
+                ));
+            }
+            Ok((min, max))
+        };
+        let mut checks = Vec::new();
+        match (&raw.group, &raw.nodes) {
+            (Some(group), Some(nodes)) => {
+                if !groups.iter().any(|g| &g.id == group) {
+                    return Err(
+                        self.error(at_field("group"), format!("no node group has id {group:?}"))
+                    );
+                }
+                let (min, max) = range("nodes", nodes)?;
+                checks.push(Check::GroupNodes {
+                    group: group.clone(),
+                    min,
+                    max,
+                });
+            }
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(self.error(at_field("group"), "`group` needs `nodes: {min, max}`"));
+            }
+            (None, Some(_)) => {
+                return Err(self.error(
+                    at_field("nodes"),
+                    "`nodes` needs `group` (or use totalNodes)",
+                ));
+            }
+        }
+        if let Some(total) = &raw.total_nodes {
+            let (min, max) = range("totalNodes", total)?;
+            checks.push(Check::TotalNodes { min, max });
+        }
+        if let Some(n) = raw.pending_pods {
+            checks.push(Check::PendingPods(to_usize(n)));
+        }
+        if let Some(n) = raw.running_pods {
+            checks.push(Check::RunningPods(to_usize(n)));
+        }
+        let at = match raw.at {
+            raw::RawCheckTime::End => CheckTime::End,
+            raw::RawCheckTime::At(d) => CheckTime::At(d),
+        };
+        let mut checks = checks.into_iter();
+        match (checks.next(), checks.next()) {
+            (Some(check), None) => Ok(Expectation { at, check }),
+            _ => Err(self.error(
+                format!("expect[{i}]"),
+                "each expectation needs exactly one of group+nodes, totalNodes, pendingPods or runningPods",
+            )),
+        }
+    }
+}
+
+struct ObjectsAndEvents {
+    objects: Vec<K8sObject>,
+    events: Vec<ScenarioEvent>,
+}
+
+/// An error in an objects file keeps that file as its origin.
+fn objects_error(e: ObjectsError) -> ScenarioError {
+    ScenarioError {
+        origin: e.origin,
+        line: e.line,
+        field: e.field,
+        message: e.message,
+    }
 }
