@@ -29,10 +29,13 @@
 
 use std::fmt;
 
+use ferroscale_model::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 use ferroscale_model::taints::first_untolerated;
-use ferroscale_model::{NodeInclusionPolicy, Pod, TopologySpreadConstraint, UnsatisfiableAction};
+use ferroscale_model::{
+    NodeInclusionPolicy, Pod, Taint, TopologySpreadConstraint, UnsatisfiableAction,
+};
 
-use crate::snapshot::{NodeId, NodeInfo, Snapshot};
+use crate::snapshot::{FitSummary, NodeId, NodeInfo, Snapshot};
 use crate::topology::{
     DomainCountsId, ExistingTermId, KeyId, NodeEligibility, PodClause, PodMatcher, SpreadViewId,
     TopologyIndex,
@@ -154,27 +157,35 @@ impl fmt::Display for Unfit {
 /// placed in the snapshot.
 pub fn check(snapshot: &Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
-    check_node_local(pod, info)?;
+    check_node_local(pod, info).map_err(Rejected::into_unfit)?;
     if !needs_inter_pod_filters(snapshot, pod) {
         return Ok(());
     }
     let mut topology = snapshot.topology();
     let plan = InterPodPlan::prepare(&mut topology, snapshot, pod);
-    plan.check(&topology, node)
+    plan.check(&topology, node).map_err(Rejected::into_unfit)
 }
 
 /// The first node, in handle order starting at `start` and wrapping around, on which `pod` fits.
 /// Starting one past the previous match spreads consecutive pods the way upstream's round-robin
 /// placement does. Cordoned nodes are skipped, as in the autoscaler.
+///
+/// Only the yes/no answer matters here, so the cheapest test runs first: the snapshot's compact
+/// per-node capacity summary rejects most full nodes without touching the node itself.
 pub fn find_node(snapshot: &Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
     let slots = snapshot.slot_count();
     if slots == 0 {
         return None;
     }
     let start = start % slots;
-    let order = (start..slots).chain(0..start).map(|i| NodeId(i as u32));
+    let wants = FitSummary::wanted_by(pod);
+    let summaries = snapshot.fit_summaries();
+    let candidates = (start..slots)
+        .chain(0..start)
+        .filter(|i| summaries.get(*i).is_some_and(|s| s.may_fit(&wants)))
+        .map(|i| NodeId(i as u32));
     if !needs_inter_pod_filters(snapshot, pod) {
-        return order.into_iter().find(|id| {
+        return candidates.into_iter().find(|id| {
             snapshot
                 .node(*id)
                 .is_some_and(|info| check_node_local(pod, info).is_ok())
@@ -182,11 +193,54 @@ pub fn find_node(snapshot: &Snapshot, pod: &Pod, start: usize) -> Option<NodeId>
     }
     let mut topology = snapshot.topology();
     let plan = InterPodPlan::prepare(&mut topology, snapshot, pod);
-    order.into_iter().find(|id| {
+    candidates.into_iter().find(|id| {
         snapshot.node(*id).is_some_and(|info| {
             check_node_local(pod, info).is_ok() && plan.check(&topology, *id).is_ok()
         })
     })
+}
+
+/// A rejection as the filters produce it: borrowed, so that scanning thousands of nodes allocates
+/// nothing. Turned into an [`Unfit`] only when a caller asks why.
+#[derive(Debug)]
+enum Rejected<'a> {
+    NodeUnschedulable,
+    NodeName,
+    Taint(&'a Taint),
+    NodeAffinity,
+    NodePorts,
+    Resource(&'a str),
+    Spread(&'a TopologySpreadConstraint),
+    SpreadMissingLabel(&'a TopologySpreadConstraint),
+    PodAffinity,
+    PodAntiAffinity,
+    ExistingPodAntiAffinity,
+}
+
+impl Rejected<'_> {
+    fn into_unfit(self) -> Unfit {
+        match self {
+            Rejected::NodeUnschedulable => Unfit::NodeUnschedulable,
+            Rejected::NodeName => Unfit::NodeName,
+            Rejected::Taint(t) => Unfit::UntoleratedTaint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.as_str(),
+            },
+            Rejected::NodeAffinity => Unfit::NodeAffinity,
+            Rejected::NodePorts => Unfit::NodePorts,
+            Rejected::Resource(name) => Unfit::InsufficientResource(name.to_string()),
+            Rejected::Spread(c) => Unfit::TopologySpread {
+                topology_key: c.topology_key.clone(),
+            },
+            Rejected::SpreadMissingLabel(c) => Unfit::TopologySpreadMissingLabel {
+                topology_key: c.topology_key.clone(),
+            },
+            Rejected::PodAffinity => Unfit::PodAffinity,
+            Rejected::PodAntiAffinity => Unfit::PodAntiAffinity,
+            Rejected::ExistingPodAntiAffinity => Unfit::ExistingPodAntiAffinity,
+        }
+    }
 }
 
 fn needs_inter_pod_filters(snapshot: &Snapshot, pod: &Pod) -> bool {
@@ -201,24 +255,20 @@ fn is_hard(constraint: &TopologySpreadConstraint) -> bool {
 }
 
 /// Filters 1 to 6: everything that only looks at the node and what is on it.
-fn check_node_local(pod: &Pod, info: &NodeInfo) -> Result<(), Unfit> {
+fn check_node_local<'a>(pod: &'a Pod, info: &'a NodeInfo) -> Result<(), Rejected<'a>> {
     let node = &info.node;
     if node.unschedulable {
-        return Err(Unfit::NodeUnschedulable);
+        return Err(Rejected::NodeUnschedulable);
     }
     if pod
         .node_name
         .as_ref()
         .is_some_and(|name| *name != node.name)
     {
-        return Err(Unfit::NodeName);
+        return Err(Rejected::NodeName);
     }
     if let Some(t) = first_untolerated(&node.taints, &pod.tolerations) {
-        return Err(Unfit::UntoleratedTaint {
-            key: t.key.clone(),
-            value: t.value.clone(),
-            effect: t.effect.as_str(),
-        });
+        return Err(Rejected::Taint(t));
     }
     if !pod
         .node_selector
@@ -229,7 +279,7 @@ fn check_node_local(pod: &Pod, info: &NodeInfo) -> Result<(), Unfit> {
             .as_ref()
             .is_some_and(|a| !a.matches(&node.name, &node.labels))
     {
-        return Err(Unfit::NodeAffinity);
+        return Err(Rejected::NodeAffinity);
     }
     // Port 0 means "no host port" and never conflicts.
     if pod
@@ -237,37 +287,37 @@ fn check_node_local(pod: &Pod, info: &NodeInfo) -> Result<(), Unfit> {
         .iter()
         .any(|hp| hp.port != 0 && info.host_ports.iter().any(|used| used.conflicts_with(hp)))
     {
-        return Err(Unfit::NodePorts);
+        return Err(Rejected::NodePorts);
     }
     check_resources(pod, info)
 }
 
 /// NodeResourcesFit, without building the node's free-resource vector.
-fn check_resources(pod: &Pod, info: &NodeInfo) -> Result<(), Unfit> {
+fn check_resources<'a>(pod: &'a Pod, info: &'a NodeInfo) -> Result<(), Rejected<'a>> {
     let allocatable = &info.node.allocatable;
     let used = &info.requested;
     if used.pods.saturating_add(1) > allocatable.pods {
-        return Err(Unfit::InsufficientResource("pods".to_string()));
+        return Err(Rejected::Resource(PODS));
     }
     let wants = &pod.requests;
     let short =
         |asked: i64, total: i64, taken: i64| asked > 0 && asked > total.saturating_sub(taken);
     if short(wants.cpu_milli, allocatable.cpu_milli, used.cpu_milli) {
-        return Err(Unfit::InsufficientResource("cpu".to_string()));
+        return Err(Rejected::Resource(CPU));
     }
     if short(wants.memory, allocatable.memory, used.memory) {
-        return Err(Unfit::InsufficientResource("memory".to_string()));
+        return Err(Rejected::Resource(MEMORY));
     }
     if short(
         wants.ephemeral_storage,
         allocatable.ephemeral_storage,
         used.ephemeral_storage,
     ) {
-        return Err(Unfit::InsufficientResource("ephemeral-storage".to_string()));
+        return Err(Rejected::Resource(EPHEMERAL_STORAGE));
     }
     for (name, asked) in wants.extended() {
         if short(asked, allocatable.get(name), used.get(name)) {
-            return Err(Unfit::InsufficientResource(name.to_string()));
+            return Err(Rejected::Resource(name));
         }
     }
     Ok(())
@@ -405,13 +455,11 @@ impl<'a> InterPodPlan<'a> {
     }
 
     /// Filters 7 and 8 for one node.
-    pub(crate) fn check(&self, topology: &TopologyIndex, node: NodeId) -> Result<(), Unfit> {
+    fn check(&self, topology: &TopologyIndex, node: NodeId) -> Result<(), Rejected<'a>> {
         let id = node.index();
         for s in &self.spread {
             let Some(value) = topology.node_value(s.key, id) else {
-                return Err(Unfit::TopologySpreadMissingLabel {
-                    topology_key: s.constraint.topology_key.clone(),
-                });
+                return Err(Rejected::SpreadMissingLabel(s.constraint));
             };
             let numbers = topology.spread_numbers(s.view, value);
             // Fewer eligible domains than minDomains (default 1) make the global minimum 0.
@@ -423,9 +471,7 @@ impl<'a> InterPodPlan<'a> {
             };
             let skew = i64::from(numbers.matching) + i64::from(s.self_match) - global_min;
             if skew > i64::from(s.constraint.max_skew) {
-                return Err(Unfit::TopologySpread {
-                    topology_key: s.constraint.topology_key.clone(),
-                });
+                return Err(Rejected::Spread(s.constraint));
             }
         }
 
@@ -433,13 +479,13 @@ impl<'a> InterPodPlan<'a> {
             let mut matching_pods_everywhere = true;
             for (key, counts) in &self.affinity {
                 // Every term's topology key must exist on the node, even for the first pod.
-                let value = topology.node_value(*key, id).ok_or(Unfit::PodAffinity)?;
+                let value = topology.node_value(*key, id).ok_or(Rejected::PodAffinity)?;
                 if topology.domain_count(*counts, value) == 0 {
                     matching_pods_everywhere = false;
                 }
             }
             if !matching_pods_everywhere && !self.affinity_first_of_group {
-                return Err(Unfit::PodAffinity);
+                return Err(Rejected::PodAffinity);
             }
         }
 
@@ -447,7 +493,7 @@ impl<'a> InterPodPlan<'a> {
             if let Some(value) = topology.node_value(*key, id)
                 && topology.domain_count(*counts, value) > 0
             {
-                return Err(Unfit::PodAntiAffinity);
+                return Err(Rejected::PodAntiAffinity);
             }
         }
 
@@ -455,7 +501,7 @@ impl<'a> InterPodPlan<'a> {
             if let Some(value) = topology.node_value(*key, id)
                 && topology.existing_term_count(*term, value) > 0
             {
-                return Err(Unfit::ExistingPodAntiAffinity);
+                return Err(Rejected::ExistingPodAntiAffinity);
             }
         }
         Ok(())

@@ -49,6 +49,53 @@ impl NodeInfo {
     }
 }
 
+/// What is left on a node, packed densely per slot so that `find_node` can reject full nodes
+/// without touching the node itself. Extended resources are not summarised; the full filters check
+/// them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FitSummary {
+    pub cpu_milli: i64,
+    pub memory: i64,
+    pub ephemeral_storage: i64,
+    pub pods: i64,
+    /// Live and not cordoned.
+    pub open: bool,
+}
+
+impl FitSummary {
+    fn of(info: &NodeInfo) -> FitSummary {
+        let a = &info.node.allocatable;
+        let r = &info.requested;
+        FitSummary {
+            cpu_milli: a.cpu_milli.saturating_sub(r.cpu_milli),
+            memory: a.memory.saturating_sub(r.memory),
+            ephemeral_storage: a.ephemeral_storage.saturating_sub(r.ephemeral_storage),
+            pods: a.pods.saturating_sub(r.pods),
+            open: !info.node.unschedulable,
+        }
+    }
+
+    /// The amounts a pod needs, in the same shape (`pods` is 1).
+    pub fn wanted_by(pod: &Pod) -> FitSummary {
+        FitSummary {
+            cpu_milli: pod.requests.cpu_milli,
+            memory: pod.requests.memory,
+            ephemeral_storage: pod.requests.ephemeral_storage,
+            pods: 1,
+            open: true,
+        }
+    }
+
+    /// False only when the node certainly rejects a pod wanting `wants`.
+    pub fn may_fit(&self, wants: &FitSummary) -> bool {
+        self.open
+            && wants.pods <= self.pods
+            && (wants.cpu_milli <= 0 || wants.cpu_milli <= self.cpu_milli)
+            && (wants.memory <= 0 || wants.memory <= self.memory)
+            && (wants.ephemeral_storage <= 0 || wants.ephemeral_storage <= self.ephemeral_storage)
+    }
+}
+
 #[derive(Debug)]
 enum Undo {
     AddedNode(NodeId),
@@ -67,6 +114,8 @@ enum Undo {
 #[derive(Debug, Default)]
 pub struct Snapshot {
     slots: Vec<Option<NodeInfo>>,
+    /// Per slot, kept equal to `FitSummary::of` the slot's node (closed for dead slots).
+    fit_summaries: Vec<FitSummary>,
     by_name: HashMap<String, NodeId>,
     live_nodes: usize,
     pod_count: usize,
@@ -199,6 +248,10 @@ impl Snapshot {
         self.namespace_labels.get(namespace)
     }
 
+    pub(crate) fn fit_summaries(&self) -> &[FitSummary] {
+        &self.fit_summaries
+    }
+
     pub(crate) fn slots(&self) -> &[Option<NodeInfo>] {
         &self.slots
     }
@@ -244,6 +297,11 @@ impl Snapshot {
         if self.slots.len() <= id.index() {
             self.slots.resize_with(id.index() + 1, || None);
         }
+        if self.fit_summaries.len() <= id.index() {
+            self.fit_summaries
+                .resize(id.index() + 1, FitSummary::default());
+        }
+        self.fit_summaries[id.index()] = FitSummary::of(&info);
         self.slots[id.index()] = Some(info);
         let topology = self
             .topology
@@ -268,6 +326,7 @@ impl Snapshot {
         pods.reverse();
         self.topology_mut().node_removed(id.index());
         let mut info = self.slots.get_mut(id.index()).and_then(Option::take)?;
+        self.fit_summaries[id.index()] = FitSummary::default();
         self.by_name.remove(&info.node.name);
         self.live_nodes -= 1;
         for pod in &pods {
@@ -283,6 +342,7 @@ impl Snapshot {
             return;
         };
         Self::account_pod(info, &pod, true);
+        self.fit_summaries[id.index()] = FitSummary::of(info);
         match position {
             Some(p) if p <= info.pods.len() => info.pods.insert(p, pod.clone()),
             _ => info.pods.push(pod.clone()),
@@ -305,6 +365,7 @@ impl Snapshot {
         }
         let pod = info.pods.remove(index);
         Self::account_pod(info, &pod, false);
+        self.fit_summaries[id.index()] = FitSummary::of(info);
         self.pod_count -= 1;
         if !pod.pod_anti_affinity.is_empty() {
             self.pods_with_anti_affinity -= 1;
@@ -339,6 +400,7 @@ impl Snapshot {
                 self.detach_node(id);
                 if id.index() + 1 == self.slots.len() {
                     self.slots.pop();
+                    self.fit_summaries.truncate(self.slots.len());
                 }
             }
             Undo::RemovedNode(id, info) => self.attach_node(id, info),
@@ -369,6 +431,10 @@ impl Snapshot {
             })
             .sum();
         assert_eq!(self.pods_with_anti_affinity, carriers);
+        for (i, slot) in self.slots.iter().enumerate() {
+            let expected = slot.as_ref().map(FitSummary::of).unwrap_or_default();
+            assert_eq!(self.fit_summaries[i], expected, "fit summary of slot {i}");
+        }
         self.topology()
             .assert_consistent(&self.slots, &self.namespace_labels);
     }

@@ -12,7 +12,7 @@ use ferroscale_model::{
 use proptest::prelude::*;
 
 use super::*;
-use crate::filters::{Unfit, check};
+use crate::filters::{Unfit, check, find_node};
 
 #[derive(Debug, Clone)]
 struct NodeShape {
@@ -200,6 +200,10 @@ fn probes() -> Vec<Pod> {
             }
         }
     }
+    // Fits only on nodes holding at most one pod: exercises the capacity summaries.
+    let mut big = Pod::new("default", "big");
+    big.requests = Resources::new(7990, 1 << 20);
+    probes.push(big);
     probes
 }
 
@@ -255,6 +259,7 @@ struct Observed {
     pod_count: usize,
     nodes: Vec<(String, Vec<String>, Resources, Vec<HostPort>)>,
     verdicts: Vec<Vec<Result<(), Unfit>>>,
+    first_fit: Vec<Option<String>>,
 }
 
 fn observe(s: &Snapshot) -> Observed {
@@ -277,11 +282,16 @@ fn observe(s: &Snapshot) -> Observed {
                 .collect()
         })
         .collect();
+    let first_fit = probes()
+        .iter()
+        .map(|p| find_node(s, p, 0).map(|id| s.node(id).unwrap().node.name.clone()))
+        .collect();
     Observed {
         node_count: s.node_count(),
         pod_count: s.pod_count(),
         nodes,
         verdicts,
+        first_fit,
     }
 }
 
