@@ -180,24 +180,33 @@ pub fn find_node(snapshot: &Snapshot, pod: &Pod, start: usize) -> Option<NodeId>
     let start = start % slots;
     let wants = FitSummary::wanted_by(pod);
     let summaries = snapshot.fit_summaries();
-    let candidates = (start..slots)
-        .chain(0..start)
-        .filter(|i| summaries.get(*i).is_some_and(|s| s.may_fit(&wants)))
-        .map(|i| NodeId(i as u32));
+    // A pod without node-level constraints passes the node-local filters wherever the summary
+    // says so, and the node itself need not be read at all.
+    let unconstrained = pod.node_name.is_none()
+        && pod.node_selector.is_empty()
+        && pod.required_node_affinity.is_none()
+        && pod.requests.extended().next().is_none();
+    let local_ok = |i: usize| {
+        summaries.get(i).is_some_and(|s| {
+            if unconstrained && s.admits_unconstrained(&wants) {
+                true
+            } else {
+                s.may_fit(&wants)
+                    && snapshot
+                        .node(NodeId(i as u32))
+                        .is_some_and(|info| check_node_local(pod, info).is_ok())
+            }
+        })
+    };
+    let mut order = (start..slots).chain(0..start);
     if !needs_inter_pod_filters(snapshot, pod) {
-        return candidates.into_iter().find(|id| {
-            snapshot
-                .node(*id)
-                .is_some_and(|info| check_node_local(pod, info).is_ok())
-        });
+        return order.find(|i| local_ok(*i)).map(|i| NodeId(i as u32));
     }
     let mut topology = snapshot.topology();
     let plan = InterPodPlan::prepare(&mut topology, snapshot, pod);
-    candidates.into_iter().find(|id| {
-        snapshot.node(*id).is_some_and(|info| {
-            check_node_local(pod, info).is_ok() && plan.check(&topology, *id).is_ok()
-        })
-    })
+    order
+        .find(|i| local_ok(*i) && plan.check(&topology, NodeId(*i as u32)).is_ok())
+        .map(|i| NodeId(i as u32))
 }
 
 /// A rejection as the filters produce it: borrowed, so that scanning thousands of nodes allocates

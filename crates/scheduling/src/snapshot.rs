@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use ferroscale_model::{HostPort, Labels, Node, Pod, Resources};
+use ferroscale_model::{HostPort, Labels, Node, Pod, Resources, TaintEffect};
 
 use crate::topology::{NamespaceLabels, TopologyIndex};
 
@@ -60,6 +60,10 @@ pub(crate) struct FitSummary {
     pub pods: i64,
     /// Live and not cordoned.
     pub open: bool,
+    /// Has a taint that can reject pods (NoSchedule or NoExecute).
+    pub tainted: bool,
+    /// Some placed pod uses a host port.
+    pub ports_in_use: bool,
 }
 
 impl FitSummary {
@@ -72,6 +76,12 @@ impl FitSummary {
             ephemeral_storage: a.ephemeral_storage.saturating_sub(r.ephemeral_storage),
             pods: a.pods.saturating_sub(r.pods),
             open: !info.node.unschedulable,
+            tainted: info
+                .node
+                .taints
+                .iter()
+                .any(|t| t.effect != TaintEffect::PreferNoSchedule),
+            ports_in_use: !info.host_ports.is_empty(),
         }
     }
 
@@ -83,7 +93,16 @@ impl FitSummary {
             ephemeral_storage: pod.requests.ephemeral_storage,
             pods: 1,
             open: true,
+            tainted: false,
+            ports_in_use: !pod.host_ports.is_empty(),
         }
+    }
+
+    /// True when the node-local filters certainly accept a pod wanting `wants` that has no node
+    /// name, node selector, node affinity or extended resource request: the node is open, has
+    /// room, has no taint that could reject, and no host port that could conflict.
+    pub fn admits_unconstrained(&self, wants: &FitSummary) -> bool {
+        self.may_fit(wants) && !self.tainted && !(self.ports_in_use && wants.ports_in_use)
     }
 
     /// False only when the node certainly rejects a pod wanting `wants`.

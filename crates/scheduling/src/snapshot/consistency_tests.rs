@@ -204,6 +204,13 @@ fn probes() -> Vec<Pod> {
     let mut big = Pod::new("default", "big");
     big.requests = Resources::new(7990, 1 << 20);
     probes.push(big);
+    let mut port = Pod::new("default", "port");
+    port.host_ports.push(HostPort {
+        port: 8080,
+        protocol: Protocol::Tcp,
+        host_ip: String::new(),
+    });
+    probes.push(port);
     probes
 }
 
