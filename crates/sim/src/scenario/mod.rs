@@ -92,6 +92,8 @@ pub struct ScenarioEvent {
     pub action: ScenarioAction,
 }
 
+// Scenarios hold a handful of events; boxing the pod would only add indirection for readers.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum ScenarioAction {
     /// `count` copies of `pod`; with `count > 1` the copies are named `<name>-<i>` (i from 0).
