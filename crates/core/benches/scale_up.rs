@@ -1,9 +1,58 @@
-//! Scale-up planning benchmarks (filled in with the fixtures).
-use criterion::{Criterion, criterion_group, criterion_main};
+//! Scale-up planning speed on synthetic clusters (see `ferroscale_core::bench_fixtures`):
+//! (a) 1,000 busy nodes and 30,000 pending pods of three shapes; (b) 5,000 nodes, 150,000 running
+//! pods, 5,000 pending pods with hostname anti-affinity and zone spread; (c) Karpenter's mix of
+//! 20,000 constrained pods onto an empty cluster; (d) how (a)-like plans scale with cluster size.
+//!
+//! Each iteration forks the snapshot and reverts it afterwards, so every plan sees the same cluster.
 
-fn placeholder(c: &mut Criterion) {
-    c.bench_function("noop", |b| b.iter(|| 1 + 1));
+use std::hint::black_box;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use ferroscale_core::bench_fixtures::{
+    ScaleUpFixture, busy_cluster, constrained_cluster, karpenter_mix,
+};
+use ferroscale_core::scale_up::plan_scale_up;
+
+fn plan_once(fixture: &mut ScaleUpFixture) -> usize {
+    fixture.snapshot.fork();
+    let plan = plan_scale_up(fixture.input());
+    fixture.snapshot.revert();
+    plan.increases.iter().map(|i| i.delta()).sum()
 }
 
-criterion_group!(benches, placeholder);
+fn scenarios(c: &mut Criterion) {
+    let mut group = c.benchmark_group("plan_scale_up");
+    group.sample_size(10);
+
+    let mut a = busy_cluster(1000, 30, 30_000, 3, 5);
+    group.bench_function("a_1k_nodes_30k_pending_3_shapes", |b| {
+        b.iter(|| black_box(plan_once(&mut a)))
+    });
+    drop(a);
+
+    let mut b_fixture = constrained_cluster(5000, 5000);
+    group.bench_function("b_5k_nodes_150k_running_5k_constrained_pending", |b| {
+        b.iter(|| black_box(plan_once(&mut b_fixture)))
+    });
+    drop(b_fixture);
+
+    let mut c_fixture = karpenter_mix(20_000, 5);
+    group.bench_function("c_karpenter_mix_20k_pending_empty_cluster", |b| {
+        b.iter(|| black_box(plan_once(&mut c_fixture)))
+    });
+    drop(c_fixture);
+    group.finish();
+
+    let mut scaling = c.benchmark_group("plan_scale_up_scaling");
+    scaling.sample_size(10);
+    for nodes in [100usize, 1000, 5000, 10_000] {
+        let mut fixture = busy_cluster(nodes, 30, nodes * 3, 3, 5);
+        scaling.bench_with_input(BenchmarkId::from_parameter(nodes), &nodes, |b, _| {
+            b.iter(|| black_box(plan_once(&mut fixture)))
+        });
+    }
+    scaling.finish();
+}
+
+criterion_group!(benches, scenarios);
 criterion_main!(benches);
