@@ -21,18 +21,23 @@
 //!    anti-affinity against the incoming pod.
 //!
 //! The scheduler splits each plugin into PreFilter (work per pod) and Filter (work per node). Here
-//! PreFilter becomes an [`InterPodPlan`]: the ids of the snapshot indexes (see
-//! [`crate::topology`]) the pod's constraints read, registered on first use. The per-node part is
-//! then a handful of array lookups. [`find_node`] builds the plan once per call; [`check`] builds it
-//! per call, and only for pods with inter-pod constraints (or when a placed pod has required
-//! anti-affinity).
+//! PreFilter becomes an inter-pod plan: the ids of the snapshot indexes (see `crate::topology`)
+//! the pod's constraints read, registered on first use. The per-node part is then a handful of
+//! array lookups. Plans hold only ids, so the snapshot keeps the recent ones by pod shape and a
+//! repeated `check` of the same kind of pod skips PreFilter; pods without inter-pod constraints
+//! never need one unless a placed pod has required anti-affinity.
+//!
+//! [`find_node`] only needs a yes/no per node, so it first consults the snapshot's dense per-node
+//! capacity summary and reads the node itself only when that cannot decide.
 
 use std::fmt;
+use std::sync::Arc;
 
 use ferroscale_model::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 use ferroscale_model::taints::first_untolerated;
 use ferroscale_model::{
-    NodeInclusionPolicy, Pod, Taint, TopologySpreadConstraint, UnsatisfiableAction,
+    Labels, NodeInclusionPolicy, NodeSelector, Pod, PodAffinityTerm, Taint, Toleration,
+    TopologySpreadConstraint, UnsatisfiableAction,
 };
 
 use crate::snapshot::{FitSummary, NodeId, NodeInfo, Snapshot};
@@ -162,8 +167,9 @@ pub fn check(snapshot: &Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> 
         return Ok(());
     }
     let mut topology = snapshot.topology();
-    let plan = InterPodPlan::prepare(&mut topology, snapshot, pod);
-    plan.check(&topology, node).map_err(Rejected::into_unfit)
+    let plan = InterPodPlan::for_pod(&mut topology, snapshot, pod);
+    plan.check(&topology, pod, node)
+        .map_err(Rejected::into_unfit)
 }
 
 /// The first node, in handle order starting at `start` and wrapping around, on which `pod` fits.
@@ -203,9 +209,9 @@ pub fn find_node(snapshot: &Snapshot, pod: &Pod, start: usize) -> Option<NodeId>
         return order.find(|i| local_ok(*i)).map(|i| NodeId(i as u32));
     }
     let mut topology = snapshot.topology();
-    let plan = InterPodPlan::prepare(&mut topology, snapshot, pod);
+    let plan = InterPodPlan::for_pod(&mut topology, snapshot, pod);
     order
-        .find(|i| local_ok(*i) && plan.check(&topology, NodeId(*i as u32)).is_ok())
+        .find(|i| local_ok(*i) && plan.check(&topology, pod, NodeId(*i as u32)).is_ok())
         .map(|i| NodeId(i as u32))
 }
 
@@ -333,51 +339,156 @@ fn check_resources<'a>(pod: &'a Pod, info: &'a NodeInfo) -> Result<(), Rejected<
 }
 
 /// One hard spread constraint, resolved against the snapshot indexes.
-#[derive(Debug)]
-struct SpreadCheck<'a> {
-    constraint: &'a TopologySpreadConstraint,
+#[derive(Debug, Clone)]
+struct SpreadCheck {
+    /// Position of the constraint in the pod's `topology_spread`.
+    constraint: usize,
     key: KeyId,
     view: SpreadViewId,
     /// The incoming pod matches the constraint's selector (it would count itself).
     self_match: bool,
 }
 
-/// The PreFilter state of the inter-pod filters for one pod: which indexes to read per node.
-/// Valid until the snapshot changes.
-#[derive(Debug)]
-pub(crate) struct InterPodPlan<'a> {
-    spread: Vec<SpreadCheck<'a>>,
+/// The PreFilter state of the inter-pod filters for one pod shape: which indexes to read per node.
+///
+/// It holds only index ids, so it stays valid while pods and nodes come and go; the snapshot keeps
+/// recent plans (see [`PlanCache`]) so that repeated checks of the same kind of pod skip
+/// PreFilter. Only two things can make a plan stale: namespace labels changing (all plans are
+/// dropped) and a placed pod bringing a new anti-affinity term (the plan picks it up on reuse).
+#[derive(Debug, Clone)]
+pub(crate) struct InterPodPlan {
+    spread: Vec<SpreadCheck>,
     /// Per required affinity term: its key and the counts of pods matching *all* terms.
     affinity: Vec<(KeyId, DomainCountsId)>,
-    /// No placed pod matches all the affinity terms, and the pod matches them itself: the first
-    /// pod of a group with affinity to itself may go anywhere its topology keys exist.
-    affinity_first_of_group: bool,
+    /// The pod matches all its own affinity terms (it may be the first of its group).
+    affinity_self_match: bool,
     /// Per required anti-affinity term: its key and the counts of pods matching it.
     anti_affinity: Vec<(KeyId, DomainCountsId)>,
     /// Placed pods' anti-affinity terms that match the incoming pod.
     existing_anti_affinity: Vec<(KeyId, ExistingTermId)>,
+    /// How many existing anti-affinity terms the snapshot knew when this plan looked at them.
+    existing_terms_seen: usize,
 }
 
-impl<'a> InterPodPlan<'a> {
-    pub(crate) fn prepare(
+/// What a plan depends on: the fields of a pod that the inter-pod filters read.
+#[derive(Debug)]
+struct PodShape {
+    namespace: String,
+    labels: Labels,
+    pod_affinity: Vec<PodAffinityTerm>,
+    pod_anti_affinity: Vec<PodAffinityTerm>,
+    topology_spread: Vec<TopologySpreadConstraint>,
+    node_selector: Labels,
+    required_node_affinity: Option<NodeSelector>,
+    tolerations: Vec<Toleration>,
+}
+
+impl PodShape {
+    fn of(pod: &Pod) -> PodShape {
+        PodShape {
+            namespace: pod.namespace.clone(),
+            labels: pod.labels.clone(),
+            pod_affinity: pod.pod_affinity.clone(),
+            pod_anti_affinity: pod.pod_anti_affinity.clone(),
+            topology_spread: pod.topology_spread.clone(),
+            node_selector: pod.node_selector.clone(),
+            required_node_affinity: pod.required_node_affinity.clone(),
+            tolerations: pod.tolerations.clone(),
+        }
+    }
+
+    fn describes(&self, pod: &Pod) -> bool {
+        self.namespace == pod.namespace
+            && self.labels == pod.labels
+            && self.topology_spread == pod.topology_spread
+            && self.pod_anti_affinity == pod.pod_anti_affinity
+            && self.pod_affinity == pod.pod_affinity
+            && self.node_selector == pod.node_selector
+            && self.required_node_affinity == pod.required_node_affinity
+            && self.tolerations == pod.tolerations
+    }
+}
+
+/// The most recently used plans, by pod shape. Small: the autoscaler simulates a handful of pod
+/// shapes at a time (one per equivalence group).
+#[derive(Debug, Default)]
+pub(crate) struct PlanCache {
+    entries: Vec<(PodShape, Arc<InterPodPlan>)>,
+    next_victim: usize,
+}
+
+const PLAN_CACHE_SIZE: usize = 16;
+
+impl PlanCache {
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+impl InterPodPlan {
+    /// The plan for `pod`, from the cache when a pod of the same shape was planned before.
+    pub(crate) fn for_pod(
         topology: &mut TopologyIndex,
         snapshot: &Snapshot,
-        pod: &'a Pod,
-    ) -> InterPodPlan<'a> {
+        pod: &Pod,
+    ) -> Arc<InterPodPlan> {
+        let namespaces = snapshot.all_namespace_labels();
+        let terms_known = topology.existing_term_count_total();
+        let cached = topology
+            .plans()
+            .entries
+            .iter()
+            .position(|(shape, _)| shape.describes(pod));
+        if let Some(i) = cached {
+            let plan = topology.plans().entries[i].1.clone();
+            if plan.existing_terms_seen == terms_known {
+                return plan;
+            }
+            // Placed pods brought new anti-affinity terms: look at those only.
+            let mut refreshed = InterPodPlan::clone(&plan);
+            refreshed.existing_terms_seen = terms_known;
+            refreshed
+                .existing_anti_affinity
+                .extend(topology.existing_terms_matching(
+                    pod,
+                    namespaces,
+                    plan.existing_terms_seen,
+                ));
+            let refreshed = Arc::new(refreshed);
+            topology.plans().entries[i].1 = refreshed.clone();
+            return refreshed;
+        }
+        let plan = Arc::new(InterPodPlan::prepare(topology, snapshot, pod));
+        let cache = topology.plans();
+        if cache.entries.len() < PLAN_CACHE_SIZE {
+            cache.entries.push((PodShape::of(pod), plan.clone()));
+        } else {
+            let victim = cache.next_victim % PLAN_CACHE_SIZE;
+            cache.entries[victim] = (PodShape::of(pod), plan.clone());
+            cache.next_victim = victim + 1;
+        }
+        plan
+    }
+
+    fn prepare(topology: &mut TopologyIndex, snapshot: &Snapshot, pod: &Pod) -> InterPodPlan {
         let slots = snapshot.slots();
         let namespaces = snapshot.all_namespace_labels();
 
         let mut spread = Vec::new();
-        let hard: Vec<&TopologySpreadConstraint> =
-            pod.topology_spread.iter().filter(|c| is_hard(c)).collect();
+        let hard: Vec<(usize, &TopologySpreadConstraint)> = pod
+            .topology_spread
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| is_hard(c))
+            .collect();
         if !hard.is_empty() {
             let mut required_keys: Vec<String> =
-                hard.iter().map(|c| c.topology_key.clone()).collect();
+                hard.iter().map(|(_, c)| c.topology_key.clone()).collect();
             required_keys.sort();
             required_keys.dedup();
             let has_node_affinity =
                 !pod.node_selector.is_empty() || pod.required_node_affinity.is_some();
-            for constraint in hard {
+            for (position, constraint) in hard {
                 let key = topology.key_id(&constraint.topology_key, slots);
                 // The scheduler counts nothing for an empty selector (and an absent one matches
                 // nothing); both become the never-matching clause.
@@ -405,7 +516,7 @@ impl<'a> InterPodPlan<'a> {
                     .as_ref()
                     .is_some_and(|s| s.matches(&pod.labels));
                 spread.push(SpreadCheck {
-                    constraint,
+                    constraint: position,
                     key,
                     view,
                     self_match,
@@ -414,14 +525,14 @@ impl<'a> InterPodPlan<'a> {
         }
 
         let mut affinity = Vec::new();
-        let mut affinity_first_of_group = false;
+        let mut affinity_self_match = false;
         if !pod.pod_affinity.is_empty() {
             let clauses: Vec<PodClause> = pod
                 .pod_affinity
                 .iter()
                 .map(|t| PodClause::from_term(t, &pod.namespace))
                 .collect();
-            let self_match = clauses.iter().all(|c| c.matches(pod, namespaces));
+            affinity_self_match = clauses.iter().all(|c| c.matches(pod, namespaces));
             let matcher = PodMatcher {
                 clauses,
                 skip_terminating: false,
@@ -431,8 +542,6 @@ impl<'a> InterPodPlan<'a> {
                 let counts = topology.domain_counts(matcher.clone(), key, slots, namespaces);
                 affinity.push((key, counts));
             }
-            affinity_first_of_group =
-                self_match && affinity.iter().all(|(_, c)| topology.domain_total(*c) == 0);
         }
 
         let anti_affinity = pod
@@ -448,39 +557,42 @@ impl<'a> InterPodPlan<'a> {
             })
             .collect();
 
-        let existing_anti_affinity = if snapshot.has_pods_with_anti_affinity() {
-            topology.existing_terms_matching(pod, namespaces)
-        } else {
-            Vec::new()
-        };
-
         InterPodPlan {
             spread,
             affinity,
-            affinity_first_of_group,
+            affinity_self_match,
             anti_affinity,
-            existing_anti_affinity,
+            existing_anti_affinity: topology.existing_terms_matching(pod, namespaces, 0),
+            existing_terms_seen: topology.existing_term_count_total(),
         }
     }
 
-    /// Filters 7 and 8 for one node.
-    fn check(&self, topology: &TopologyIndex, node: NodeId) -> Result<(), Rejected<'a>> {
+    /// Filters 7 and 8 for one node. `pod` is the pod the plan was made for.
+    fn check<'p>(
+        &self,
+        topology: &TopologyIndex,
+        pod: &'p Pod,
+        node: NodeId,
+    ) -> Result<(), Rejected<'p>> {
         let id = node.index();
         for s in &self.spread {
+            let Some(constraint) = pod.topology_spread.get(s.constraint) else {
+                continue;
+            };
             let Some(value) = topology.node_value(s.key, id) else {
-                return Err(Rejected::SpreadMissingLabel(s.constraint));
+                return Err(Rejected::SpreadMissingLabel(constraint));
             };
             let numbers = topology.spread_numbers(s.view, value);
             // Fewer eligible domains than minDomains (default 1) make the global minimum 0.
-            let min_domains = s.constraint.min_domains.unwrap_or(1).max(1) as u32;
+            let min_domains = constraint.min_domains.unwrap_or(1).max(1) as u32;
             let global_min = if numbers.domains < min_domains {
                 0
             } else {
                 i64::from(numbers.global_min)
             };
             let skew = i64::from(numbers.matching) + i64::from(s.self_match) - global_min;
-            if skew > i64::from(s.constraint.max_skew) {
-                return Err(Rejected::Spread(s.constraint));
+            if skew > i64::from(constraint.max_skew) {
+                return Err(Rejected::Spread(constraint));
             }
         }
 
@@ -493,7 +605,14 @@ impl<'a> InterPodPlan<'a> {
                     matching_pods_everywhere = false;
                 }
             }
-            if !matching_pods_everywhere && !self.affinity_first_of_group {
+            // The first pod of a group with affinity to itself: no placed pod matches all the
+            // terms (on a node that has the keys), and the pod matches them itself.
+            let first_of_group = self.affinity_self_match
+                && self
+                    .affinity
+                    .iter()
+                    .all(|(_, c)| topology.domain_total(*c) == 0);
+            if !matching_pods_everywhere && !first_of_group {
                 return Err(Rejected::PodAffinity);
             }
         }

@@ -28,6 +28,7 @@ use ferroscale_model::{
     LabelSelector, Labels, Node, NodeSelector, Pod, PodAffinityTerm, Toleration,
 };
 
+use crate::filters::PlanCache;
 use crate::snapshot::NodeInfo;
 
 /// Interned id of a topology key.
@@ -336,6 +337,8 @@ pub(crate) struct TopologyIndex {
     spread_view_ids: HashMap<(usize, KeyId, usize), usize>,
     existing_terms: Vec<ExistingTerm>,
     existing_term_ids: HashMap<(PodClause, KeyId), usize>,
+    /// Prepared filter plans by pod shape; they hold ids into the indexes above.
+    plans: PlanCache,
 }
 
 fn grow<T: Clone>(v: &mut Vec<T>, index: usize, fill: T) {
@@ -514,6 +517,7 @@ impl TopologyIndex {
         self.domain_count_ids.clear();
         self.spread_views.clear();
         self.spread_view_ids.clear();
+        self.plans.clear();
     }
 
     // ----- queries -----
@@ -560,17 +564,30 @@ impl TopologyIndex {
     }
 
     /// The placed pods' anti-affinity terms that `pod` matches, with their topology keys.
+    /// Terms are never forgotten (a term whose carriers all left just counts zero everywhere),
+    /// so a plan can remember how many it has seen and look only at newer ones.
     pub fn existing_terms_matching(
         &self,
         pod: &Pod,
         namespaces: &NamespaceLabels,
+        skip: usize,
     ) -> Vec<(KeyId, ExistingTermId)> {
         self.existing_terms
             .iter()
             .enumerate()
-            .filter(|(_, t)| t.carriers > 0 && t.clause.matches(pod, namespaces))
+            .skip(skip)
+            .filter(|(_, t)| t.clause.matches(pod, namespaces))
             .map(|(i, t)| (t.key, ExistingTermId(i)))
             .collect()
+    }
+
+    /// Number of distinct anti-affinity terms placed pods have ever brought.
+    pub fn existing_term_count_total(&self) -> usize {
+        self.existing_terms.len()
+    }
+
+    pub fn plans(&mut self) -> &mut PlanCache {
+        &mut self.plans
     }
 
     pub fn existing_term_count(&self, id: ExistingTermId, value: ValueId) -> u32 {

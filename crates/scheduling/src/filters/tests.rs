@@ -742,3 +742,23 @@ fn affinity_operators_in_label_selectors() {
     });
     assert_eq!(fits_on(&s, &p), vec!["c1", "nozone"]);
 }
+
+#[test]
+fn repeated_checks_see_pods_placed_since_the_previous_check() {
+    let (mut s, n) = three_zones();
+    let web = app("web", "web");
+    let mut spread_web = app("web", "web");
+    spread_web.topology_spread.push(spread("web", ZONE, 1));
+    // Plan both shapes once, with nothing placed.
+    assert_eq!(fits_on(&s, &web).len(), 5);
+    assert_eq!(fits_on(&s, &spread_web).len(), 4);
+    // A pod arrives whose anti-affinity term the cached plans have never seen.
+    let mut lonely = app("lonely", "db");
+    lonely.pod_anti_affinity.push(term("web", HOSTNAME));
+    place(&mut s, n[3], lonely);
+    assert_eq!(check(&s, &web, n[3]), Err(Unfit::ExistingPodAntiAffinity));
+    // Spread counts follow placements too.
+    place(&mut s, n[0], app("web-0", "web"));
+    assert_eq!(fits_on(&s, &spread_web), vec!["b1"]);
+    assert_eq!(find_node(&s, &spread_web, 0), Some(n[2]));
+}
