@@ -87,7 +87,10 @@ impl Instance {
     pub fn running(id: impl Into<String>) -> Instance {
         Instance {
             id: id.into(),
-            status: Some(InstanceStatus { state: InstanceState::Running, error: None }),
+            status: Some(InstanceStatus {
+                state: InstanceState::Running,
+                error: None,
+            }),
         }
     }
 }
@@ -132,12 +135,20 @@ pub struct ResourceLimits {
 
 impl ResourceLimits {
     pub fn min(&self, resource: &str) -> i64 {
-        self.min.iter().find(|(n, _)| n == resource).map(|(_, v)| *v).unwrap_or(0)
+        self.min
+            .iter()
+            .find(|(n, _)| n == resource)
+            .map(|(_, v)| *v)
+            .unwrap_or(0)
     }
 
     /// `i64::MAX` when unlimited.
     pub fn max(&self, resource: &str) -> i64 {
-        self.max.iter().find(|(n, _)| n == resource).map(|(_, v)| *v).unwrap_or(i64::MAX)
+        self.max
+            .iter()
+            .find(|(n, _)| n == resource)
+            .map(|(_, v)| *v)
+            .unwrap_or(i64::MAX)
     }
 }
 
@@ -225,8 +236,10 @@ pub trait CloudProvider: Send + Sync {
     /// Every group the autoscaler may manage. May change after `refresh`.
     async fn node_groups(&self) -> Result<Vec<Arc<dyn NodeGroup>>, CloudError>;
     /// The group a node belongs to; `Ok(None)` when the node must not be managed.
-    async fn node_group_for_node(&self, node: &Node)
-    -> Result<Option<Arc<dyn NodeGroup>>, CloudError>;
+    async fn node_group_for_node(
+        &self,
+        node: &Node,
+    ) -> Result<Option<Arc<dyn NodeGroup>>, CloudError>;
     /// Whether the node's instance still exists (optional).
     async fn has_instance(&self, _node: &Node) -> Result<bool, CloudError> {
         Err(CloudError::NotImplemented)

@@ -57,7 +57,10 @@ impl LabelSelector {
         pairs: impl IntoIterator<Item = (K, V)>,
     ) -> LabelSelector {
         LabelSelector {
-            match_labels: pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+            match_labels: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
             match_expressions: Vec::new(),
         }
     }
@@ -67,7 +70,9 @@ impl LabelSelector {
     }
 
     pub fn matches(&self, labels: &Labels) -> bool {
-        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
             && self.match_expressions.iter().all(|r| r.matches(labels))
     }
 }
@@ -153,7 +158,10 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     fn req(key: &str, operator: LabelOperator, values: &[&str]) -> LabelRequirement {
@@ -178,7 +186,10 @@ mod tests {
         assert!(LabelSelector::default().matches(&l));
         assert!(LabelSelector::from_labels([("app", "web")]).matches(&l));
         assert!(!LabelSelector::from_labels([("app", "db")]).matches(&l));
-        let with = |r| LabelSelector { match_labels: Labels::new(), match_expressions: vec![r] };
+        let with = |r| LabelSelector {
+            match_labels: Labels::new(),
+            match_expressions: vec![r],
+        };
         assert!(with(req("app", LabelOperator::In, &["web", "api"])).matches(&l));
         assert!(!with(req("app", LabelOperator::NotIn, &["web"])).matches(&l));
         assert!(with(req("missing", LabelOperator::NotIn, &["x"])).matches(&l));
@@ -190,7 +201,10 @@ mod tests {
     #[test]
     fn node_selector_operators() {
         let l = labels(&[("zone", "a"), ("cores", "8")]);
-        let term = |r| NodeSelectorTerm { match_expressions: vec![r], match_fields: vec![] };
+        let term = |r| NodeSelectorTerm {
+            match_expressions: vec![r],
+            match_fields: vec![],
+        };
         assert!(term(node_req("zone", NodeOperator::In, &["a", "b"])).matches("n", &l));
         assert!(!term(node_req("zone", NodeOperator::NotIn, &["a"])).matches("n", &l));
         assert!(term(node_req("cores", NodeOperator::Gt, &["4"])).matches("n", &l));

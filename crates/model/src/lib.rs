@@ -19,9 +19,9 @@ pub use labels::{
 };
 pub use node::{ConditionStatus, Node, NodeConditions};
 pub use pod::{
-    ContainerRequests, effective_requests,
-    HostPort, NodeInclusionPolicy, OwnerRef, Pod, PodAffinityTerm, PodCondition, PodPhase,
-    Protocol, RestartPolicy, TopologySpreadConstraint, UnsatisfiableAction, Volume, VolumeSource,
+    ContainerRequests, HostPort, NodeInclusionPolicy, OwnerRef, Pod, PodAffinityTerm, PodCondition,
+    PodPhase, Protocol, RestartPolicy, TopologySpreadConstraint, UnsatisfiableAction, Volume,
+    VolumeSource, effective_requests,
 };
 pub use quantity::{Quantity, QuantityError};
 pub use resources::{ResourceName, Resources};

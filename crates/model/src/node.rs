@@ -71,7 +71,10 @@ impl Node {
         self.conditions.ready == Some(ConditionStatus::True)
             && !self.conditions.disk_pressure
             && !self.conditions.network_unavailable
-            && !self.taints.iter().any(|t| READINESS_TAINTS.contains(&t.key.as_str()))
+            && !self
+                .taints
+                .iter()
+                .any(|t| READINESS_TAINTS.contains(&t.key.as_str()))
     }
 
     pub fn label(&self, key: &str) -> Option<&str> {
@@ -96,7 +99,11 @@ mod tests {
         n.conditions.disk_pressure = true;
         assert!(!n.is_ready());
         n.conditions.disk_pressure = false;
-        n.taints.push(Taint::new("node.kubernetes.io/not-ready", "", TaintEffect::NoSchedule));
+        n.taints.push(Taint::new(
+            "node.kubernetes.io/not-ready",
+            "",
+            TaintEffect::NoSchedule,
+        ));
         assert!(!n.is_ready());
         n.taints.clear();
         n.conditions.ready = None;

@@ -74,7 +74,9 @@ impl HostPort {
         let wildcard = |ip: &str| ip.is_empty() || ip == "0.0.0.0";
         self.port == other.port
             && self.protocol == other.protocol
-            && (wildcard(&self.host_ip) || wildcard(&other.host_ip) || self.host_ip == other.host_ip)
+            && (wildcard(&self.host_ip)
+                || wildcard(&other.host_ip)
+                || self.host_ip == other.host_ip)
     }
 }
 
@@ -122,8 +124,12 @@ pub struct TopologySpreadConstraint {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum VolumeSource {
     HostPath,
-    EmptyDir { memory_medium: bool },
-    PersistentVolumeClaim { claim_name: String },
+    EmptyDir {
+        memory_medium: bool,
+    },
+    PersistentVolumeClaim {
+        claim_name: String,
+    },
     /// ConfigMap, Secret, projected, downward API and every other kind that is not local storage.
     Other,
 }
@@ -187,7 +193,10 @@ impl Pod {
     /// Owned by a DaemonSet, or annotated as a DaemonSet pod.
     pub fn is_daemonset_pod(&self) -> bool {
         self.controller().is_some_and(|o| o.kind == "DaemonSet")
-            || self.annotations.get(DAEMONSET_POD).is_some_and(|v| v == "true")
+            || self
+                .annotations
+                .get(DAEMONSET_POD)
+                .is_some_and(|v| v == "true")
     }
 
     /// A static pod's mirror in the API.
@@ -222,7 +231,9 @@ impl Pod {
     }
 
     pub fn requests_gpu(&self) -> bool {
-        self.requests.extended().any(|(name, v)| v > 0 && name.ends_with("/gpu"))
+        self.requests
+            .extended()
+            .any(|(name, v)| v > 0 && name.ends_with("/gpu"))
     }
 }
 
@@ -277,14 +288,20 @@ mod tests {
         // Two containers of 100m + 200m, one init container of 500m: the init peak wins.
         let r = effective_requests(
             &[cpu(100), cpu(200)],
-            &[ContainerRequests { requests: cpu(500), restartable_init: false }],
+            &[ContainerRequests {
+                requests: cpu(500),
+                restartable_init: false,
+            }],
             None,
         );
         assert_eq!(r.cpu_milli, 500);
         // A smaller init container does not matter.
         let r = effective_requests(
             &[cpu(100), cpu(200)],
-            &[ContainerRequests { requests: cpu(250), restartable_init: false }],
+            &[ContainerRequests {
+                requests: cpu(250),
+                restartable_init: false,
+            }],
             None,
         );
         assert_eq!(r.cpu_milli, 300);
@@ -295,8 +312,14 @@ mod tests {
         let r = effective_requests(
             &[cpu(100)],
             &[
-                ContainerRequests { requests: cpu(50), restartable_init: true },
-                ContainerRequests { requests: cpu(300), restartable_init: false },
+                ContainerRequests {
+                    requests: cpu(50),
+                    restartable_init: true,
+                },
+                ContainerRequests {
+                    requests: cpu(300),
+                    restartable_init: false,
+                },
             ],
             Some(&cpu(10)),
         );
@@ -306,8 +329,14 @@ mod tests {
         let r = effective_requests(
             &[cpu(100)],
             &[
-                ContainerRequests { requests: cpu(300), restartable_init: false },
-                ContainerRequests { requests: cpu(50), restartable_init: true },
+                ContainerRequests {
+                    requests: cpu(300),
+                    restartable_init: false,
+                },
+                ContainerRequests {
+                    requests: cpu(50),
+                    restartable_init: true,
+                },
             ],
             None,
         );
@@ -328,11 +357,19 @@ mod tests {
 
     #[test]
     fn host_port_conflicts() {
-        let hp = |port, ip: &str| HostPort { port, protocol: Protocol::Tcp, host_ip: ip.into() };
+        let hp = |port, ip: &str| HostPort {
+            port,
+            protocol: Protocol::Tcp,
+            host_ip: ip.into(),
+        };
         assert!(hp(80, "").conflicts_with(&hp(80, "10.0.0.1")));
         assert!(!hp(80, "10.0.0.2").conflicts_with(&hp(80, "10.0.0.1")));
         assert!(!hp(80, "").conflicts_with(&hp(81, "")));
-        let udp = HostPort { port: 80, protocol: Protocol::Udp, host_ip: String::new() };
+        let udp = HostPort {
+            port: 80,
+            protocol: Protocol::Udp,
+            host_ip: String::new(),
+        };
         assert!(!hp(80, "").conflicts_with(&udp));
     }
 }

@@ -34,7 +34,10 @@ impl Quantity {
     /// binary suffix (`Ki`..`Ei`), a decimal suffix (`n`, `u`, `m`, none, `k`, `M`, `G`, `T`, `P`,
     /// `E`) or a decimal exponent (`e3`, `E-2`).
     pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
-        let err = |reason| QuantityError { input: input.to_string(), reason };
+        let err = |reason| QuantityError {
+            input: input.to_string(),
+            reason,
+        };
         let s = input.trim();
         if s.is_empty() {
             return Err(err("empty string"));
@@ -114,7 +117,9 @@ impl Quantity {
         let pow10 = 9i64 + i64::from(dec_exp) - i64::from(frac_digits);
         if pow10 >= 0 {
             let factor = pow10_i128(pow10).ok_or_else(|| err("value too large"))?;
-            scaled = scaled.checked_mul(factor).ok_or_else(|| err("value too large"))?;
+            scaled = scaled
+                .checked_mul(factor)
+                .ok_or_else(|| err("value too large"))?;
         } else {
             // Finer than a nano-unit: round up, as Kubernetes does.
             scaled = match pow10_i128(-pow10) {
@@ -125,17 +130,23 @@ impl Quantity {
         if scaled > i128::from(i64::MAX) * NANOS_PER_UNIT {
             return Err(err("value too large"));
         }
-        Ok(Quantity { nanos: if negative { -scaled } else { scaled } })
+        Ok(Quantity {
+            nanos: if negative { -scaled } else { scaled },
+        })
     }
 
     /// A quantity of whole units.
     pub fn from_units(units: i64) -> Quantity {
-        Quantity { nanos: i128::from(units) * NANOS_PER_UNIT }
+        Quantity {
+            nanos: i128::from(units) * NANOS_PER_UNIT,
+        }
     }
 
     /// A quantity of milli-units.
     pub fn from_millis(millis: i64) -> Quantity {
-        Quantity { nanos: i128::from(millis) * NANOS_PER_MILLI }
+        Quantity {
+            nanos: i128::from(millis) * NANOS_PER_MILLI,
+        }
     }
 
     /// Whole units, rounded up (Kubernetes `Value()`), saturating at the i64 range.
@@ -241,7 +252,9 @@ mod tests {
 
     #[test]
     fn malformed_quantities_name_the_input() {
-        for bad in ["", "abc", "1.2.3", "1Zi", "1e", "1ee3", "--1", ".", "1 Gi", "1e3.5", "Gi"] {
+        for bad in [
+            "", "abc", "1.2.3", "1Zi", "1e", "1ee3", "--1", ".", "1 Gi", "1e3.5", "Gi",
+        ] {
             let e = Quantity::parse(bad).unwrap_err();
             assert_eq!(e.input, bad);
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");

@@ -32,7 +32,11 @@ pub struct Resources {
 impl Resources {
     /// cpu (millicores) and memory (bytes) only.
     pub fn new(cpu_milli: i64, memory: i64) -> Resources {
-        Resources { cpu_milli, memory, ..Resources::default() }
+        Resources {
+            cpu_milli,
+            memory,
+            ..Resources::default()
+        }
     }
 
     /// Builds a vector from `(name, quantity string)` pairs as they appear in a Kubernetes
@@ -50,7 +54,11 @@ impl Resources {
 
     /// Sets a resource from a quantity, converting to the unit this vector keeps for it.
     pub fn set_quantity(&mut self, name: &str, q: Quantity) {
-        let value = if name == CPU { q.milli_value() } else { q.value() };
+        let value = if name == CPU {
+            q.milli_value()
+        } else {
+            q.value()
+        };
         self.set(name, value);
     }
 
@@ -74,7 +82,10 @@ impl Resources {
             MEMORY => self.memory = value,
             EPHEMERAL_STORAGE => self.ephemeral_storage = value,
             PODS => self.pods = value,
-            _ => match self.extended.binary_search_by(|(n, _)| n.as_ref().cmp(name)) {
+            _ => match self
+                .extended
+                .binary_search_by(|(n, _)| n.as_ref().cmp(name))
+            {
                 Ok(i) if value == 0 => {
                     self.extended.remove(i);
                 }
@@ -198,16 +209,25 @@ impl Resources {
             let (name, value) = match take {
                 std::cmp::Ordering::Less => {
                     i += 1;
-                    (self.extended[i - 1].0.clone(), op(self.extended[i - 1].1, 0))
+                    (
+                        self.extended[i - 1].0.clone(),
+                        op(self.extended[i - 1].1, 0),
+                    )
                 }
                 std::cmp::Ordering::Greater => {
                     j += 1;
-                    (other.extended[j - 1].0.clone(), op(0, other.extended[j - 1].1))
+                    (
+                        other.extended[j - 1].0.clone(),
+                        op(0, other.extended[j - 1].1),
+                    )
                 }
                 std::cmp::Ordering::Equal => {
                     i += 1;
                     j += 1;
-                    (self.extended[i - 1].0.clone(), op(self.extended[i - 1].1, other.extended[j - 1].1))
+                    (
+                        self.extended[i - 1].0.clone(),
+                        op(self.extended[i - 1].1, other.extended[j - 1].1),
+                    )
                 }
             };
             if value != 0 {
@@ -242,7 +262,14 @@ impl fmt::Display for Resources {
 
 /// Bytes in the largest binary unit that divides them exactly (`16Gi`, `1536Mi`, `100`).
 pub fn format_bytes(bytes: i64) -> String {
-    for (shift, unit) in [(60, "Ei"), (50, "Pi"), (40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")] {
+    for (shift, unit) in [
+        (60, "Ei"),
+        (50, "Pi"),
+        (40, "Ti"),
+        (30, "Gi"),
+        (20, "Mi"),
+        (10, "Ki"),
+    ] {
         if bytes != 0 && bytes % (1i64 << shift) == 0 {
             return format!("{}{unit}", bytes >> shift);
         }
@@ -260,7 +287,12 @@ mod tests {
 
     #[test]
     fn parse_list_converts_units() {
-        let r = res(&[("cpu", "1.5"), ("memory", "2Gi"), ("pods", "110"), ("nvidia.com/gpu", "2")]);
+        let r = res(&[
+            ("cpu", "1.5"),
+            ("memory", "2Gi"),
+            ("pods", "110"),
+            ("nvidia.com/gpu", "2"),
+        ]);
         assert_eq!(r.cpu_milli, 1500);
         assert_eq!(r.memory, 2 << 30);
         assert_eq!(r.pods, 110);
@@ -281,7 +313,10 @@ mod tests {
         let b = res(&[("cpu", "2"), ("b.io/y", "2"), ("c.io/z", "1")]);
         let sum = a.plus(&b);
         assert_eq!(sum.cpu_milli, 3000);
-        assert_eq!(sum.extended().collect::<Vec<_>>(), vec![("a.io/x", 1), ("b.io/y", 2), ("c.io/z", 4)]);
+        assert_eq!(
+            sum.extended().collect::<Vec<_>>(),
+            vec![("a.io/x", 1), ("b.io/y", 2), ("c.io/z", 4)]
+        );
         let diff = sum.minus(&b);
         assert_eq!(diff, a);
         let mut m = a.clone();
@@ -294,14 +329,24 @@ mod tests {
     fn fit_checks_only_requested_resources() {
         let node = res(&[("cpu", "4"), ("memory", "8Gi"), ("pods", "110")]);
         assert!(res(&[("cpu", "4")]).fits_in(&node));
-        assert_eq!(res(&[("cpu", "4001m")]).first_insufficient(&node), Some(CPU));
-        assert_eq!(res(&[("nvidia.com/gpu", "1")]).first_insufficient(&node), Some(NVIDIA_GPU));
+        assert_eq!(
+            res(&[("cpu", "4001m")]).first_insufficient(&node),
+            Some(CPU)
+        );
+        assert_eq!(
+            res(&[("nvidia.com/gpu", "1")]).first_insufficient(&node),
+            Some(NVIDIA_GPU)
+        );
         assert!(Resources::default().fits_in(&Resources::default()));
     }
 
     #[test]
     fn display_is_readable() {
-        let r = res(&[("cpu", "500m"), ("memory", "1536Mi"), ("nvidia.com/gpu", "1")]);
+        let r = res(&[
+            ("cpu", "500m"),
+            ("memory", "1536Mi"),
+            ("nvidia.com/gpu", "1"),
+        ]);
         assert_eq!(r.to_string(), "cpu=500m memory=1536Mi nvidia.com/gpu=1");
     }
 }

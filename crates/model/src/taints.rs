@@ -61,7 +61,12 @@ pub struct Taint {
 
 impl Taint {
     pub fn new(key: impl Into<String>, value: impl Into<String>, effect: TaintEffect) -> Taint {
-        Taint { key: key.into(), value: value.into(), effect, time_added: None }
+        Taint {
+            key: key.into(),
+            value: value.into(),
+            effect,
+            time_added: None,
+        }
     }
 }
 
@@ -110,8 +115,18 @@ pub fn first_untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) ->
 mod tests {
     use super::*;
 
-    fn tol(key: &str, op: TolerationOperator, value: &str, effect: Option<TaintEffect>) -> Toleration {
-        Toleration { key: key.into(), operator: op, value: value.into(), effect }
+    fn tol(
+        key: &str,
+        op: TolerationOperator,
+        value: &str,
+        effect: Option<TaintEffect>,
+    ) -> Toleration {
+        Toleration {
+            key: key.into(),
+            operator: op,
+            value: value.into(),
+            effect,
+        }
     }
 
     #[test]
@@ -133,7 +148,10 @@ mod tests {
             Taint::new("soft", "", TaintEffect::PreferNoSchedule),
             Taint::new("hard", "x", TaintEffect::NoExecute),
         ];
-        assert_eq!(first_untolerated(&taints, &[]).map(|t| t.key.as_str()), Some("hard"));
+        assert_eq!(
+            first_untolerated(&taints, &[]).map(|t| t.key.as_str()),
+            Some("hard")
+        );
         let ok = [tol("hard", TolerationOperator::Exists, "", None)];
         assert!(first_untolerated(&taints, &ok).is_none());
     }

@@ -33,20 +33,30 @@ impl Timestamp {
 impl Add<Duration> for Timestamp {
     type Output = Timestamp;
     fn add(self, d: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+        Timestamp(
+            self.0
+                .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        )
     }
 }
 
 impl Sub<Duration> for Timestamp {
     type Output = Timestamp;
     fn sub(self, d: Duration) -> Timestamp {
-        Timestamp(self.0.saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+        Timestamp(
+            self.0
+                .saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        )
     }
 }
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", format_duration(Duration::from_millis(self.0.max(0) as u64)))
+        write!(
+            f,
+            "{}",
+            format_duration(Duration::from_millis(self.0.max(0) as u64))
+        )
     }
 }
 
@@ -61,7 +71,10 @@ pub struct DurationError {
 /// `µs`, `ms`, `s`, `m`, `h` (`1h30m`, `1.5s`, `300ms`), or a bare `0`. Negative durations are
 /// rejected: nothing in the autoscaler's configuration means a negative time.
 pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
-    let err = |reason| DurationError { input: input.to_string(), reason };
+    let err = |reason| DurationError {
+        input: input.to_string(),
+        reason,
+    };
     let s = input.trim();
     let s = s.strip_prefix('+').unwrap_or(s);
     if s.starts_with('-') {
@@ -109,13 +122,17 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, DurationError> {
         } else {
             int_part.parse().map_err(|_| err("number too large"))?
         };
-        let mut part = int_value.checked_mul(unit_nanos).ok_or_else(|| err("duration too large"))?;
+        let mut part = int_value
+            .checked_mul(unit_nanos)
+            .ok_or_else(|| err("duration too large"))?;
         let mut scale = unit_nanos;
         for digit in frac_part.bytes().take(30) {
             scale /= 10;
             part += u128::from(digit - b'0') * scale;
         }
-        total_nanos = total_nanos.checked_add(part).ok_or_else(|| err("duration too large"))?;
+        total_nanos = total_nanos
+            .checked_add(part)
+            .ok_or_else(|| err("duration too large"))?;
         rest = next;
     }
     if total_nanos > u128::from(i64::MAX as u64) {
@@ -159,10 +176,22 @@ mod tests {
     fn go_durations_parse() {
         assert_eq!(parse_go_duration("90s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_go_duration("10m").unwrap(), Duration::from_secs(600));
-        assert_eq!(parse_go_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_go_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_go_duration("300ms").unwrap(), Duration::from_millis(300));
-        assert_eq!(parse_go_duration("87600h").unwrap(), Duration::from_secs(87600 * 3600));
+        assert_eq!(
+            parse_go_duration("1h30m").unwrap(),
+            Duration::from_secs(5400)
+        );
+        assert_eq!(
+            parse_go_duration("1.5s").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            parse_go_duration("300ms").unwrap(),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            parse_go_duration("87600h").unwrap(),
+            Duration::from_secs(87600 * 3600)
+        );
         assert_eq!(parse_go_duration("0").unwrap(), Duration::ZERO);
         assert_eq!(parse_go_duration("2µs").unwrap(), Duration::from_micros(2));
         assert_eq!(parse_go_duration(".5m").unwrap(), Duration::from_secs(30));
@@ -170,7 +199,15 @@ mod tests {
 
     #[test]
     fn bad_durations_name_the_input() {
-        for bad in ["", "10", "10x", "-5s", "1..5s", "s", "9999999999999999999999h"] {
+        for bad in [
+            "",
+            "10",
+            "10x",
+            "-5s",
+            "1..5s",
+            "s",
+            "9999999999999999999999h",
+        ] {
             let e = parse_go_duration(bad).unwrap_err();
             assert_eq!(e.input, bad);
         }
