@@ -126,7 +126,7 @@ enum Undo {
 /// An in-memory cluster on which scheduling is simulated.
 ///
 /// Besides the nodes and their pods, the snapshot keeps the topology indexes the inter-pod filters
-/// read (see [`crate::topology`]). They are registered lazily by the filters and kept up to date by
+/// read (see the private `topology` module). They are registered lazily by the filters and kept up to date by
 /// the same four internal functions (`attach_node`, `detach_node`, `attach_pod`, `detach_pod`) that
 /// both the public mutations and the undo log go through, so forking and reverting stay
 /// proportional to the changes made on the branch.
