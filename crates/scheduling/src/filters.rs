@@ -193,16 +193,16 @@ pub fn find_node(snapshot: &Snapshot, pod: &Pod, start: usize) -> Option<NodeId>
         && pod.required_node_affinity.is_none()
         && pod.requests.extended().next().is_none();
     let local_ok = |i: usize| {
-        summaries.get(i).is_some_and(|s| {
-            if unconstrained && s.admits_unconstrained(&wants) {
-                true
-            } else {
-                s.may_fit(&wants)
-                    && snapshot
-                        .node(NodeId(i as u32))
-                        .is_some_and(|info| check_node_local(pod, info).is_ok())
-            }
-        })
+        let Some(summary) = summaries.get(i) else {
+            return false;
+        };
+        if !summary.may_fit(&wants) {
+            return false;
+        }
+        (unconstrained && summary.admits_unconstrained(&wants))
+            || snapshot
+                .node(NodeId(i as u32))
+                .is_some_and(|info| check_node_local(pod, info).is_ok())
     };
     let mut order = (start..slots).chain(0..start);
     if !needs_inter_pod_filters(snapshot, pod) {
