@@ -28,6 +28,8 @@ pub struct PodRecord {
     pub pending_since: Timestamp,
     pub bound_at: Option<Timestamp>,
     pub deleted_at: Option<Timestamp>,
+    /// Bound by the scheduler stand-in (not created already bound): its wait counts.
+    pub was_scheduled: bool,
     /// Pods created from the same template share a shape: once one fails to fit in a scheduling
     /// pass, the others are not tried again in that pass (capacity only shrinks within a pass).
     pub shape: Option<usize>,
@@ -284,6 +286,7 @@ impl Cluster {
             pending_since: now,
             bound_at: None,
             deleted_at: None,
+            was_scheduled: false,
             shape,
         });
         index
@@ -389,6 +392,7 @@ impl Cluster {
                 Some(node) => {
                     self.round_robin = node.index() + 1;
                     self.bind(index, node, now);
+                    self.pods[index].was_scheduled = true;
                     bound.insert(index);
                     outcome.bound += 1;
                 }

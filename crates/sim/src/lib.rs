@@ -4,6 +4,8 @@
 pub mod clock;
 pub mod cloud;
 pub mod cluster;
+pub mod explain;
 pub mod record;
 pub mod report;
+pub mod runner;
 pub mod scenario;

@@ -27,6 +27,8 @@ const HEIGHT: f64 = 240.0;
 const LEFT: f64 = 56.0;
 const RIGHT: f64 = 16.0;
 const TOP: f64 = 14.0;
+/// Extra room above the plot for the legend of multi-series charts.
+const LEGEND: f64 = 20.0;
 const BOTTOM: f64 = 30.0;
 
 /// Colours for groups, distinguishable and readable on white.
@@ -42,15 +44,18 @@ pub fn time_chart(series: &[Series<'_>], x_max: f64, y_unit: &str, shape: Shape)
         .flat_map(|s| s.points.iter().map(|p| p.1))
         .fold(0.0_f64, f64::max);
     let (y_max, y_step) = nice_axis(data_max);
+    let legend = series.len() > 1;
+    let top = if legend { TOP + LEGEND } else { TOP };
+    let height = if legend { HEIGHT + LEGEND } else { HEIGHT };
     let plot_w = WIDTH - LEFT - RIGHT;
-    let plot_h = HEIGHT - TOP - BOTTOM;
+    let plot_h = height - top - BOTTOM;
     let x = |secs: f64| LEFT + (secs / x_max).clamp(0.0, 1.0) * plot_w;
-    let y = |value: f64| TOP + plot_h - (value / y_max).clamp(0.0, 1.0) * plot_h;
+    let y = |value: f64| top + plot_h - (value / y_max).clamp(0.0, 1.0) * plot_h;
 
     let mut svg = String::new();
     let _ = write!(
         svg,
-        r#"<svg viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" role="img" xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif" font-size="11">"#
+        r#"<svg viewBox="0 0 {WIDTH} {height}" width="100%" role="img" xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif" font-size="11">"#
     );
     // Horizontal grid lines with value labels.
     let mut tick = 0.0;
@@ -74,9 +79,9 @@ pub fn time_chart(series: &[Series<'_>], x_max: f64, y_unit: &str, shape: Shape)
         let _ = write!(
             svg,
             r##"<line x1="{tx:.1}" y1="{:.1}" x2="{tx:.1}" y2="{:.1}" stroke="#9ca3af"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle" fill="#6b7280">{}</text>"##,
-            TOP + plot_h,
-            TOP + plot_h + 4.0,
-            TOP + plot_h + 17.0,
+            top + plot_h,
+            top + plot_h + 4.0,
+            top + plot_h + 17.0,
             short_duration(t)
         );
         t += x_step;
@@ -84,21 +89,23 @@ pub fn time_chart(series: &[Series<'_>], x_max: f64, y_unit: &str, shape: Shape)
     let _ = write!(
         svg,
         r##"<line x1="{LEFT}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#9ca3af"/><text x="12" y="{:.1}" fill="#6b7280" transform="rotate(-90 12 {:.1})" text-anchor="middle">{}</text>"##,
-        TOP + plot_h,
+        top + plot_h,
         WIDTH - RIGHT,
-        TOP + plot_h,
-        TOP + plot_h / 2.0,
-        TOP + plot_h / 2.0,
+        top + plot_h,
+        top + plot_h / 2.0,
+        top + plot_h / 2.0,
         super::html::escape(y_unit)
     );
 
-    for s in series {
+    for (index, s) in series.iter().enumerate() {
         match shape {
             Shape::Steps => {
+                // Series with equal values would hide each other: shift each by a pixel or two.
+                let shift = (index as f64 - (series.len() as f64 - 1.0) / 2.0) * 1.5;
                 let mut path = String::new();
                 let mut previous: Option<f64> = None;
                 for (secs, value) in &s.points {
-                    let (px, py) = (x(*secs), y(*value));
+                    let (px, py) = (x(*secs), y(*value) + shift);
                     match previous {
                         None => {
                             let _ = write!(path, "M{px:.1},{py:.1}");
@@ -128,8 +135,8 @@ pub fn time_chart(series: &[Series<'_>], x_max: f64, y_unit: &str, shape: Shape)
                         path,
                         "M{:.1},{:.1}V{py:.1}h{bar_w:.2}V{:.1}z",
                         px,
-                        TOP + plot_h,
-                        TOP + plot_h
+                        top + plot_h,
+                        top + plot_h
                     );
                 }
                 let _ = write!(
@@ -141,19 +148,24 @@ pub fn time_chart(series: &[Series<'_>], x_max: f64, y_unit: &str, shape: Shape)
         }
     }
 
-    if series.len() > 1 {
-        let mut lx = LEFT + 8.0;
+    if legend {
+        // Each entry names the series and its last value.
+        let mut lx = LEFT;
         for s in series {
+            let label = match s.points.last() {
+                Some((_, last)) => format!("{} ({})", s.name, format_value(*last)),
+                None => s.name.to_string(),
+            };
             let _ = write!(
                 svg,
                 r##"<rect x="{lx:.1}" y="{:.1}" width="10" height="10" fill="{}"/><text x="{:.1}" y="{:.1}" fill="#111827">{}</text>"##,
-                TOP + 2.0,
+                TOP - 8.0,
                 s.color,
                 lx + 14.0,
-                TOP + 11.0,
-                super::html::escape(s.name)
+                TOP + 1.0,
+                super::html::escape(&label)
             );
-            lx += 24.0 + 7.0 * s.name.chars().count() as f64;
+            lx += 30.0 + 6.5 * label.chars().count() as f64;
         }
     }
     svg.push_str("</svg>");

@@ -31,6 +31,7 @@ td.t { white-space: nowrap; font-variant-numeric: tabular-nums; color: #374151; 
 .k-expectation { background: #ede9fe; }
 .ok { color: #15803d; font-weight: 600; } .fail { color: #b91c1c; font-weight: 600; }
 .why { color: #4b5563; }
+table.timeline td:nth-child(2) { width: 42%; }
 "#;
 
 /// Escapes text for HTML element content and attribute values.
@@ -220,7 +221,7 @@ pub fn render_html(result: &SimulationResult) -> String {
             result.timeline.len()
         );
     }
-    out.push_str("<table><tr><th>time</th><th>what</th><th>details</th></tr>");
+    out.push_str("<table class=\"timeline\"><tr><th>time</th><th>what</th><th>details</th></tr>");
     for entry in result.timeline.iter().take(MAX_TIMELINE_ROWS) {
         let _ = write!(
             out,

@@ -1,0 +1,247 @@
+//! The `ferroscale` binary as a user runs it: exit statuses, JSON output, error messages.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn ferroscale(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferroscale"))
+        .args(args)
+        .output()
+        .expect("the ferroscale binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Writes a scenario file unique to this test.
+fn scenario_file(test: &str, text: &str) -> PathBuf {
+    let path =
+        std::env::temp_dir().join(format!("ferroscale-cli-{}-{test}.yaml", std::process::id()));
+    std::fs::write(&path, text).expect("temp dir is writable");
+    path
+}
+
+const SMALL: &str = r#"apiVersion: ferroscale/v1alpha1
+kind: Scenario
+name: small
+duration: 10m
+nodeGroups:
+  - id: general
+    minSize: 0
+    maxSize: 10
+    initialSize: 1
+    provisioningDelay: 60s
+    template:
+      status:
+        allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
+events:
+  - at: 0s
+    create:
+      count: 10
+      pod:
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: web, namespace: default, labels: {app: web}}
+        spec:
+          containers:
+            - name: web
+              image: nginx
+              resources: {requests: {cpu: "1", memory: 1Gi}}
+expect:
+  - at: end
+    pendingPods: 0
+"#;
+
+#[test]
+fn default_scenario_exits_zero() {
+    let output = ferroscale(&["simulate"]);
+    assert!(
+        output.status.success(),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    let text = stdout(&output);
+    assert!(text.contains("Timeline"), "{text}");
+    assert!(text.contains("Expectations"), "{text}");
+}
+
+#[test]
+fn default_scenario_runs_without_arguments() {
+    let output = ferroscale(&["simulate"]);
+    // Whatever its expectations say, the bundled scenario is valid and runs to the end.
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "{}",
+        stderr(&output)
+    );
+    let text = stdout(&output);
+    assert!(
+        text.contains("Scenario \"default-mixed-workload\""),
+        "{text}"
+    );
+    assert!(text.contains("scale-up"), "{text}");
+}
+
+#[test]
+fn json_output_has_the_summary_fields_of_the_spec() {
+    let path = scenario_file("json", SMALL);
+    let output = ferroscale(&[
+        "simulate",
+        path.to_str().unwrap_or_default(),
+        "--output",
+        "json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("stdout is JSON");
+    for field in [
+        "scenario",
+        "simulatedSeconds",
+        "groups",
+        "pods",
+        "nodeHours",
+        "cost",
+        "loops",
+        "decideMillis",
+        "expectations",
+    ] {
+        assert!(json.get(field).is_some(), "{field} missing: {json}");
+    }
+    assert_eq!(json["scenario"], "small");
+    assert_eq!(json["simulatedSeconds"], 600);
+    assert_eq!(json["loops"], 60);
+    let group = &json["groups"]["general"];
+    for field in [
+        "finalSize",
+        "maxSize",
+        "scaleUps",
+        "nodesAdded",
+        "nodesRemoved",
+    ] {
+        assert!(
+            group.get(field).is_some(),
+            "groups.general.{field} missing: {json}"
+        );
+    }
+    // 10 pods of 1 cpu on 4-cpu nodes: 3 nodes, one of them there from the start.
+    assert_eq!(group["finalSize"], 3);
+    assert_eq!(group["nodesAdded"], 2);
+    let pods = &json["pods"];
+    assert_eq!(pods["created"], 10);
+    assert_eq!(pods["running"], 10);
+    assert_eq!(pods["pending"], 0);
+    assert_eq!(pods["neverSchedulable"], 0);
+    for p in ["p50", "p99", "max"] {
+        assert!(pods["waitSeconds"][p].is_number(), "{json}");
+        assert!(json["decideMillis"][p].is_number(), "{json}");
+    }
+    assert_eq!(json["expectations"][0]["ok"], true);
+    assert!(json["expectations"][0]["description"].is_string());
+}
+
+#[test]
+fn broken_scenario_exits_two_naming_line_and_field() {
+    let broken = SMALL.replace("maxSize: 10", "maxSize: lots");
+    let path = scenario_file("broken", &broken);
+    let output = ferroscale(&["simulate", path.to_str().unwrap_or_default()]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let message = stderr(&output);
+    let line = SMALL
+        .lines()
+        .position(|l| l.contains("maxSize"))
+        .map(|i| i + 1)
+        .unwrap_or(0);
+    assert!(
+        message.contains(&format!(":{line}")),
+        "line {line} not named: {message}"
+    );
+    assert!(message.contains("maxSize"), "field not named: {message}");
+    assert!(
+        message.contains(path.to_str().unwrap_or_default()),
+        "file not named: {message}"
+    );
+}
+
+#[test]
+fn invalid_option_in_the_scenario_exits_two_naming_the_option() {
+    let text = SMALL.replace(
+        "duration: 10m\n",
+        "duration: 10m\noptions:\n  expander: cheapest\n",
+    );
+    let path = scenario_file("bad-option", &text);
+    let output = ferroscale(&["simulate", path.to_str().unwrap_or_default()]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    assert!(message.contains("options.expander"), "{message}");
+    assert!(
+        message.contains(".yaml:6:"),
+        "line of the option: {message}"
+    );
+    assert!(message.contains("cheapest"), "{message}");
+}
+
+#[test]
+fn bad_set_override_exits_two() {
+    let output = ferroscale(&["simulate", "--set", "no-such-flag=1"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("no-such-flag"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn failing_expectation_exits_one_and_says_which() {
+    let text = SMALL.replace("pendingPods: 0", "pendingPods: 7");
+    let path = scenario_file("failing", &text);
+    let output = ferroscale(&["simulate", path.to_str().unwrap_or_default()]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("expectation failed: pending pods = 7 at end (observed 0)"),
+        "{message}"
+    );
+}
+
+#[test]
+fn report_flag_writes_a_self_contained_html_file() {
+    let path = scenario_file("report", SMALL);
+    let report = path.with_extension("html");
+    let output = ferroscale(&[
+        "simulate",
+        path.to_str().unwrap_or_default(),
+        "--report",
+        report.to_str().unwrap_or_default(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let html = std::fs::read_to_string(&report).expect("report written");
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("<svg"));
+    assert!(!html.contains("<script"));
+}
+
+#[test]
+fn explain_says_why_pods_triggered_a_scale_up() {
+    let path = scenario_file("explain", SMALL);
+    let output = ferroscale(&["explain", path.to_str().unwrap_or_default()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("triggered a scale-up of general"), "{text}");
+}
+
+#[test]
+fn help_lists_the_subcommands() {
+    let output = ferroscale(&["--help"]);
+    assert!(output.status.success());
+    let text = stdout(&output);
+    assert!(
+        text.contains("simulate") && text.contains("explain"),
+        "{text}"
+    );
+}

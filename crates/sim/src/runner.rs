@@ -1,0 +1,1028 @@
+//! The runner: plays a scenario in accelerated, simulated time against the real engine.
+//!
+//! Time jumps from one interesting instant to the next: a scenario event, a node finishing its
+//! provisioning, an engine loop (every `scan-interval`), an expectation. At each instant events
+//! fire first, then provisioned nodes register, then the scheduler stand-in binds what fits, then,
+//! on loop instants, the engine runs: Refresh → Gather (groups, targets, templates, snapshot of
+//! registered nodes and bound pods, upcoming placeholders) → Decide (`plan_scale_up`, the only
+//! step whose wall-clock time is measured) → Act (`execute_scale_up`) → record.
+//!
+//! Scale-down is not part of the engine yet: nodes leave only through cloud-side removals.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferroscale_core::backoff::{BackoffReason, NodeGroupBackoff};
+use ferroscale_core::cloud::{CloudProvider, InstanceState, NodeGroup, NodeTemplate};
+use ferroscale_core::options::{AutoscalingOptions, ExpanderName, OptionError};
+use ferroscale_core::scale_up::{
+    NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan, ScaleUpStatus,
+    execute_scale_up, inject_upcoming_nodes, plan_scale_up,
+};
+use ferroscale_model::{LabelSelector, Node, Pod, Timestamp};
+use ferroscale_objects::K8sObject;
+use ferroscale_scheduling::{Snapshot, find_node};
+use futures::executor::block_on;
+use thiserror::Error;
+
+use crate::clock::SimClock;
+use crate::cloud::{
+    FailingCall, FailureWindow, GroupSpec, SIM_GPU_LABEL, SimulatedCloud, SimulatedProvider,
+};
+use crate::cluster::Cluster;
+use crate::record::{
+    EntryKind, ExpectationOutcome, GroupSummary, LoopSample, Percentiles, PodSummary,
+    SimulationResult, Summary, TimelineEntry,
+};
+use crate::scenario::{
+    Check, CheckTime, CloudOperation, Expectation, Scenario, ScenarioAction, ScenarioEvent,
+};
+
+/// Simulated time starts at the epoch, so every timestamp reads as "time since start".
+pub const SIMULATION_START: Timestamp = Timestamp(0);
+
+/// Said in every report until scale-down is implemented.
+pub const SCALE_DOWN_NOTE: &str = "scale-down is not simulated yet: nodes are removed only by the \
+     cloud (scenario failures), never by the autoscaler";
+
+/// Options that could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SettingsError {
+    /// A flag from the scenario's `options:` block.
+    #[error("options.{flag}: {source}")]
+    ScenarioOption {
+        flag: String,
+        #[source]
+        source: OptionError,
+    },
+    /// A `--set flag=value` override.
+    #[error("--set {flag}={value}: {source}")]
+    Override {
+        flag: String,
+        value: String,
+        #[source]
+        source: OptionError,
+    },
+    /// The combination of flags is invalid.
+    #[error("{0}")]
+    Invalid(#[source] OptionError),
+}
+
+/// The options a run uses: upstream defaults, then the scenario's `options:` block, then the
+/// overrides (`--set`), validated together.
+pub fn options_for(
+    scenario: &Scenario,
+    overrides: &[(String, String)],
+) -> Result<AutoscalingOptions, SettingsError> {
+    let mut options = AutoscalingOptions::default();
+    for (flag, value) in &scenario.options {
+        options
+            .set(flag, value)
+            .map_err(|source| SettingsError::ScenarioOption {
+                flag: flag.clone(),
+                source,
+            })?;
+    }
+    for (flag, value) in overrides {
+        options
+            .set(flag, value)
+            .map_err(|source| SettingsError::Override {
+                flag: flag.clone(),
+                value: value.clone(),
+                source,
+            })?;
+    }
+    options.validate().map_err(SettingsError::Invalid)?;
+    Ok(options)
+}
+
+/// How far a long run has got, for progress output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub simulated: Duration,
+    pub total: Duration,
+    pub loops: usize,
+    pub nodes: usize,
+    pub pending_pods: usize,
+}
+
+/// What one engine loop decided and did.
+#[derive(Debug, Clone)]
+pub struct LoopReport {
+    pub at: Timestamp,
+    /// The pods handed to the plan (every pending workload pod).
+    pub pending_pods: Vec<Arc<Pod>>,
+    pub plan: ScaleUpPlan,
+    pub execution: ScaleUpExecution,
+    pub decide_millis: f64,
+}
+
+/// Per-group counters for the summary.
+#[derive(Debug, Clone, Default)]
+struct GroupStats {
+    initial: usize,
+    peak: usize,
+    scale_ups: usize,
+    added: usize,
+    removed: usize,
+}
+
+/// A scenario being played.
+pub struct Simulation<'p> {
+    name: String,
+    end: Timestamp,
+    seed: u64,
+    options: AutoscalingOptions,
+    scan_interval: Duration,
+    clock: SimClock,
+    cloud: Arc<SimulatedCloud>,
+    provider: SimulatedProvider,
+    cluster: Cluster,
+    backoff: NodeGroupBackoff,
+    events: Vec<ScenarioEvent>,
+    next_event: usize,
+    /// Expectations with their index in the scenario, and the outcome once checked.
+    expectations: Vec<(Expectation, Option<ExpectationOutcome>)>,
+    next_loop: Timestamp,
+    group_ids: Vec<String>,
+    stats: Vec<GroupStats>,
+    samples: Vec<LoopSample>,
+    timeline: Vec<TimelineEntry>,
+    notes: Vec<String>,
+    /// The last "not helped" and "plan error" lines, so a stuck state is reported once, not
+    /// every loop.
+    last_not_helped: String,
+    last_plan_error: String,
+    progress: Option<ProgressReporter<'p>>,
+}
+
+/// Receives a [`Progress`] after every engine loop.
+type ProgressReporter<'p> = Box<dyn FnMut(&Progress) + 'p>;
+
+fn at(offset: Duration) -> Timestamp {
+    SIMULATION_START + offset
+}
+
+fn seconds(t: Timestamp) -> f64 {
+    t.since(SIMULATION_START).as_secs_f64()
+}
+
+fn group_spec(group: &crate::scenario::ScenarioNodeGroup) -> GroupSpec {
+    GroupSpec {
+        id: group.id.clone(),
+        min_size: group.min_size,
+        max_size: group.max_size,
+        initial_size: group.initial_size,
+        provisioning_delay: group.provisioning_delay,
+        failures: group
+            .failures
+            .iter()
+            .map(|w| FailureWindow {
+                call: match w.operation {
+                    CloudOperation::IncreaseSize => FailingCall::IncreaseSize,
+                    CloudOperation::DeleteNodes => FailingCall::DeleteNodes,
+                    CloudOperation::DecreaseTargetSize => FailingCall::DecreaseTargetSize,
+                },
+                from: at(w.from),
+                to: at(w.to),
+                class: w.error_class,
+            })
+            .collect(),
+        price_per_hour: group.price_per_hour.unwrap_or(0.0),
+        template: group.template.clone(),
+    }
+}
+
+/// `app=web,tier in (a,b)`-style text of a selector, for the timeline.
+fn describe_selector(selector: &LabelSelector) -> String {
+    let mut parts: Vec<String> = selector
+        .match_labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for r in &selector.match_expressions {
+        parts.push(format!(
+            "{} {:?} ({})",
+            r.key,
+            r.operator,
+            r.values.join(",")
+        ));
+    }
+    if parts.is_empty() {
+        "every pod".to_string()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// The expectation in words, as the summary and failure messages show it.
+pub fn describe_expectation(expectation: &Expectation) -> String {
+    let when = match expectation.at {
+        CheckTime::End => "at end".to_string(),
+        CheckTime::At(d) => format!("at {}", crate::report::short_duration(d.as_secs_f64())),
+    };
+    match &expectation.check {
+        Check::GroupNodes { group, min, max } => {
+            format!("group {group} nodes in [{min},{max}] {when}")
+        }
+        Check::PendingPods(n) => format!("pending pods = {n} {when}"),
+        Check::RunningPods(n) => format!("running pods = {n} {when}"),
+        Check::TotalNodes { min, max } => format!("total nodes in [{min},{max}] {when}"),
+    }
+}
+
+impl<'p> Simulation<'p> {
+    /// Sets up the cloud (initial nodes Ready at time 0), the initial objects and the clock.
+    pub fn new(scenario: &Scenario, options: AutoscalingOptions) -> Simulation<'p> {
+        let clock = SimClock::new(SIMULATION_START);
+        let daemonsets: Vec<_> = scenario
+            .objects
+            .iter()
+            .filter_map(|o| match o {
+                K8sObject::DaemonSet(d) => Some(d.clone()),
+                _ => None,
+            })
+            .collect();
+        let specs = scenario.node_groups.iter().map(group_spec).collect();
+        let cloud = Arc::new(SimulatedCloud::new(
+            clock.clone(),
+            specs,
+            daemonsets.clone(),
+        ));
+        let provider = SimulatedProvider::new(cloud.clone());
+        let mut cluster = Cluster::new(daemonsets);
+        let group_ids: Vec<String> = scenario.node_groups.iter().map(|g| g.id.clone()).collect();
+        let mut stats = vec![GroupStats::default(); group_ids.len()];
+
+        for provisioned in cloud.provision(SIMULATION_START) {
+            if let Some(i) = group_ids.iter().position(|g| *g == provisioned.group) {
+                stats[i].initial += 1;
+                stats[i].peak += 1;
+            }
+            cluster.add_node(provisioned.node, Some(provisioned.group));
+        }
+        let mut notes = vec![SCALE_DOWN_NOTE.to_string()];
+        for object in &scenario.objects {
+            match object {
+                K8sObject::Node(node) if cluster.node(&node.name).is_none() => {
+                    cluster.add_node(node.clone(), None);
+                }
+                K8sObject::Namespace(ns) => {
+                    cluster
+                        .snapshot_mut()
+                        .set_namespace_labels(ns.name.clone(), ns.labels.clone());
+                }
+                _ => {}
+            }
+        }
+        for object in &scenario.objects {
+            if let K8sObject::Pod(pod) = object {
+                let mut pod = pod.clone();
+                pod.scheduled_condition = None;
+                cluster.add_pod(pod, SIMULATION_START, None);
+            }
+        }
+        if scenario
+            .objects
+            .iter()
+            .any(|o| matches!(o, K8sObject::PodDisruptionBudget(_)))
+        {
+            notes.push(
+                "PodDisruptionBudgets are read but only matter for scale-down, which is not \
+                 simulated yet"
+                    .to_string(),
+            );
+        }
+        notes.extend(scenario.warnings.iter().cloned());
+
+        let scan_interval = options.scan_interval.max(Duration::from_millis(1));
+        Simulation {
+            name: scenario.name.clone(),
+            end: at(scenario.duration),
+            seed: scenario.seed,
+            backoff: NodeGroupBackoff::from_options(&options),
+            options,
+            scan_interval,
+            clock,
+            cloud,
+            provider,
+            cluster,
+            events: scenario.events.clone(),
+            next_event: 0,
+            expectations: scenario.expect.iter().map(|e| (e.clone(), None)).collect(),
+            next_loop: SIMULATION_START,
+            group_ids,
+            stats,
+            samples: Vec::new(),
+            timeline: Vec::new(),
+            notes,
+            last_not_helped: String::new(),
+            last_plan_error: String::new(),
+            progress: None,
+        }
+    }
+
+    /// Calls `report` after every engine loop (throttling is the caller's business).
+    pub fn on_progress(&mut self, report: impl FnMut(&Progress) + 'p) {
+        self.progress = Some(Box::new(report));
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    pub fn cloud(&self) -> &Arc<SimulatedCloud> {
+        &self.cloud
+    }
+
+    pub fn options(&self) -> &AutoscalingOptions {
+        &self.options
+    }
+
+    /// Plays the scenario up to and including the next engine loop and returns what that loop
+    /// did; `None` once no loop is left before the end.
+    pub fn next_loop(&mut self) -> Option<LoopReport> {
+        if self.next_loop >= self.end {
+            return None;
+        }
+        let loop_at = self.next_loop;
+        self.play_until(loop_at);
+        let report = self.engine_loop(loop_at);
+        self.next_loop = loop_at + self.scan_interval;
+        if let Some(progress) = self.progress.as_mut() {
+            progress(&Progress {
+                simulated: loop_at.since(SIMULATION_START),
+                total: self.end.since(SIMULATION_START),
+                loops: self.samples.len(),
+                nodes: self.cluster.node_count(),
+                pending_pods: self.cluster.pending_count(),
+            });
+        }
+        Some(report)
+    }
+
+    /// Plays the rest of the scenario and returns everything it produced.
+    pub fn finish(mut self) -> SimulationResult {
+        self.play_to_end();
+        self.into_result()
+    }
+
+    /// Plays the rest of the scenario, leaving the final state inspectable.
+    pub fn play_to_end(&mut self) {
+        while self.next_loop().is_some() {}
+        let end = self.end;
+        self.play_until(end);
+        self.check_expectations_before(Timestamp(i64::MAX));
+    }
+
+    /// Processes every instant up to and including `until` (events, provisioning, scheduling),
+    /// checking expectations whose time has passed.
+    fn play_until(&mut self, until: Timestamp) {
+        loop {
+            let now = self.clock.now();
+            let next_event = self.events.get(self.next_event).map(|e| at(e.at));
+            let next_ready = self.cloud.next_ready_time(now);
+            let candidates = [next_event, next_ready];
+            let next = candidates
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|t| *t <= until)
+                .min();
+            let step = next.unwrap_or(until).max(now);
+            // Expectations see the state after everything at their own time happened.
+            self.check_expectations_before(step);
+            self.clock.advance_to(step);
+            self.fire_events(step);
+            self.register_nodes(step);
+            self.cluster.schedule(step);
+            if next.is_none() || step >= until {
+                break;
+            }
+        }
+    }
+
+    fn fire_events(&mut self, now: Timestamp) {
+        while let Some(event) = self.events.get(self.next_event) {
+            if at(event.at) > now {
+                break;
+            }
+            let event = event.clone();
+            self.next_event += 1;
+            let shape = Some(self.next_event);
+            let (what, why) = match &event.action {
+                ScenarioAction::Create { count, pod } => {
+                    let mut names = Vec::with_capacity(*count);
+                    for i in 0..*count {
+                        let mut copy = pod.clone();
+                        if *count > 1 {
+                            copy.name = format!("{}-{i}", pod.name);
+                        }
+                        copy.uid = String::new();
+                        copy.creation_time = now;
+                        copy.scheduled_condition = None;
+                        names.push(copy.name.clone());
+                        self.cluster.add_pod(copy, now, shape);
+                    }
+                    let range = match (names.first(), names.last()) {
+                        (Some(first), Some(last)) if names.len() > 1 => {
+                            format!(" {first} … {last}")
+                        }
+                        (Some(first), _) => format!(" {first}"),
+                        _ => String::new(),
+                    };
+                    (
+                        format!(
+                            "created {count} pod(s){range} in namespace {}",
+                            pod.namespace
+                        ),
+                        format!(
+                            "each requests {} mCPU, {} memory",
+                            pod.requests.cpu_milli,
+                            ferroscale_model::resources::format_bytes(pod.requests.memory)
+                        ),
+                    )
+                }
+                ScenarioAction::Delete { selector, count } => {
+                    let deleted = self.cluster.delete_pods(selector, None, *count, now);
+                    (
+                        format!(
+                            "deleted {deleted} pod(s) matching {}",
+                            describe_selector(selector)
+                        ),
+                        count.map(|c| format!("asked for {c}")).unwrap_or_default(),
+                    )
+                }
+                ScenarioAction::Cordon { node } => {
+                    let known = self.cluster.cordon(node);
+                    (
+                        format!("cordoned node {node}"),
+                        if known { "" } else { "no such node" }.into(),
+                    )
+                }
+                ScenarioAction::Uncordon { node } => {
+                    let known = self.cluster.uncordon(node);
+                    (
+                        format!("uncordoned node {node}"),
+                        if known { "" } else { "no such node" }.into(),
+                    )
+                }
+            };
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Scenario,
+                what,
+                why,
+            });
+        }
+    }
+
+    fn register_nodes(&mut self, now: Timestamp) {
+        let provisioned = self.cloud.provision(now);
+        if provisioned.is_empty() {
+            return;
+        }
+        let mut per_group: BTreeMap<String, usize> = BTreeMap::new();
+        for p in provisioned {
+            *per_group.entry(p.group.clone()).or_default() += 1;
+            self.cluster.add_node(p.node, Some(p.group));
+        }
+        for (group, count) in per_group {
+            if let Some(i) = self.group_ids.iter().position(|g| *g == group) {
+                self.stats[i].added += count;
+            }
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::NodesReady,
+                what: format!("{count} node(s) of {group} became Ready"),
+                why: String::new(),
+            });
+        }
+        self.update_peaks();
+    }
+
+    /// Drops nodes whose instance the cloud no longer has (deleted through the provider or lost).
+    fn remove_vanished_nodes(&mut self, now: Timestamp) {
+        let vanished: Vec<(String, Option<String>)> = self
+            .cluster
+            .nodes()
+            .filter(|n| n.group.is_some() && !self.cloud.instance_exists(&n.node.provider_id))
+            .map(|n| (n.node.name.clone(), n.group.clone()))
+            .collect();
+        for (name, group) in vanished {
+            let requeued = self.cluster.remove_node(&name, now);
+            if let Some(i) = group.and_then(|g| self.group_ids.iter().position(|x| *x == g)) {
+                self.stats[i].removed += 1;
+            }
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Failure,
+                what: format!("node {name} was removed by the cloud"),
+                why: format!("{requeued} pod(s) went back to pending"),
+            });
+        }
+    }
+
+    fn update_peaks(&mut self) {
+        let counts = self.nodes_per_group();
+        for (stats, count) in self.stats.iter_mut().zip(counts) {
+            stats.peak = stats.peak.max(count);
+        }
+    }
+
+    fn nodes_per_group(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.group_ids.len()];
+        let index: HashMap<&str, usize> = self
+            .group_ids
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (g.as_str(), i))
+            .collect();
+        for node in self.cluster.nodes() {
+            if let Some(i) = node.group.as_deref().and_then(|g| index.get(g)) {
+                counts[*i] += 1;
+            }
+        }
+        counts
+    }
+
+    /// Upstream 4.6: instances that failed to be created back their group off and are deleted.
+    fn handle_failed_instances(&mut self, groups: &[Arc<dyn NodeGroup>], now: Timestamp) {
+        for group in groups {
+            let Ok(instances) = block_on(group.nodes()) else {
+                continue;
+            };
+            let failed: Vec<_> = instances
+                .into_iter()
+                .filter_map(|i| {
+                    let status = i.status?;
+                    let error = status.error?;
+                    (status.state == InstanceState::Creating).then_some((i.id, error))
+                })
+                .collect();
+            let Some((_, first_error)) = failed.first() else {
+                continue;
+            };
+            let until = self.backoff.backoff(
+                group.id(),
+                now,
+                BackoffReason::new(
+                    first_error.class,
+                    first_error.code.clone(),
+                    first_error.message.clone(),
+                ),
+            );
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Failure,
+                what: format!(
+                    "{} instance(s) of {} failed to be created",
+                    failed.len(),
+                    group.id()
+                ),
+                why: format!("{}: {}", first_error.class, first_error.message),
+            });
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Backoff,
+                what: format!("{} backed off until {}", group.id(), until),
+                why: format!("{} {}", first_error.class, first_error.code),
+            });
+            let placeholders: Vec<Node> = failed
+                .iter()
+                .map(|(id, _)| Node {
+                    name: id.clone(),
+                    provider_id: id.clone(),
+                    ..Node::default()
+                })
+                .collect();
+            if let Err(e) = block_on(group.delete_nodes(&placeholders)) {
+                self.timeline.push(TimelineEntry {
+                    at: now,
+                    kind: EntryKind::Failure,
+                    what: format!("deleting failed instances of {} failed", group.id()),
+                    why: e.to_string(),
+                });
+            }
+        }
+    }
+
+    /// One engine loop at `now`.
+    fn engine_loop(&mut self, now: Timestamp) -> LoopReport {
+        // Refresh. The simulated cloud cannot fail here; a real provider's error would abort the
+        // loop.
+        let _ = block_on(self.provider.refresh());
+        let groups = block_on(self.provider.node_groups()).unwrap_or_default();
+        self.handle_failed_instances(&groups, now);
+        self.remove_vanished_nodes(now);
+        self.cluster.schedule(now);
+
+        // Gather.
+        let registered = self.nodes_per_group();
+        let mut views = Vec::with_capacity(groups.len());
+        let mut upcoming = Vec::with_capacity(groups.len());
+        for group in &groups {
+            let target = block_on(group.target_size());
+            let template: Option<NodeTemplate> = block_on(group.template_node_info()).ok();
+            let options = block_on(group.get_options())
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            let registered_nodes = self
+                .group_ids
+                .iter()
+                .position(|g| g == group.id())
+                .and_then(|i| registered.get(i).copied())
+                .unwrap_or(0);
+            let price = self
+                .cloud
+                .group(group.id())
+                .map(|g| g.spec().price_per_hour);
+            let mut view = NodeGroupView::new(
+                group.id(),
+                group.min_size(),
+                group.max_size(),
+                target.clone().unwrap_or(0),
+                template,
+            );
+            view.options = options;
+            view.price_per_hour = price.filter(|p| *p > 0.0);
+            // A group whose target cannot be read is not ready for scale-up.
+            view.healthy = target.is_ok();
+            let waiting = target.map_or(0, |t| t.saturating_sub(registered_nodes));
+            upcoming.push(if self.backoff.is_backed_off(group.id(), now) {
+                0
+            } else {
+                waiting
+            });
+            views.push(view);
+        }
+        let pending_pods: Vec<Arc<Pod>> = self
+            .cluster
+            .pending_pods()
+            .filter(|r| r.is_workload())
+            .map(|r| r.pod.clone())
+            .collect();
+
+        // Decide, on a branch of the cluster snapshot: placeholders and the pods the plan leaves
+        // placed are discarded afterwards.
+        let snapshot = self.cluster.snapshot_mut();
+        snapshot.fork();
+        for (view, count) in views.iter().zip(&upcoming) {
+            if *count > 0 {
+                inject_upcoming_nodes(snapshot, view, *count);
+            }
+        }
+        let decide_started = Instant::now();
+        let plan = plan_scale_up(ScaleUpInput {
+            now,
+            snapshot,
+            pending_pods: &pending_pods,
+            draining_pods: &[],
+            node_groups: &views,
+            backoff: &self.backoff,
+            options: &self.options,
+            priority_config: None,
+            provider: ProviderFacts {
+                gpu_label: SIM_GPU_LABEL,
+                resource_limits: None,
+            },
+            seed: self.seed.wrapping_add(self.samples.len() as u64),
+        });
+        let decide_millis = decide_started.elapsed().as_secs_f64() * 1000.0;
+        self.cluster.snapshot_mut().revert();
+
+        // Act.
+        let execution = block_on(execute_scale_up(
+            &plan,
+            &groups,
+            &mut self.backoff,
+            now,
+            &self.options,
+        ));
+        self.record_loop(now, &plan, &execution, &views, decide_millis);
+        LoopReport {
+            at: now,
+            pending_pods,
+            plan,
+            execution,
+            decide_millis,
+        }
+    }
+
+    fn record_loop(
+        &mut self,
+        now: Timestamp,
+        plan: &ScaleUpPlan,
+        execution: &ScaleUpExecution,
+        views: &[NodeGroupView],
+        decide_millis: f64,
+    ) {
+        let expander = self
+            .options
+            .expander
+            .iter()
+            .map(ExpanderName::as_str)
+            .collect::<Vec<_>>()
+            .join(",");
+        for increase in &execution.succeeded {
+            if let Some(i) = self.group_ids.iter().position(|g| *g == increase.group_id) {
+                self.stats[i].scale_ups += 1;
+            }
+            let why = match &plan.chosen {
+                Some(chosen) => {
+                    let mut why = format!(
+                        "{expander} chose {} among {} option(s): {} node(s) estimated for {} pod(s)",
+                        chosen.group_id,
+                        chosen.options_considered,
+                        chosen.estimated_nodes,
+                        chosen.pod_count
+                    );
+                    if !chosen.similar_groups.is_empty() {
+                        why.push_str(&format!(
+                            "; balanced with {}",
+                            chosen.similar_groups.join(", ")
+                        ));
+                    }
+                    why
+                }
+                None => String::new(),
+            };
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::ScaleUp,
+                what: format!(
+                    "{} {} → {} (+{}) for {} pending pod(s)",
+                    increase.group_id,
+                    increase.current_target,
+                    increase.new_target,
+                    increase.delta(),
+                    plan.triggering_pods.len()
+                ),
+                why,
+            });
+        }
+        for (increase, error) in &execution.failed {
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Failure,
+                what: format!(
+                    "IncreaseSize of {} by {} failed",
+                    increase.group_id,
+                    increase.delta()
+                ),
+                why: error.to_string(),
+            });
+            if let Some(entry) = self.backoff.active(&increase.group_id, now) {
+                self.timeline.push(TimelineEntry {
+                    at: now,
+                    kind: EntryKind::Backoff,
+                    what: format!(
+                        "{} backed off until {} ({} s)",
+                        increase.group_id,
+                        entry.backoff_until,
+                        entry.duration.as_secs()
+                    ),
+                    why: "other groups are considered meanwhile".to_string(),
+                });
+            }
+        }
+        if let ScaleUpStatus::Error(message) = &plan.status
+            && *message != self.last_plan_error
+        {
+            self.last_plan_error = message.clone();
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Failure,
+                what: "scale-up could not be planned".to_string(),
+                why: message.clone(),
+            });
+        }
+
+        // Pods not helped, aggregated per group and reason; repeated only when it changes.
+        let acted = !execution.succeeded.is_empty() || !execution.failed.is_empty();
+        if !acted && !plan.pods_not_helped.is_empty() {
+            let line = not_helped_reasons(plan, views);
+            if line != self.last_not_helped {
+                self.last_not_helped = line.clone();
+                self.timeline.push(TimelineEntry {
+                    at: now,
+                    kind: EntryKind::NotHelped,
+                    what: format!(
+                        "{} pending pod(s) cannot be helped",
+                        plan.pods_not_helped.len()
+                    ),
+                    why: line,
+                });
+            }
+        } else if plan.pods_not_helped.is_empty() {
+            self.last_not_helped.clear();
+        }
+
+        self.update_peaks();
+        let targets = self
+            .group_ids
+            .iter()
+            .map(|g| self.cloud.group(g).map_or(0, |g| g.current_target()))
+            .collect();
+        self.samples.push(LoopSample {
+            at: now,
+            nodes: self.nodes_per_group(),
+            targets,
+            pending_pods: self
+                .cluster
+                .pending_pods()
+                .filter(|r| r.is_workload())
+                .count(),
+            decide_millis,
+        });
+    }
+
+    /// Checks every unchecked expectation whose time is before `before`, on the current state.
+    fn check_expectations_before(&mut self, before: Timestamp) {
+        let end = self.end;
+        let pending: Vec<usize> = (0..self.expectations.len())
+            .filter(|i| {
+                let (e, outcome) = &self.expectations[*i];
+                let when = match e.at {
+                    CheckTime::End => end,
+                    CheckTime::At(d) => at(d),
+                };
+                outcome.is_none() && when < before
+            })
+            .collect();
+        for i in pending {
+            let outcome = self.evaluate(&self.expectations[i].0);
+            let now = self.clock.now();
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Expectation,
+                what: format!(
+                    "{}: {}",
+                    if outcome.ok { "holds" } else { "FAILED" },
+                    outcome.description
+                ),
+                why: format!("observed {}", outcome.observed),
+            });
+            self.expectations[i].1 = Some(outcome);
+        }
+    }
+
+    fn evaluate(&self, expectation: &Expectation) -> ExpectationOutcome {
+        let description = describe_expectation(expectation);
+        let workload = || self.cluster.pods().iter().filter(|r| r.is_workload());
+        let (ok, observed) = match &expectation.check {
+            Check::GroupNodes { group, min, max } => {
+                match self.group_ids.iter().position(|g| g == group) {
+                    Some(i) => {
+                        let n = self.nodes_per_group().get(i).copied().unwrap_or(0);
+                        (*min <= n && n <= *max, n.to_string())
+                    }
+                    None => (false, format!("no node group {group}")),
+                }
+            }
+            Check::PendingPods(expected) => {
+                let n = workload().filter(|r| r.is_pending()).count();
+                (n == *expected, n.to_string())
+            }
+            Check::RunningPods(expected) => {
+                let n = workload().filter(|r| r.is_running()).count();
+                (n == *expected, n.to_string())
+            }
+            Check::TotalNodes { min, max } => {
+                let n = self.cluster.node_count();
+                (*min <= n && n <= *max, n.to_string())
+            }
+        };
+        ExpectationOutcome {
+            description,
+            ok,
+            observed,
+        }
+    }
+
+    /// Pending pods that no group's template can ever host (nor any node: those would be bound).
+    fn never_schedulable(&self) -> usize {
+        let mut templates = Snapshot::new();
+        for group in self.cloud.groups() {
+            if let Ok(template) = block_on(group.template_node_info()) {
+                let id = templates.add_node(Arc::new(template.node));
+                for pod in template.pods {
+                    templates.add_pod(id, Arc::new(pod));
+                }
+            }
+        }
+        self.cluster
+            .pending_pods()
+            .filter(|r| r.is_workload())
+            .filter(|r| find_node(&templates, &r.pod, 0).is_none())
+            .count()
+    }
+
+    /// Everything the run produced so far (call after [`Simulation::play_to_end`]).
+    pub fn into_result(self) -> SimulationResult {
+        let end = self.end;
+        let final_nodes = self.nodes_per_group();
+        let groups = self
+            .group_ids
+            .iter()
+            .zip(&self.stats)
+            .zip(&final_nodes)
+            .map(|((id, stats), final_size)| {
+                (
+                    id.clone(),
+                    GroupSummary {
+                        final_size: *final_size,
+                        max_size: stats.peak.max(*final_size),
+                        scale_ups: stats.scale_ups,
+                        nodes_added: stats.added,
+                        nodes_removed: stats.removed,
+                    },
+                )
+            })
+            .collect();
+        let workload: Vec<_> = self
+            .cluster
+            .pods()
+            .iter()
+            .filter(|r| r.is_workload())
+            .collect();
+        let mut waits: Vec<f64> = workload
+            .iter()
+            .filter(|r| r.was_scheduled)
+            .filter_map(|r| r.bound_at.map(|b| b.since(r.pending_since).as_secs_f64()))
+            .collect();
+        let pods = PodSummary {
+            created: workload.len(),
+            running: workload.iter().filter(|r| r.is_running()).count(),
+            pending: workload.iter().filter(|r| r.is_pending()).count(),
+            never_schedulable: self.never_schedulable(),
+            wait_seconds: Percentiles::of(&mut waits),
+        };
+        let (node_hours, cost) = self.cloud.node_hours_and_cost(end);
+        let mut decide: Vec<f64> = self.samples.iter().map(|s| s.decide_millis).collect();
+        let summary = Summary {
+            scenario: self.name.clone(),
+            simulated_seconds: end.since(SIMULATION_START).as_secs(),
+            groups,
+            pods,
+            node_hours,
+            cost,
+            loops: self.samples.len(),
+            decide_millis: Percentiles::of(&mut decide),
+            expectations: self
+                .expectations
+                .into_iter()
+                .filter_map(|(_, o)| o)
+                .collect(),
+        };
+        SimulationResult {
+            summary,
+            initial_nodes: self.stats.iter().map(|s| s.initial).collect(),
+            group_ids: self.group_ids,
+            scan_interval_secs: self.scan_interval.as_secs_f64(),
+            samples: self.samples,
+            timeline: self.timeline,
+            notes: self.notes,
+        }
+    }
+}
+
+/// `group: reason (n pods); ...` over every pod the plan could not help.
+fn not_helped_reasons(plan: &ScaleUpPlan, views: &[NodeGroupView]) -> String {
+    let mut counts: BTreeMap<(usize, String, String), usize> = BTreeMap::new();
+    for verdict in &plan.pods_not_helped {
+        for (group, reason) in &verdict.per_group {
+            let order = views
+                .iter()
+                .position(|v| v.id == *group)
+                .unwrap_or(usize::MAX);
+            *counts
+                .entry((order, group.clone(), reason.clone()))
+                .or_default() += 1;
+        }
+    }
+    if counts.is_empty() {
+        return format!("{:?}", plan.status);
+    }
+    counts
+        .into_iter()
+        .map(|((_, group, reason), n)| format!("{group}: {reason} ({n})"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Plays a whole scenario.
+pub fn simulate(scenario: &Scenario, options: AutoscalingOptions) -> SimulationResult {
+    Simulation::new(scenario, options).finish()
+}
+
+/// Simulated seconds since the start, for callers formatting times.
+pub fn simulated_seconds(t: Timestamp) -> f64 {
+    seconds(t)
+}
