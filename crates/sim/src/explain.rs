@@ -16,6 +16,10 @@ use crate::report::short_duration;
 use crate::runner::{LoopReport, SIMULATION_START, Simulation};
 use crate::scenario::Scenario;
 
+/// Said of a group that could host a pod when the loop scaled up a different group.
+pub const FITS_BUT_NOT_CHOSEN: &str = "the pod fits this group's template, but this loop scaled up \
+     another option (one scale-up decision per loop)";
+
 /// Names listed per outcome before "and N more".
 const NAMES_SHOWN: usize = 5;
 
@@ -131,9 +135,15 @@ pub fn explain_loop(report: &LoopReport) -> Explanation {
         } else if on_existing.contains(key.as_str()) {
             PodOutcome::FitsExistingOrUpcoming
         } else if let Some(per_group) = verdicts.get(key.as_str()) {
-            PodOutcome::NotHelped {
-                per_group: (*per_group).clone(),
+            // Groups without a verdict could host the pod: the loop chose another option and
+            // upstream makes one scale-up decision per loop.
+            let mut per_group = (*per_group).clone();
+            for group in &report.group_ids {
+                if !per_group.iter().any(|(g, _)| g == group) {
+                    per_group.push((group.clone(), FITS_BUT_NOT_CHOSEN.to_string()));
+                }
             }
+            PodOutcome::NotHelped { per_group }
         } else {
             PodOutcome::NotConsidered
         };

@@ -113,6 +113,8 @@ pub struct LoopReport {
     pub at: Timestamp,
     /// The pods handed to the plan (every pending workload pod).
     pub pending_pods: Vec<Arc<Pod>>,
+    /// Every node group the loop considered, in provider order.
+    pub group_ids: Vec<String>,
     pub plan: ScaleUpPlan,
     pub execution: ScaleUpExecution,
     pub decide_millis: f64,
@@ -709,6 +711,7 @@ impl<'p> Simulation<'p> {
         LoopReport {
             at: now,
             pending_pods,
+            group_ids: views.iter().map(|v| v.id.clone()).collect(),
             plan,
             execution,
             decide_millis,
@@ -962,7 +965,7 @@ impl<'p> Simulation<'p> {
             running: workload.iter().filter(|r| r.is_running()).count(),
             pending: workload.iter().filter(|r| r.is_pending()).count(),
             never_schedulable: self.never_schedulable(),
-            wait_seconds: Percentiles::of(&mut waits),
+            wait_seconds: rounded_percentiles(Percentiles::of(&mut waits), 3),
         };
         let (node_hours, cost) = self.cloud.node_hours_and_cost(end);
         let mut decide: Vec<f64> = self.samples.iter().map(|s| s.decide_millis).collect();
@@ -971,10 +974,10 @@ impl<'p> Simulation<'p> {
             simulated_seconds: end.since(SIMULATION_START).as_secs(),
             groups,
             pods,
-            node_hours,
-            cost,
+            node_hours: rounded(node_hours, 3),
+            cost: rounded(cost, 3),
             loops: self.samples.len(),
-            decide_millis: Percentiles::of(&mut decide),
+            decide_millis: rounded_percentiles(Percentiles::of(&mut decide), 3),
             expectations: self
                 .expectations
                 .into_iter()
@@ -990,6 +993,20 @@ impl<'p> Simulation<'p> {
             timeline: self.timeline,
             notes: self.notes,
         }
+    }
+}
+
+/// Rounds for the summary: simulated figures to what they mean, not to float noise.
+fn rounded(value: f64, decimals: i32) -> f64 {
+    let scale = 10f64.powi(decimals);
+    (value * scale).round() / scale
+}
+
+fn rounded_percentiles(p: Percentiles, decimals: i32) -> Percentiles {
+    Percentiles {
+        p50: rounded(p.p50, decimals),
+        p99: rounded(p.p99, decimals),
+        max: rounded(p.max, decimals),
     }
 }
 
