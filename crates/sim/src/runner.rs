@@ -170,6 +170,11 @@ fn seconds(t: Timestamp) -> f64 {
     t.since(SIMULATION_START).as_secs_f64()
 }
 
+/// The simulated cloud's view of the scenario's node groups, times relative to the start.
+pub fn group_specs(scenario: &Scenario) -> Vec<GroupSpec> {
+    scenario.node_groups.iter().map(group_spec).collect()
+}
+
 fn group_spec(group: &crate::scenario::ScenarioNodeGroup) -> GroupSpec {
     GroupSpec {
         id: group.id.clone(),
@@ -237,6 +242,17 @@ pub fn describe_expectation(expectation: &Expectation) -> String {
 impl<'p> Simulation<'p> {
     /// Sets up the cloud (initial nodes Ready at time 0), the initial objects and the clock.
     pub fn new(scenario: &Scenario, options: AutoscalingOptions) -> Simulation<'p> {
+        Simulation::with_groups(scenario, options, group_specs(scenario))
+    }
+
+    /// Like [`Simulation::new`], with the simulated cloud's groups given explicitly: the
+    /// scenario's groups (see [`group_specs`]) adjusted, for instance with failure windows the
+    /// scenario format has no words for (instances that fail to be created).
+    pub fn with_groups(
+        scenario: &Scenario,
+        options: AutoscalingOptions,
+        specs: Vec<GroupSpec>,
+    ) -> Simulation<'p> {
         let clock = SimClock::new(SIMULATION_START);
         let daemonsets: Vec<_> = scenario
             .objects
@@ -246,7 +262,7 @@ impl<'p> Simulation<'p> {
                 _ => None,
             })
             .collect();
-        let specs = scenario.node_groups.iter().map(group_spec).collect();
+        let group_ids: Vec<String> = specs.iter().map(|g: &GroupSpec| g.id.clone()).collect();
         let cloud = Arc::new(SimulatedCloud::new(
             clock.clone(),
             specs,
@@ -254,7 +270,6 @@ impl<'p> Simulation<'p> {
         ));
         let provider = SimulatedProvider::new(cloud.clone());
         let mut cluster = Cluster::new(daemonsets);
-        let group_ids: Vec<String> = scenario.node_groups.iter().map(|g| g.id.clone()).collect();
         let mut stats = vec![GroupStats::default(); group_ids.len()];
 
         for provisioned in cloud.provision(SIMULATION_START) {

@@ -211,3 +211,54 @@ fn pods_that_fit_no_template_stay_pending_and_are_explained() {
     );
     assert!(text.contains("  g: Insufficient cpu"), "{text}");
 }
+
+#[test]
+fn instances_that_fail_to_be_created_back_the_group_off_and_are_cleaned_up() {
+    use ferroscale_core::cloud::ErrorClass;
+    use ferroscale_model::Timestamp;
+    use ferroscale_sim::cloud::{FailingCall, FailureWindow};
+    use ferroscale_sim::runner::group_specs;
+
+    // The cloud accepts `cheap`'s resize but never delivers the machines (a stockout). The engine
+    // must notice the failed instances, back `cheap` off, remove them, and use `costly`.
+    let text = format!(
+        "apiVersion: ferroscale/v1alpha1\nkind: Scenario\nname: stockout\nduration: 10m\n\
+         options: {{expander: price}}\nnodeGroups:{}{}\nevents:{}",
+        group("cheap", 10, "60s", "").replace("pricePerHour: 0.2", "pricePerHour: 0.1"),
+        group("costly", 10, "60s", "").replace("pricePerHour: 0.2", "pricePerHour: 0.5"),
+        pods_event("0s", "web", 8, "1")
+    );
+    let scenario = parse(&text);
+    let mut specs = group_specs(&scenario);
+    specs[0].failures.push(FailureWindow {
+        call: FailingCall::InstanceCreation,
+        from: Timestamp::from_secs(0),
+        to: Timestamp::from_secs(1200),
+        class: ErrorClass::OutOfResources,
+    });
+    let options = options_for(&scenario, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let result = Simulation::with_groups(&scenario, options, specs).finish();
+
+    let failures = entries(&result, EntryKind::Failure);
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.contains("2 instance(s) of cheap failed to be created")),
+        "{failures:?}"
+    );
+    let backoffs = entries(&result, EntryKind::Backoff);
+    assert!(
+        backoffs.iter().any(|b| b.contains("cheap backed off")),
+        "{backoffs:?}"
+    );
+    let cheap = &result.summary.groups["cheap"];
+    assert_eq!((cheap.scale_ups, cheap.nodes_added), (1, 0));
+    assert_eq!(result.summary.groups["costly"].nodes_added, 2);
+    assert_eq!(result.summary.pods.running, 8);
+    // The failed instances were deleted, so nothing is billed for them after the cleanup.
+    assert!(
+        result.summary.node_hours < 2.0 * 10.0 / 60.0 + 0.01,
+        "{}",
+        result.summary.node_hours
+    );
+}
