@@ -156,9 +156,20 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     if show_progress {
         simulation.on_progress(progress_printer());
     }
+    let started = Instant::now();
     let result = simulation.finish();
     if show_progress {
-        eprintln!();
+        let clear = if std::io::stderr().is_terminal() {
+            "\r\x1b[2K"
+        } else {
+            ""
+        };
+        eprintln!(
+            "{clear}simulated {} in {:.1} s of wall-clock time ({} loops)",
+            format_duration(Duration::from_secs(result.summary.simulated_seconds)),
+            started.elapsed().as_secs_f64(),
+            result.summary.loops
+        );
     }
 
     if let Some(path) = &args.report {
