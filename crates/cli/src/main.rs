@@ -140,7 +140,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             if let Some(invalid) = error.downcast_ref::<Invalid>() {
-                eprintln!("error: invalid scenario: {invalid}");
+                eprintln!("error: {invalid}");
             } else {
                 eprintln!("error: {error:#}");
             }
