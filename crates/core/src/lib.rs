@@ -5,11 +5,14 @@
 //! plan. No I/O, no clock reads, no unseeded randomness. The one exception is
 //! [`scale_up::execute_scale_up`], the Act step of a scale-up, which talks to the provider.
 
+pub mod actuation;
+pub mod autoscaler;
 pub mod backoff;
 #[cfg(feature = "bench-fixtures")]
 pub mod bench_fixtures;
 pub mod cloud;
 pub mod events;
+pub mod kubernetes;
 pub mod options;
 pub mod scale_up;
 

@@ -192,6 +192,20 @@ pub struct AutoscalingOptions {
     pub skip_nodes_with_custom_controller_pods: bool,
     pub skip_nodes_with_local_storage: bool,
     pub skip_nodes_with_system_pods: bool,
+
+    // --- actuation and the loop ---
+    /// Compute and report every decision without calling any mutating cloud or cluster method
+    /// (ferroscale's own flag; upstream has no equivalent).
+    pub dry_run: bool,
+    /// Wait between tainting a node and draining or deleting it.
+    pub node_delete_delay_after_taint: Duration,
+    /// How long deletion waits for `delay-deletion.cluster-autoscaler.kubernetes.io/` annotations.
+    pub node_deletion_delay_timeout: Duration,
+    /// Soft taints younger than this restore unneeded timers; stale ones are cleaned at start-up.
+    pub node_deletion_candidate_ttl: Duration,
+    /// Disables the per (reason, object) five-minute event deduplication.
+    pub record_duplicated_events: bool,
+    pub status_config_map_name: String,
 }
 
 const MINUTE: u64 = 60;
@@ -265,6 +279,12 @@ impl Default for AutoscalingOptions {
             skip_nodes_with_custom_controller_pods: true,
             skip_nodes_with_local_storage: true,
             skip_nodes_with_system_pods: true,
+            dry_run: false,
+            node_delete_delay_after_taint: Duration::from_secs(5),
+            node_deletion_delay_timeout: Duration::from_secs(2 * MINUTE),
+            node_deletion_candidate_ttl: Duration::ZERO,
+            record_duplicated_events: false,
+            status_config_map_name: "cluster-autoscaler-status".to_string(),
         }
     }
 }
@@ -543,6 +563,18 @@ impl AutoscalingOptions {
                 self.skip_nodes_with_local_storage = parse_bool(f, v)?
             }
             "skip-nodes-with-system-pods" => self.skip_nodes_with_system_pods = parse_bool(f, v)?,
+            "dry-run" => self.dry_run = parse_bool(f, v)?,
+            "node-delete-delay-after-taint" => {
+                self.node_delete_delay_after_taint = parse_duration(f, v)?
+            }
+            "node-deletion-delay-timeout" => {
+                self.node_deletion_delay_timeout = parse_duration(f, v)?
+            }
+            "node-deletion-candidate-ttl" => {
+                self.node_deletion_candidate_ttl = parse_duration(f, v)?
+            }
+            "record-duplicated-events" => self.record_duplicated_events = parse_bool(f, v)?,
+            "status-config-map-name" => self.status_config_map_name = v.to_string(),
             _ => {
                 return Err(OptionError::UnknownFlag {
                     flag: flag.to_string(),

@@ -1,0 +1,135 @@
+//! The Kubernetes side of the engine: what Gather reads from the API server each loop
+//! ([`ClusterObjects`]) and the few writes the Act layer makes ([`ClusterApi`]).
+//!
+//! Like [`crate::cloud`], this is a contract. The live binary implements it over the API server
+//! (informer caches for reads, with conflict retries on node updates); the simulator implements it
+//! over its simulated cluster; tests implement it with recording fakes. The Decide layer never sees
+//! this trait, only the values gathered through it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ferroscale_model::{DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, Taint, Timestamp};
+use thiserror::Error;
+
+use crate::events::Event;
+
+/// A workload controller that exists in the cluster, as Gather saw it. Drain rules need to know
+/// whether a pod's controller still exists and how many replicas it wants (spec 3.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadController {
+    /// `ReplicationController`, `ReplicaSet`, `Job`, `StatefulSet` or `DaemonSet`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// `spec.replicas` (`spec.parallelism` for Jobs); `None` when the kind has no such field.
+    pub replicas: Option<i32>,
+}
+
+/// What Gather read from the Kubernetes API this loop.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterObjects {
+    pub nodes: Vec<Arc<Node>>,
+    /// Every pod, bound and pending.
+    pub pods: Vec<Arc<Pod>>,
+    pub pdbs: Vec<PodDisruptionBudget>,
+    pub daemonsets: Vec<DaemonSet>,
+    /// Controllers that exist (ReplicationControllers, ReplicaSets, Jobs, StatefulSets,
+    /// DaemonSets).
+    pub controllers: Vec<WorkloadController>,
+    pub namespaces: Vec<Namespace>,
+    /// The `priorities` key of the priority expander's ConfigMap; `None` when it does not exist.
+    pub priority_expander_config: Option<String>,
+}
+
+/// The status ConfigMap as it is written (spec 4.9): `data.status` already rendered to YAML.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusConfigMap {
+    pub namespace: String,
+    pub name: String,
+    /// Value of the `cluster-autoscaler.kubernetes.io/last-updated` annotation.
+    pub last_updated: String,
+    /// `data.status`.
+    pub status_yaml: String,
+    /// When the loop that wrote it started.
+    pub written_at: Timestamp,
+}
+
+/// Annotation holding the write time of the status ConfigMap.
+pub const STATUS_LAST_UPDATED_ANNOTATION: &str = "cluster-autoscaler.kubernetes.io/last-updated";
+
+/// An API call failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ClusterError {
+    /// The object does not exist (any more).
+    #[error("{kind} {name} not found")]
+    NotFound { kind: &'static str, name: String },
+    /// An update kept conflicting with concurrent writers after the implementation's retries.
+    #[error("conflict updating {kind} {name}: {message}")]
+    Conflict {
+        kind: &'static str,
+        name: String,
+        message: String,
+    },
+    /// Anything else the API server or the transport reported.
+    #[error("kubernetes API error: {0}")]
+    Api(String),
+}
+
+/// An eviction was not carried out.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EvictionError {
+    /// A PodDisruptionBudget does not allow the disruption now (HTTP 429); worth retrying.
+    #[error("eviction of pod {pod} refused by a PodDisruptionBudget: {message}")]
+    DisruptionBudget { pod: String, message: String },
+    /// The pod no longer exists. Callers count this as a successful eviction.
+    #[error("pod {pod} not found")]
+    NotFound { pod: String },
+    #[error("eviction of pod {pod} failed: {message}")]
+    Other { pod: String, message: String },
+}
+
+/// What the engine reads from and writes to the Kubernetes API.
+///
+/// Writes are few and targeted: taints (and cordoning) on nodes, evictions, events and the status
+/// ConfigMap. The engine never deletes Node objects (spec 3.8): that is the cloud node
+/// controller's job once the instance is gone.
+#[async_trait]
+pub trait ClusterApi: Send + Sync {
+    /// Reads everything one loop needs.
+    async fn gather(&self) -> Result<ClusterObjects, ClusterError>;
+    /// The current state of one node; `Ok(None)` when it no longer exists.
+    async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, ClusterError>;
+    /// The pods currently bound to a node (live, not from this loop's gather).
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<Arc<Pod>>, ClusterError>;
+    /// Adds `taint` (replacing one with the same key) and, with `cordon`, sets
+    /// `spec.unschedulable`. Conflicts are retried by the implementation.
+    async fn taint_node(&self, node: &str, taint: Taint, cordon: bool) -> Result<(), ClusterError>;
+    /// Removes every taint with `taint_key` and, with `uncordon`, clears `spec.unschedulable`.
+    async fn untaint_node(
+        &self,
+        node: &str,
+        taint_key: &str,
+        uncordon: bool,
+    ) -> Result<(), ClusterError>;
+    /// Evicts a pod through the Eviction API with this grace period.
+    async fn evict_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        grace_seconds: i64,
+    ) -> Result<(), EvictionError>;
+    /// The pod as it is now; `Ok(None)` once it is gone.
+    async fn pod_status(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<Pod>>, ClusterError>;
+    /// Records events (already deduplicated by the engine).
+    async fn publish_events(&self, events: &[Event]);
+    /// Creates or replaces the status ConfigMap.
+    async fn write_status(&self, status: &StatusConfigMap) -> Result<(), ClusterError>;
+    /// Deletes the status ConfigMap (at shutdown).
+    async fn delete_status(&self, namespace: &str, name: &str) -> Result<(), ClusterError>;
+}
