@@ -70,7 +70,7 @@ impl fmt::Display for Event {
     }
 }
 
-/// Upstream event reasons used by scale-up.
+/// Upstream event reasons.
 pub mod reasons {
     pub const SCALED_UP_GROUP: &str = "ScaledUpGroup";
     pub const FAILED_TO_SCALE_UP_GROUP: &str = "FailedToScaleUpGroup";
@@ -80,4 +80,16 @@ pub mod reasons {
     pub const PRIORITY_CONFIG_MAP_INVALID: &str = "PriorityConfigMapInvalid";
     pub const PRIORITY_CONFIG_MAP_NOT_MATCHED_GROUP: &str = "PriorityConfigMapNotMatchedGroup";
     pub const PRIORITY_CONFIG_MAP_NO_GROUP_MATCHED: &str = "PriorityConfigMapNoGroupMatched";
+
+    // Scale-down, cluster state and the loop (spec 5.2).
+    pub const SCALE_DOWN: &str = "ScaleDown";
+    pub const SCALE_DOWN_EMPTY: &str = "ScaleDownEmpty";
+    pub const SCALE_DOWN_FAILED: &str = "ScaleDownFailed";
+    pub const SCALE_UP_TIMED_OUT: &str = "ScaleUpTimedOut";
+    pub const FAILED_TO_REVERT_SCALE_UP: &str = "FailedToRevertScaleUp";
+    pub const SCALE_UP_FAILED: &str = "ScaleUpFailed";
+    pub const CLUSTER_UNHEALTHY: &str = "ClusterUnhealthy";
+    pub const DELETE_UNREGISTERED: &str = "DeleteUnregistered";
+    pub const DELETE_UNREGISTERED_FAILED: &str = "DeleteUnregisteredFailed";
+    pub const CLUSTER_AUTOSCALER_CLEANUP: &str = "ClusterAutoscalerCleanup";
 }
