@@ -11,6 +11,7 @@ pub mod backoff;
 #[cfg(feature = "bench-fixtures")]
 pub mod bench_fixtures;
 pub mod cloud;
+pub mod cluster_state;
 pub mod events;
 pub mod kubernetes;
 pub mod options;

@@ -1,0 +1,218 @@
+//! Readiness of one node as the autoscaler judges it (spec 4.1 and 4.2): the Kubernetes conditions
+//! and condition taints, plus the autoscaler's own rules — startup taints make a Ready node count as
+//! still starting, and a GPU-labelled node without GPUs in its allocatable is not ready yet because
+//! its device plugin has not reported them. Status taints never affect readiness.
+
+use ferroscale_model::Node;
+use ferroscale_model::resources::NVIDIA_GPU;
+use ferroscale_model::taints::{IGNORE_TAINT_PREFIX, STARTUP_TAINT_PREFIX, STATUS_TAINT_PREFIX};
+
+use crate::options::AutoscalingOptions;
+
+/// How a node stands, before its age and group decide whether "not ready" means NotStarted or
+/// Unready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeReadiness {
+    Ready,
+    /// Conditions or condition taints say not ready (or there is no `Ready` condition at all).
+    NotReady,
+    /// Ready by its conditions, but it still carries a startup taint.
+    StartupTainted,
+    /// Ready by its conditions, but a resource it should offer (the GPU) is missing from
+    /// allocatable; reported as `resourceUnready`.
+    ResourceUnready,
+}
+
+impl NodeReadiness {
+    pub fn is_ready(self) -> bool {
+        self == NodeReadiness::Ready
+    }
+}
+
+/// The rules that decide readiness: the taint flags and the provider's GPU label.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadinessRules {
+    /// `--startup-taint` and `--ignore-taint`: exact keys.
+    pub startup_taints: Vec<String>,
+    /// `--startup-taint-prefix`: key prefixes.
+    pub startup_taint_prefixes: Vec<String>,
+    /// `--status-taint`: exact keys.
+    pub status_taints: Vec<String>,
+    /// The provider's GPU label key; empty when the provider has none.
+    pub gpu_label: String,
+}
+
+impl ReadinessRules {
+    pub fn from_options(options: &AutoscalingOptions, gpu_label: &str) -> ReadinessRules {
+        ReadinessRules {
+            startup_taints: options.startup_taints.clone(),
+            startup_taint_prefixes: options.startup_taint_prefixes.clone(),
+            status_taints: options.status_taints.clone(),
+            gpu_label: gpu_label.to_string(),
+        }
+    }
+
+    /// Whether a taint key marks a node that is still starting: the built-in prefixes (the
+    /// `ignore-taint` one is deprecated but still honoured) and the flags.
+    pub fn is_startup_taint(&self, key: &str) -> bool {
+        key.starts_with(STARTUP_TAINT_PREFIX)
+            || key.starts_with(IGNORE_TAINT_PREFIX)
+            || self.startup_taints.iter().any(|t| t == key)
+            || self
+                .startup_taint_prefixes
+                .iter()
+                .any(|p| !p.is_empty() && key.starts_with(p.as_str()))
+    }
+
+    /// Whether a taint key is a status taint (informational: the node stays Ready).
+    pub fn is_status_taint(&self, key: &str) -> bool {
+        key.starts_with(STATUS_TAINT_PREFIX) || self.status_taints.iter().any(|t| t == key)
+    }
+
+    /// The node's readiness under these rules. Conditions come first: a node that Kubernetes calls
+    /// not ready is `NotReady` whatever its taints.
+    pub fn readiness(&self, node: &Node) -> NodeReadiness {
+        if !node.is_ready() {
+            return NodeReadiness::NotReady;
+        }
+        if node.taints.iter().any(|t| self.is_startup_taint(&t.key)) {
+            return NodeReadiness::StartupTainted;
+        }
+        if self.gpu_missing(node) {
+            return NodeReadiness::ResourceUnready;
+        }
+        NodeReadiness::Ready
+    }
+
+    /// A node labelled as a GPU node whose allocatable shows no GPU: the device plugin has not
+    /// registered the GPUs yet.
+    fn gpu_missing(&self, node: &Node) -> bool {
+        !self.gpu_label.is_empty()
+            && node.labels.contains_key(&self.gpu_label)
+            && node.allocatable.get(NVIDIA_GPU) <= 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroscale_model::{ConditionStatus, Resources, Taint, TaintEffect};
+
+    fn node() -> Node {
+        Node::new("n", Resources::new(4000, 16 << 30))
+    }
+
+    fn tainted(key: &str) -> Node {
+        let mut n = node();
+        n.taints
+            .push(Taint::new(key, "true", TaintEffect::NoSchedule));
+        n
+    }
+
+    #[test]
+    fn each_condition_makes_a_node_not_ready() {
+        let rules = ReadinessRules::default();
+        assert_eq!(rules.readiness(&node()), NodeReadiness::Ready);
+        let mut n = node();
+        n.conditions.ready = Some(ConditionStatus::False);
+        assert_eq!(rules.readiness(&n), NodeReadiness::NotReady);
+        n.conditions.ready = Some(ConditionStatus::Unknown);
+        assert_eq!(rules.readiness(&n), NodeReadiness::NotReady);
+        n.conditions.ready = None;
+        assert_eq!(
+            rules.readiness(&n),
+            NodeReadiness::NotReady,
+            "no Ready condition"
+        );
+        let mut n = node();
+        n.conditions.disk_pressure = true;
+        assert_eq!(rules.readiness(&n), NodeReadiness::NotReady);
+        let mut n = node();
+        n.conditions.network_unavailable = true;
+        assert_eq!(rules.readiness(&n), NodeReadiness::NotReady);
+        for key in [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/disk-pressure",
+            "node.kubernetes.io/network-unavailable",
+        ] {
+            assert_eq!(
+                rules.readiness(&tainted(key)),
+                NodeReadiness::NotReady,
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn startup_taints_from_prefixes_and_flags() {
+        let mut options = AutoscalingOptions::default();
+        options.set("startup-taint", "example.com/warming").unwrap();
+        options.set("ignore-taint", "example.com/legacy").unwrap();
+        options
+            .set("startup-taint-prefix", "boot.example.com/")
+            .unwrap();
+        let rules = ReadinessRules::from_options(&options, "");
+        for key in [
+            "startup-taint.cluster-autoscaler.kubernetes.io/cni",
+            "ignore-taint.cluster-autoscaler.kubernetes.io/agent",
+            "example.com/warming",
+            "example.com/legacy",
+            "boot.example.com/disk",
+        ] {
+            assert_eq!(
+                rules.readiness(&tainted(key)),
+                NodeReadiness::StartupTainted,
+                "{key}"
+            );
+        }
+        assert_eq!(
+            rules.readiness(&tainted("example.com/other")),
+            NodeReadiness::Ready,
+            "an unrelated taint does not affect readiness"
+        );
+        assert_eq!(
+            ReadinessRules::default().readiness(&tainted("example.com/warming")),
+            NodeReadiness::Ready,
+            "exact keys only count when passed as flags"
+        );
+    }
+
+    #[test]
+    fn status_taints_leave_the_node_ready() {
+        let mut options = AutoscalingOptions::default();
+        options
+            .set("status-taint", "example.com/maintenance")
+            .unwrap();
+        let rules = ReadinessRules::from_options(&options, "");
+        for key in [
+            "status-taint.cluster-autoscaler.kubernetes.io/degraded",
+            "example.com/maintenance",
+        ] {
+            assert!(rules.is_status_taint(key));
+            assert!(!rules.is_startup_taint(key));
+            assert_eq!(
+                rules.readiness(&tainted(key)),
+                NodeReadiness::Ready,
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn gpu_node_without_gpus_in_allocatable_is_resource_unready() {
+        let rules = ReadinessRules {
+            gpu_label: "accelerator".into(),
+            ..Default::default()
+        };
+        let mut n = node();
+        n.labels.insert("accelerator".into(), "nvidia-t4".into());
+        assert_eq!(rules.readiness(&n), NodeReadiness::ResourceUnready);
+        n.allocatable.set(NVIDIA_GPU, 1);
+        assert_eq!(rules.readiness(&n), NodeReadiness::Ready);
+        assert_eq!(
+            rules.readiness(&node()),
+            NodeReadiness::Ready,
+            "a node without the GPU label needs no GPU"
+        );
+    }
+}
