@@ -164,6 +164,10 @@ pub struct AutoscalingOptions {
     // --- cluster health and wiring ---
     pub ok_total_unready_count: usize,
     pub max_total_unready_percentage: f64,
+    /// `force-delete-unregistered-nodes`: remove long-unregistered instances even below min size.
+    pub force_delete_unregistered_nodes: bool,
+    /// `force-delete-failed-nodes`: remove instances that failed to be created even below min size.
+    pub force_delete_failed_nodes: bool,
     pub namespace: String,
     pub write_status_configmap: bool,
     pub cloud_provider: String,
@@ -253,6 +257,8 @@ impl Default for AutoscalingOptions {
             status_taints: Vec::new(),
             ok_total_unready_count: 3,
             max_total_unready_percentage: 45.0,
+            force_delete_unregistered_nodes: false,
+            force_delete_failed_nodes: false,
             namespace: "kube-system".to_string(),
             write_status_configmap: true,
             cloud_provider: String::new(),
@@ -508,6 +514,10 @@ impl AutoscalingOptions {
             "max-total-unready-percentage" => {
                 self.max_total_unready_percentage = parse_ratio(f, v)?
             }
+            "force-delete-unregistered-nodes" => {
+                self.force_delete_unregistered_nodes = parse_bool(f, v)?
+            }
+            "force-delete-failed-nodes" => self.force_delete_failed_nodes = parse_bool(f, v)?,
             "namespace" => self.namespace = v.to_string(),
             "write-status-configmap" => self.write_status_configmap = parse_bool(f, v)?,
             "cloud-provider" => self.cloud_provider = v.to_string(),

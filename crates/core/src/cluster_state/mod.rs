@@ -12,15 +12,17 @@
 mod readiness;
 pub mod status;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferroscale_model::taints::TO_BE_DELETED;
+use ferroscale_model::time::format_duration;
 use ferroscale_model::{Node, Timestamp};
 
-use crate::backoff::NodeGroupBackoff;
-use crate::cloud::{ErrorClass, Instance, InstanceErrorInfo};
-use crate::events::Event;
+use crate::backoff::{BackoffReason, NodeGroupBackoff};
+use crate::cloud::{ErrorClass, Instance, InstanceErrorInfo, InstanceState, InstanceStatus};
+use crate::events::{Event, EventObject, reasons};
 use crate::options::AutoscalingOptions;
 use crate::scale_up::NodeGroupView;
 
@@ -188,7 +190,7 @@ pub struct ClusterStateRegistry {
     unregistered_since: BTreeMap<(String, String), Timestamp>,
     incorrect_sizes: BTreeMap<String, IncorrectSize>,
     /// (group, instance id, error class, error code) seen failing at the previous update.
-    previous_failures: BTreeSet<(String, String, ErrorClass, String)>,
+    previous_failures: BTreeSet<(String, String, i32, String)>,
     last: ClusterStateReport,
 }
 
@@ -296,7 +298,501 @@ impl ClusterStateRegistry {
         backoff: &mut NodeGroupBackoff,
         options: &AutoscalingOptions,
     ) -> ClusterStateReport {
-        let _ = (now, observations, all_nodes, backoff, options);
-        self.last.clone()
+        self.rules = ReadinessRules::from_options(options, &self.rules.gpu_label);
+        self.default_provision_time = options.max_node_provision_time;
+        self.provision_time = observations
+            .iter()
+            .map(|o| {
+                let time = o
+                    .group
+                    .options
+                    .max_node_provision_time
+                    .unwrap_or(options.max_node_provision_time);
+                (o.group.id.clone(), time)
+            })
+            .collect();
+        self.scale_down_requests.retain(|_, until| now < *until);
+        let known_groups: BTreeSet<&str> =
+            observations.iter().map(|o| o.group.id.as_str()).collect();
+        self.scale_up_requests
+            .retain(|group, _| known_groups.contains(group.as_str()));
+
+        let mut report = ClusterStateReport::default();
+        let registered_ids: HashSet<&str> = all_nodes
+            .iter()
+            .chain(observations.iter().flat_map(|o| o.nodes.iter()))
+            .map(|n| n.provider_id.as_str())
+            .filter(|id| !id.is_empty())
+            .collect();
+
+        // 4.3: classify registered nodes and instances of every group.
+        let mut groups: Vec<GroupWork> = observations
+            .iter()
+            .map(|o| self.observe_group(o, &registered_ids, now, options))
+            .collect();
+        self.unregistered_since = groups
+            .iter()
+            .flat_map(|g| {
+                let id = &g.group_id;
+                g.unregistered
+                    .iter()
+                    .chain(&g.long_unregistered)
+                    .map(move |(instance, since)| ((id.clone(), instance.clone()), *since))
+            })
+            .collect();
+
+        // 4.6: instances the cloud failed to create.
+        self.handle_failed_instances(&groups, now, backoff, options, &mut report);
+
+        // 4.5: long-unregistered instances, never below min size unless forced.
+        for (work, observation) in groups.iter_mut().zip(observations) {
+            let group = &observation.group;
+            let room = if options.force_delete_unregistered_nodes {
+                usize::MAX
+            } else {
+                group.target_size.saturating_sub(group.min_size)
+            };
+            for (instance, _) in work.long_unregistered.iter().take(room) {
+                report.long_unregistered_to_delete.push(InstanceToDelete {
+                    group_id: group.id.clone(),
+                    instance_id: instance.clone(),
+                    placeholder: placeholder_node(instance, FAKE_NODE_REASON_UNREGISTERED),
+                    error: None,
+                    force: options.force_delete_unregistered_nodes,
+                });
+                work.deleted_by_report += 1;
+            }
+        }
+
+        // 4.4: settle scale-up requests.
+        let mut timed_out_groups = BTreeSet::new();
+        for (work, observation) in groups.iter().zip(observations) {
+            let group = &observation.group;
+            let Some(request) = self.scale_up_requests.get(&group.id).cloned() else {
+                continue;
+            };
+            if work.raw_upcoming(group.target_size) == 0 {
+                self.scale_up_requests.remove(&group.id);
+                continue;
+            }
+            if now <= request.expected_by {
+                continue;
+            }
+            self.scale_up_requests.remove(&group.id);
+            timed_out_groups.insert(group.id.clone());
+            let waited = request.expected_by.since(request.started);
+            let message = format!(
+                "Nodes added to group {} failed to register within {}",
+                group.id,
+                format_duration(waited)
+            );
+            backoff.backoff(
+                &group.id,
+                now,
+                BackoffReason::new(ErrorClass::Other, TIMEOUT_ERROR_CODE, message.clone()),
+            );
+            report.events.push(Event::warning(
+                EventObject::StatusConfigMap,
+                reasons::SCALE_UP_TIMED_OUT,
+                message,
+            ));
+            // Requested nodes that never registered, less the instances this report deletes
+            // anyway (their deletion already lowers the target).
+            let missing = request.increase.min(
+                group
+                    .target_size
+                    .saturating_sub(work.counts.registered - work.counts.being_deleted)
+                    .saturating_sub(work.deleted_by_report),
+            );
+            report.timed_out_scale_ups.push(TimedOutScaleUp {
+                group_id: group.id.clone(),
+                missing,
+            });
+        }
+
+        // Ranges, upcoming nodes, incorrect sizes and health per group.
+        for (work, observation) in groups.into_iter().zip(observations) {
+            let group = &observation.group;
+            let request = self.scale_up_requests.get(&group.id);
+            let scaling_up = request.is_some();
+            let pending_scale_downs = self
+                .scale_down_requests
+                .keys()
+                .filter(|(g, _)| g == &group.id)
+                .count();
+            let counts = work.counts;
+            let acceptable_max = group.target_size + pending_scale_downs;
+            let acceptable_min = group
+                .target_size
+                .saturating_sub(counts.long_unregistered)
+                .saturating_sub(request.map_or(0, |r| r.increase));
+            let upcoming = if scaling_up && !backoff.is_backed_off(&group.id, now) {
+                work.raw_upcoming(group.target_size)
+            } else {
+                0
+            };
+            let registered_upcoming = work.not_started.iter().take(upcoming).cloned().collect();
+
+            self.track_incorrect_size(
+                &work,
+                group,
+                now,
+                scaling_up || timed_out_groups.contains(&group.id),
+                &mut report,
+            );
+
+            let healthy = group_healthy(
+                &counts,
+                group.target_size,
+                acceptable_min,
+                scaling_up,
+                options,
+            );
+            report.total.add(&counts);
+            report.groups.push(GroupState {
+                group_id: group.id.clone(),
+                min_size: group.min_size,
+                max_size: group.max_size,
+                target_size: group.target_size,
+                counts,
+                acceptable_min,
+                acceptable_max,
+                upcoming,
+                registered_upcoming,
+                scaling_up,
+                healthy,
+            });
+        }
+        self.incorrect_sizes
+            .retain(|group, _| known_groups.contains(group.as_str()));
+
+        // Nodes outside every group still count for cluster health.
+        let grouped: HashSet<&str> = observations
+            .iter()
+            .flat_map(|o| o.nodes.iter().map(|n| n.name.as_str()))
+            .collect();
+        for node in all_nodes
+            .iter()
+            .filter(|n| !grouped.contains(n.name.as_str()))
+        {
+            let class = self.classify(
+                node,
+                node.has_taint(TO_BE_DELETED),
+                now,
+                options.max_node_startup_time,
+            );
+            report.total.count(class);
+        }
+        report.cluster_healthy = cluster_healthy(&report.total, options);
+        self.last = report.clone();
+        report
     }
+
+    /// Classifies one group's nodes and instances.
+    fn observe_group(
+        &self,
+        observation: &GroupObservation,
+        registered_ids: &HashSet<&str>,
+        now: Timestamp,
+        options: &AutoscalingOptions,
+    ) -> GroupWork {
+        let group = &observation.group;
+        let startup_time = group
+            .options
+            .max_node_startup_time
+            .unwrap_or(options.max_node_startup_time);
+        let provision_time = self.provision_time_of(&group.id);
+        let instance_ids: HashSet<&str> = observation
+            .instances
+            .iter()
+            .map(|i| i.id.as_str())
+            .collect();
+        let mut work = GroupWork {
+            group_id: group.id.clone(),
+            ..GroupWork::default()
+        };
+        for node in &observation.nodes {
+            let deleted = if observation.instances_known && !node.provider_id.is_empty() {
+                !instance_ids.contains(node.provider_id.as_str())
+            } else {
+                node.has_taint(TO_BE_DELETED)
+            };
+            let class = self.classify(node, deleted, now, startup_time);
+            if class == NodeClass::NotStarted {
+                work.not_started.push(node.name.clone());
+            }
+            work.counts.count(class);
+        }
+        for instance in &observation.instances {
+            let status = instance.status.as_ref();
+            if let Some(InstanceStatus {
+                state: InstanceState::Creating,
+                error: Some(error),
+            }) = status
+            {
+                work.failed.push((instance.id.clone(), error.clone()));
+                continue;
+            }
+            let expected_to_register =
+                status.is_none_or(|s| s.state != InstanceState::Deleting && s.error.is_none());
+            if !expected_to_register || registered_ids.contains(instance.id.as_str()) {
+                continue;
+            }
+            let since = self
+                .unregistered_since
+                .get(&(group.id.clone(), instance.id.clone()))
+                .copied()
+                .unwrap_or(now);
+            if now.since(since) > provision_time {
+                work.long_unregistered.push((instance.id.clone(), since));
+            } else {
+                work.unregistered.push((instance.id.clone(), since));
+            }
+        }
+        // Oldest first, so that capped deletions remove the longest-waiting instances.
+        work.long_unregistered
+            .sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        work.counts.unregistered = work.unregistered.len();
+        work.counts.long_unregistered = work.long_unregistered.len();
+        work
+    }
+
+    /// 4.1–4.3 for one registered node.
+    fn classify(
+        &self,
+        node: &Node,
+        deleted: bool,
+        now: Timestamp,
+        startup_time: Duration,
+    ) -> NodeClass {
+        if deleted {
+            return NodeClass::BeingDeleted;
+        }
+        match self.rules.readiness(node) {
+            NodeReadiness::Ready => NodeClass::Ready,
+            _ if now.since(node.creation_time) < startup_time => NodeClass::NotStarted,
+            NodeReadiness::ResourceUnready => NodeClass::ResourceUnready,
+            _ => NodeClass::Unready,
+        }
+    }
+
+    /// 4.6: reports every failed instance for deletion; failures not seen at the previous update
+    /// of a group that is scaling up shrink its request, back it off and raise `ScaleUpFailed`.
+    fn handle_failed_instances(
+        &mut self,
+        groups: &[GroupWork],
+        now: Timestamp,
+        backoff: &mut NodeGroupBackoff,
+        options: &AutoscalingOptions,
+        report: &mut ClusterStateReport,
+    ) {
+        let mut seen = BTreeSet::new();
+        for work in groups {
+            // (class, code) → (count, distinct messages) of failures new since the last update.
+            // The class is keyed by its upstream number to keep the order deterministic.
+            let mut new_failures: BTreeMap<(i32, String), (ErrorClass, usize, Vec<String>)> =
+                BTreeMap::new();
+            for (instance, error) in &work.failed {
+                let key = (
+                    work.group_id.clone(),
+                    instance.clone(),
+                    error.class as i32,
+                    error.code.clone(),
+                );
+                if !self.previous_failures.contains(&key) {
+                    let entry = new_failures
+                        .entry((error.class as i32, error.code.clone()))
+                        .or_insert((error.class, 0, Vec::new()));
+                    entry.1 += 1;
+                    if entry.2.len() < MAX_DISTINCT_ERROR_MESSAGES
+                        && !entry.2.contains(&error.message)
+                    {
+                        entry.2.push(error.message.clone());
+                    }
+                }
+                seen.insert(key);
+                report.failed_instances_to_delete.push(InstanceToDelete {
+                    group_id: work.group_id.clone(),
+                    instance_id: instance.clone(),
+                    placeholder: placeholder_node(instance, FAKE_NODE_REASON_CREATE_ERROR),
+                    error: Some(error.clone()),
+                    force: options.force_delete_failed_nodes,
+                });
+            }
+            if !self.scale_up_requests.contains_key(&work.group_id) {
+                continue;
+            }
+            for ((_, code), (class, count, messages)) in new_failures {
+                let message = format!(
+                    "Failed adding {count} nodes to group {} due to {class}.{code}; source errors: {}",
+                    work.group_id,
+                    messages.join(", ")
+                );
+                backoff.backoff(
+                    &work.group_id,
+                    now,
+                    BackoffReason::new(class, code, messages.join(", ")),
+                );
+                report.events.push(Event::warning(
+                    EventObject::StatusConfigMap,
+                    reasons::SCALE_UP_FAILED,
+                    message,
+                ));
+                if let Some(request) = self.scale_up_requests.get_mut(&work.group_id) {
+                    request.increase = request.increase.saturating_sub(count);
+                    if request.increase == 0 {
+                        self.scale_up_requests.remove(&work.group_id);
+                    }
+                }
+            }
+        }
+        self.previous_failures = seen;
+    }
+
+    /// 4.7: remembers since when a group's instances disagree with its target and reports the
+    /// decrease once that has lasted longer than the max provision time. Groups with a scale-up
+    /// in flight (or just timed out, whose revert is already reported) are left to 4.4.
+    fn track_incorrect_size(
+        &mut self,
+        work: &GroupWork,
+        group: &NodeGroupView,
+        now: Timestamp,
+        scale_up_in_flight: bool,
+        report: &mut ClusterStateReport,
+    ) {
+        let registered = work.counts.registered - work.counts.being_deleted;
+        let current =
+            registered + work.unregistered.len() + work.long_unregistered.len() + work.failed.len();
+        let expected = group.target_size;
+        if registered <= expected && current >= expected {
+            self.incorrect_sizes.remove(&group.id);
+            return;
+        }
+        let entry = self
+            .incorrect_sizes
+            .entry(group.id.clone())
+            .or_insert(IncorrectSize {
+                current,
+                expected,
+                since: now,
+            });
+        if (entry.current, entry.expected) != (current, expected) {
+            *entry = IncorrectSize {
+                current,
+                expected,
+                since: now,
+            };
+        }
+        let persisted = now.since(entry.since) > self.provision_time_of(&group.id);
+        if persisted && current < expected && !scale_up_in_flight {
+            report.incorrect_sizes_to_fix.push(SizeFix {
+                group_id: group.id.clone(),
+                delta: current as i64 - expected as i64,
+            });
+        }
+    }
+}
+
+/// At most this many distinct error messages are quoted in one `ScaleUpFailed` event.
+const MAX_DISTINCT_ERROR_MESSAGES: usize = 3;
+
+/// Where a registered node stands (4.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeClass {
+    BeingDeleted,
+    Ready,
+    NotStarted,
+    Unready,
+    ResourceUnready,
+}
+
+impl ReadinessCounts {
+    fn count(&mut self, class: NodeClass) {
+        self.registered += 1;
+        match class {
+            NodeClass::BeingDeleted => self.being_deleted += 1,
+            NodeClass::Ready => self.ready += 1,
+            NodeClass::NotStarted => self.not_started += 1,
+            NodeClass::Unready => self.unready += 1,
+            NodeClass::ResourceUnready => {
+                self.unready += 1;
+                self.resource_unready += 1;
+            }
+        }
+    }
+
+    fn add(&mut self, other: &ReadinessCounts) {
+        self.registered += other.registered;
+        self.ready += other.ready;
+        self.unready += other.unready;
+        self.resource_unready += other.resource_unready;
+        self.not_started += other.not_started;
+        self.suspended += other.suspended;
+        self.being_deleted += other.being_deleted;
+        self.unregistered += other.unregistered;
+        self.long_unregistered += other.long_unregistered;
+    }
+}
+
+/// One group's classification during an update.
+#[derive(Debug, Default)]
+struct GroupWork {
+    group_id: String,
+    counts: ReadinessCounts,
+    not_started: Vec<String>,
+    /// (instance id, first seen unregistered).
+    unregistered: Vec<(String, Timestamp)>,
+    long_unregistered: Vec<(String, Timestamp)>,
+    failed: Vec<(String, InstanceErrorInfo)>,
+    /// Long-unregistered instances this report deletes.
+    deleted_by_report: usize,
+}
+
+impl GroupWork {
+    /// Target minus the nodes that are no longer coming: ready, unready, suspended and
+    /// long-unregistered ones.
+    fn raw_upcoming(&self, target: usize) -> usize {
+        target.saturating_sub(
+            self.counts.ready
+                + self.counts.unready
+                + self.counts.suspended
+                + self.counts.long_unregistered,
+        )
+    }
+}
+
+/// 4.8, cluster: too many unready nodes both in number and in share.
+fn cluster_healthy(total: &ReadinessCounts, options: &AutoscalingOptions) -> bool {
+    let unready = total.unready;
+    let share_limit = options.max_total_unready_percentage / 100.0 * total.registered as f64;
+    !(unready > options.ok_total_unready_count && unready as f64 > share_limit)
+}
+
+/// 4.8, node group: too many of the nodes it should have are not ready, in number and in share.
+fn group_healthy(
+    counts: &ReadinessCounts,
+    target: usize,
+    acceptable_min: usize,
+    scaling_up: bool,
+    options: &AutoscalingOptions,
+) -> bool {
+    if counts.registered == 0 {
+        return target == 0 || (acceptable_min == 0 && scaling_up);
+    }
+    let missing = acceptable_min.saturating_sub(counts.ready + counts.suspended);
+    let considered = counts.ready + counts.unready + counts.not_started + counts.suspended;
+    let share_limit = options.max_total_unready_percentage / 100.0 * considered as f64;
+    !(missing > options.ok_total_unready_count && missing as f64 > share_limit)
+}
+
+/// The Node handed to `DeleteNodes` for an instance without a Node object.
+pub fn placeholder_node(instance_id: &str, reason: &str) -> Node {
+    let mut node = Node {
+        name: instance_id.to_string(),
+        provider_id: instance_id.to_string(),
+        ..Node::default()
+    };
+    node.annotations
+        .insert(FAKE_NODE_REASON_ANNOTATION.to_string(), reason.to_string());
+    node
 }
