@@ -1,12 +1,311 @@
-//! Scale-down actuation (spec 3.8): taking a node the plan chose for removal through taint, drain
-//! and cloud deletion, or rolling it back.
+//! Scale-down actuation (spec 3.8): taking the nodes a scale-down plan chose through taint, drain
+//! and cloud deletion — or rolling them back.
 //!
-//! Each deletion is a small state machine advanced by the loop's `now`; nothing here sleeps. A
-//! live binary may advance it between loops; the simulator advances it once per loop.
+//! Every deletion is a small state machine advanced by the loop's `now`; nothing here sleeps or
+//! reads the clock. [`DeletionTracker::start`] taints synchronously (a batch either is tainted
+//! completely or not at all); [`DeletionTracker::advance`] moves each deletion as far as `now`
+//! allows: post-taint delay and re-check, evictions with retries, waiting for evicted pods, the
+//! delay-deletion annotations, and finally `NodeGroup::delete_nodes`. Any failure untaints (and
+//! uncordons) the node. Node API objects are never deleted: that is the cloud node controller's
+//! job once the instance is gone.
+
+mod cleanup;
+mod soft_taints;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferroscale_model::taints::TO_BE_DELETED;
+use ferroscale_model::{Node, Pod, Taint, TaintEffect, Timestamp};
+
+use crate::cloud::NodeGroup;
+use crate::events::{Event, EventObject, reasons};
+use crate::kubernetes::{ClusterApi, EvictionError};
+use crate::options::AutoscalingOptions;
+
+pub use cleanup::remove_leftover_taints;
+pub use soft_taints::{SoftTaintUpdate, apply_soft_taints};
+
+/// Annotation prefix that makes deletion wait until every such annotation is gone.
+pub const DELAY_DELETION_ANNOTATION_PREFIX: &str =
+    "delay-deletion.cluster-autoscaler.kubernetes.io/";
+/// Per-pod opt-in (`"true"`) or opt-out (`"false"`) of DaemonSet pod eviction.
+pub const ENABLE_DS_EVICTION_ANNOTATION: &str =
+    "cluster-autoscaler.kubernetes.io/enable-ds-eviction";
+/// Grace period of a pod that does not set `terminationGracePeriodSeconds`.
+pub const DEFAULT_POD_GRACE_SECONDS: i64 = 30;
+/// Failed evictions are retried this often until `--max-pod-eviction-time`.
+pub const EVICTION_RETRY_INTERVAL: Duration = Duration::from_secs(10);
+/// Extra time, beyond the grace period, evicted pods get to disappear.
+pub const POD_TERMINATION_MARGIN: Duration = Duration::from_secs(30);
+/// How often evicted pods and delay-deletion annotations are polled.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Why a node is being removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RemovalKind {
+    /// No pod needs to move.
+    Empty,
+    /// Pods are evicted first.
+    Drain,
+}
+
+impl fmt::Display for RemovalKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RemovalKind::Empty => "empty",
+            RemovalKind::Drain => "drain",
+        })
+    }
+}
+
+/// One node the scale-down plan chose, as actuation needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeDeletion {
+    pub node: Arc<Node>,
+    pub group_id: String,
+    pub kind: RemovalKind,
+    /// The group is scaled zero-or-max: its nodes are deleted together or not at all.
+    pub zero_or_max: bool,
+    /// The node was not Ready (`scaled_down_nodes_total{reason="unready"}`).
+    pub unready: bool,
+    /// For the `ScaleDown` event's message.
+    pub utilization: f64,
+    /// `namespace/name` of the pods the plan moves elsewhere, for the event's message.
+    pub pods_to_reschedule: Vec<String>,
+}
+
+/// Decides, after the post-taint delay, whether a node may still go given the pods on it now
+/// (spec 3.8 step 3). The scale-down engine provides the drainability rules.
+pub trait RemovalRecheck: Sync {
+    /// `Err(reason)` when a live pod now blocks the removal (for an empty node: when it is no
+    /// longer empty).
+    fn recheck(&self, node: &Node, kind: RemovalKind, live_pods: &[Arc<Pod>])
+    -> Result<(), String>;
+}
+
+/// The emptiness re-check alone: an empty node that received a pod that is not a DaemonSet or
+/// mirror pod is not deleted; drained nodes always pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EmptinessRecheck;
+
+impl RemovalRecheck for EmptinessRecheck {
+    fn recheck(
+        &self,
+        _node: &Node,
+        kind: RemovalKind,
+        live_pods: &[Arc<Pod>],
+    ) -> Result<(), String> {
+        if kind == RemovalKind::Empty
+            && let Some(pod) = live_pods.iter().find(|p| needs_moving(p))
+        {
+            return Err(format!("node is not empty: pod {} arrived", pod.key()));
+        }
+        Ok(())
+    }
+}
+
+/// A pod that must leave the node before it is deleted: anything but DaemonSet, mirror and
+/// finished pods.
+pub fn needs_moving(pod: &Pod) -> bool {
+    !pod.is_daemonset_pod() && !pod.is_mirror_pod() && !pod.is_terminal()
+}
+
+/// Whether a DaemonSet pod on a node being removed is evicted (best-effort): per the flag for the
+/// node's kind, unless the pod's annotation says otherwise.
+pub fn evicts_daemonset_pod(pod: &Pod, kind: RemovalKind, options: &AutoscalingOptions) -> bool {
+    match pod
+        .annotations
+        .get(ENABLE_DS_EVICTION_ANNOTATION)
+        .map(String::as_str)
+    {
+        Some("true") => true,
+        Some("false") => false,
+        _ => match kind {
+            RemovalKind::Empty => options.daemonset_eviction_for_empty_nodes,
+            RemovalKind::Drain => options.daemonset_eviction_for_occupied_nodes,
+        },
+    }
+}
+
+/// Grace period of an eviction: the pod's own, capped by `--max-graceful-termination-sec`.
+pub fn eviction_grace_seconds(pod: &Pod, options: &AutoscalingOptions) -> i64 {
+    pod.termination_grace_seconds
+        .unwrap_or(DEFAULT_POD_GRACE_SECONDS)
+        .min(options.max_graceful_termination_sec)
+        .max(0)
+}
+
+/// The `ToBeDeletedByClusterAutoscaler` taint as placed at `now`.
+pub fn to_be_deleted_taint(now: Timestamp) -> Taint {
+    Taint {
+        time_added: Some(now),
+        ..Taint::new(
+            TO_BE_DELETED,
+            now.secs().to_string(),
+            TaintEffect::NoSchedule,
+        )
+    }
+}
+
+/// A pod being evicted or waited for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PodRef {
+    namespace: String,
+    name: String,
+    uid: String,
+    grace_seconds: i64,
+}
+
+impl PodRef {
+    fn new(pod: &Pod, options: &AutoscalingOptions) -> PodRef {
+        PodRef {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            grace_seconds: eviction_grace_seconds(pod, options),
+        }
+    }
+
+    fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Where a deletion stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeletionPhase {
+    /// Tainted; waiting `--node-delete-delay-after-taint` before the re-check.
+    Tainted,
+    /// Evicting the must-evict pods; failures are retried until the deadline.
+    Evicting {
+        started: Timestamp,
+        next_attempt: Timestamp,
+        /// Pods (`namespace/name`) not evicted yet.
+        remaining: Vec<String>,
+    },
+    /// Waiting for evicted pods to be gone or bound elsewhere.
+    WaitingForPods { until: Timestamp, pods: Vec<String> },
+    /// Waiting for `delay-deletion.cluster-autoscaler.kubernetes.io/` annotations to go.
+    WaitingForAnnotations { until: Timestamp },
+    /// Ready for the cloud call; zero-or-max groups wait here for the rest of their batch.
+    ReadyToDelete,
+}
+
+#[derive(Debug, Clone)]
+struct Deletion {
+    request: NodeDeletion,
+    tainted_at: Timestamp,
+    phase: DeletionPhase,
+    /// Identifies the `start` call; a zero-or-max group's nodes share their batch's fate.
+    batch: u64,
+    evicting: Vec<PodRef>,
+    waiting: Vec<PodRef>,
+}
+
+/// A step a deletion reached, for timelines and explanations.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActuationStep {
+    /// Tainted `ToBeDeletedByClusterAutoscaler` (and cordoned per flag).
+    Tainted,
+    /// Eviction started for these pods (`namespace/name`); DaemonSet pods evicted best-effort are
+    /// listed separately.
+    EvictionsStarted {
+        pods: Vec<String>,
+        daemonset_pods: Vec<String>,
+    },
+    /// Some evictions were refused and will be retried.
+    EvictionsRetrying {
+        remaining: Vec<String>,
+        error: String,
+    },
+    /// Every evicted pod is gone; waiting for delay-deletion annotations.
+    WaitingForAnnotations,
+    /// `DeleteNodes` succeeded.
+    Deleted,
+    /// The deletion was abandoned and the node untainted.
+    Failed { reason: String },
+}
+
+/// What happened to one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActuationReport {
+    pub at: Timestamp,
+    pub node: String,
+    pub group_id: String,
+    pub kind: RemovalKind,
+    pub step: ActuationStep,
+}
+
+/// A node the cloud deleted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompletedDeletion {
+    pub node: String,
+    pub group_id: String,
+    pub kind: RemovalKind,
+    pub unready: bool,
+}
+
+/// A deletion that was abandoned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedDeletion {
+    pub node: String,
+    pub group_id: String,
+    pub reason: String,
+    /// The cloud's `DeleteNodes` failed (counts for `--scale-down-delay-type-local`).
+    pub cloud_error: bool,
+}
+
+/// What one `start` or `advance` call did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ActuationProgress {
+    pub reports: Vec<ActuationReport>,
+    pub events: Vec<Event>,
+    pub completed: Vec<CompletedDeletion>,
+    pub failed: Vec<FailedDeletion>,
+    /// `start` could not taint every node: nothing was started (sets the scale-down failure time).
+    pub start_error: Option<String>,
+}
+
+impl ActuationProgress {
+    fn report(&mut self, at: Timestamp, deletion: &NodeDeletion, step: ActuationStep) {
+        self.reports.push(ActuationReport {
+            at,
+            node: deletion.node.name.clone(),
+            group_id: deletion.group_id.clone(),
+            kind: deletion.kind,
+            step,
+        });
+    }
+
+    fn extend(&mut self, other: ActuationProgress) {
+        self.reports.extend(other.reports);
+        self.events.extend(other.events);
+        self.completed.extend(other.completed);
+        self.failed.extend(other.failed);
+        if self.start_error.is_none() {
+            self.start_error = other.start_error;
+        }
+    }
+}
+
+/// A node currently being deleted, as the scale-down planner and scale-up see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InProgressDeletion {
+    pub node: String,
+    pub group_id: String,
+    pub kind: RemovalKind,
+    pub phase: DeletionPhase,
+}
 
 /// The deletions in progress, remembered across loops.
 #[derive(Debug, Clone, Default)]
-pub struct DeletionTracker {}
+pub struct DeletionTracker {
+    active: Vec<Deletion>,
+    next_batch: u64,
+}
 
 impl DeletionTracker {
     pub fn new() -> DeletionTracker {
@@ -15,6 +314,553 @@ impl DeletionTracker {
 
     /// Whether no deletion is in progress.
     pub fn is_idle(&self) -> bool {
-        true
+        self.active.is_empty()
+    }
+
+    /// Nodes being deleted now, in the order they were started.
+    pub fn in_progress(&self) -> Vec<InProgressDeletion> {
+        self.active
+            .iter()
+            .map(|d| InProgressDeletion {
+                node: d.request.node.name.clone(),
+                group_id: d.request.group_id.clone(),
+                kind: d.request.kind,
+                phase: d.phase.clone(),
+            })
+            .collect()
+    }
+
+    /// Whether `node` is being deleted.
+    pub fn is_deleting(&self, node: &str) -> bool {
+        self.active.iter().any(|d| d.request.node.name == node)
+    }
+
+    /// Taints every node of `requests` (spec 3.8 step 1) and starts tracking them. When any taint
+    /// fails, the taints placed by this call are removed again, `ScaleDownFailed` is emitted for
+    /// the nodes that could not be tainted, nothing is tracked and `start_error` is set.
+    pub async fn start(
+        &mut self,
+        requests: Vec<NodeDeletion>,
+        cluster: &dyn ClusterApi,
+        now: Timestamp,
+        options: &AutoscalingOptions,
+    ) -> ActuationProgress {
+        let mut progress = ActuationProgress::default();
+        let requests: Vec<NodeDeletion> = requests
+            .into_iter()
+            .filter(|r| !self.is_deleting(&r.node.name))
+            .collect();
+        if requests.is_empty() {
+            return progress;
+        }
+        let cordon = options.cordon_node_before_terminating;
+        let mut tainted: Vec<&NodeDeletion> = Vec::new();
+        let mut errors: Vec<(&NodeDeletion, String)> = Vec::new();
+        for request in &requests {
+            match cluster
+                .taint_node(&request.node.name, to_be_deleted_taint(now), cordon)
+                .await
+            {
+                Ok(()) => tainted.push(request),
+                Err(e) => errors.push((request, e.to_string())),
+            }
+        }
+        if !errors.is_empty() {
+            for (request, error) in &errors {
+                let reason =
+                    format!("failed to mark the node as toBeDeleted/unschedulable: {error}");
+                progress.events.push(Event::warning(
+                    EventObject::Node(request.node.name.clone()),
+                    reasons::SCALE_DOWN_FAILED,
+                    reason.clone(),
+                ));
+                progress.report(
+                    now,
+                    request,
+                    ActuationStep::Failed {
+                        reason: reason.clone(),
+                    },
+                );
+                progress.failed.push(FailedDeletion {
+                    node: request.node.name.clone(),
+                    group_id: request.group_id.clone(),
+                    reason,
+                    cloud_error: false,
+                });
+            }
+            for request in tainted {
+                let reason = "another node of the batch could not be tainted".to_string();
+                // Best effort: a node we cannot untaint keeps a taint that the next process start
+                // removes (first-iteration clean-up).
+                let _ = cluster
+                    .untaint_node(&request.node.name, TO_BE_DELETED, cordon)
+                    .await;
+                progress.report(
+                    now,
+                    request,
+                    ActuationStep::Failed {
+                        reason: reason.clone(),
+                    },
+                );
+                progress.failed.push(FailedDeletion {
+                    node: request.node.name.clone(),
+                    group_id: request.group_id.clone(),
+                    reason,
+                    cloud_error: false,
+                });
+            }
+            progress.start_error = Some(format!(
+                "tainting {} node(s) failed: {}",
+                errors.len(),
+                errors
+                    .iter()
+                    .map(|(r, e)| format!("{}: {e}", r.node.name))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+            return progress;
+        }
+
+        let batch = self.next_batch;
+        self.next_batch += 1;
+        for request in requests {
+            progress.events.push(Event::normal(
+                EventObject::Node(request.node.name.clone()),
+                reasons::SCALE_DOWN,
+                "marked the node as toBeDeleted/unschedulable",
+            ));
+            progress.events.push(match request.kind {
+                RemovalKind::Empty => Event::normal(
+                    EventObject::StatusConfigMap,
+                    reasons::SCALE_DOWN_EMPTY,
+                    format!("Scale-down: removing empty node {}", request.node.name),
+                ),
+                RemovalKind::Drain => Event::normal(
+                    EventObject::StatusConfigMap,
+                    reasons::SCALE_DOWN,
+                    format!(
+                        "Scale-down: removing node {}, utilization: {:.2}, pods to reschedule: {}",
+                        request.node.name,
+                        request.utilization,
+                        request.pods_to_reschedule.join(",")
+                    ),
+                ),
+            });
+            progress.report(now, &request, ActuationStep::Tainted);
+            self.active.push(Deletion {
+                request,
+                tainted_at: now,
+                phase: DeletionPhase::Tainted,
+                batch,
+                evicting: Vec::new(),
+                waiting: Vec::new(),
+            });
+        }
+        progress
+    }
+
+    /// Moves every deletion as far as `now` allows. `groups` are the cloud's node groups (for
+    /// `DeleteNodes`); `recheck` holds the drainability rules for the post-taint re-check.
+    pub async fn advance(
+        &mut self,
+        groups: &[Arc<dyn NodeGroup>],
+        cluster: &dyn ClusterApi,
+        recheck: &dyn RemovalRecheck,
+        now: Timestamp,
+        options: &AutoscalingOptions,
+    ) -> ActuationProgress {
+        let mut progress = ActuationProgress::default();
+        let mut failed: Vec<(usize, String)> = Vec::new();
+        for index in 0..self.active.len() {
+            let Some(deletion) = self.active.get_mut(index) else {
+                continue;
+            };
+            if let Err(reason) =
+                advance_one(deletion, cluster, recheck, now, options, &mut progress).await
+            {
+                failed.push((index, reason));
+            }
+        }
+
+        // A failed node of a zero-or-max group takes the rest of its batch down with it.
+        let mut failed_batches: HashSet<(u64, String)> = HashSet::new();
+        for (index, _) in &failed {
+            if let Some(d) = self.active.get(*index)
+                && d.request.zero_or_max
+            {
+                failed_batches.insert((d.batch, d.request.group_id.clone()));
+            }
+        }
+        let mut to_fail: Vec<(usize, String, bool)> =
+            failed.into_iter().map(|(i, r)| (i, r, false)).collect();
+        for (index, d) in self.active.iter().enumerate() {
+            if failed_batches.contains(&(d.batch, d.request.group_id.clone()))
+                && !to_fail.iter().any(|(i, _, _)| *i == index)
+            {
+                to_fail.push((
+                    index,
+                    "another node of its zero-or-max group could not be deleted".to_string(),
+                    false,
+                ));
+            }
+        }
+
+        // Cloud deletions: single nodes, or whole zero-or-max batches once every node is ready.
+        let mut deleted: Vec<usize> = Vec::new();
+        let mut handled: HashSet<usize> = to_fail.iter().map(|(i, _, _)| *i).collect();
+        for index in 0..self.active.len() {
+            if handled.contains(&index) {
+                continue;
+            }
+            let Some(d) = self.active.get(index) else {
+                continue;
+            };
+            if d.phase != DeletionPhase::ReadyToDelete {
+                continue;
+            }
+            let members: Vec<usize> = if d.request.zero_or_max {
+                let (batch, group) = (d.batch, d.request.group_id.clone());
+                let members: Vec<usize> = self
+                    .active
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| o.batch == batch && o.request.group_id == group)
+                    .map(|(i, _)| i)
+                    .collect();
+                let all_ready = members.iter().all(|i| {
+                    self.active
+                        .get(*i)
+                        .is_some_and(|o| o.phase == DeletionPhase::ReadyToDelete)
+                });
+                if !all_ready {
+                    continue;
+                }
+                members
+            } else {
+                vec![index]
+            };
+            handled.extend(members.iter().copied());
+            let nodes: Vec<Node> = members
+                .iter()
+                .filter_map(|i| self.active.get(*i))
+                .map(|o| (*o.request.node).clone())
+                .collect();
+            let group_id = d.request.group_id.clone();
+            let result = match groups.iter().find(|g| g.id() == group_id) {
+                Some(group) => group.delete_nodes(&nodes).await.map_err(|e| e.to_string()),
+                None => Err(format!("node group {group_id} no longer exists")),
+            };
+            match result {
+                Ok(()) => deleted.extend(members),
+                Err(error) => {
+                    let reason = format!("failed to delete the node in the cloud: {error}");
+                    to_fail.extend(members.into_iter().map(|i| (i, reason.clone(), true)));
+                }
+            }
+        }
+
+        for index in &deleted {
+            let Some(d) = self.active.get(*index) else {
+                continue;
+            };
+            let request = &d.request;
+            progress.events.push(Event::normal(
+                EventObject::Node(request.node.name.clone()),
+                reasons::SCALE_DOWN,
+                "nodes removed by cluster autoscaler",
+            ));
+            progress.events.push(match request.kind {
+                RemovalKind::Empty => Event::normal(
+                    EventObject::StatusConfigMap,
+                    reasons::SCALE_DOWN_EMPTY,
+                    format!("Scale-down: empty node {} removed", request.node.name),
+                ),
+                RemovalKind::Drain => Event::normal(
+                    EventObject::StatusConfigMap,
+                    reasons::SCALE_DOWN,
+                    format!("Scale-down: node {} removed with drain", request.node.name),
+                ),
+            });
+            progress.report(now, request, ActuationStep::Deleted);
+            progress.completed.push(CompletedDeletion {
+                node: request.node.name.clone(),
+                group_id: request.group_id.clone(),
+                kind: request.kind,
+                unready: request.unready,
+            });
+        }
+
+        for (index, reason, cloud_error) in &to_fail {
+            let Some(d) = self.active.get(*index) else {
+                continue;
+            };
+            let request = &d.request;
+            // Best effort, as upstream: a taint that cannot be removed now is removed by the next
+            // process start's clean-up.
+            let _ = cluster
+                .untaint_node(
+                    &request.node.name,
+                    TO_BE_DELETED,
+                    options.cordon_node_before_terminating,
+                )
+                .await;
+            progress.events.push(Event::warning(
+                EventObject::Node(request.node.name.clone()),
+                reasons::SCALE_DOWN_FAILED,
+                reason.clone(),
+            ));
+            progress.report(
+                now,
+                request,
+                ActuationStep::Failed {
+                    reason: reason.clone(),
+                },
+            );
+            progress.failed.push(FailedDeletion {
+                node: request.node.name.clone(),
+                group_id: request.group_id.clone(),
+                reason: reason.clone(),
+                cloud_error: *cloud_error,
+            });
+        }
+
+        let finished: HashSet<usize> = deleted
+            .into_iter()
+            .chain(to_fail.into_iter().map(|(i, _, _)| i))
+            .collect();
+        let mut index = 0;
+        self.active.retain(|_| {
+            let keep = !finished.contains(&index);
+            index += 1;
+            keep
+        });
+        progress
+    }
+
+    /// Starts `requests` and advances everything in one go (used when a caller wants the taint
+    /// and the first steps in one call).
+    pub async fn start_and_advance(
+        &mut self,
+        requests: Vec<NodeDeletion>,
+        groups: &[Arc<dyn NodeGroup>],
+        cluster: &dyn ClusterApi,
+        recheck: &dyn RemovalRecheck,
+        now: Timestamp,
+        options: &AutoscalingOptions,
+    ) -> ActuationProgress {
+        let mut progress = self.start(requests, cluster, now, options).await;
+        progress.extend(self.advance(groups, cluster, recheck, now, options).await);
+        progress
+    }
+}
+
+/// Advances one deletion through as many phases as `now` allows. `Err(reason)` abandons it.
+async fn advance_one(
+    deletion: &mut Deletion,
+    cluster: &dyn ClusterApi,
+    recheck: &dyn RemovalRecheck,
+    now: Timestamp,
+    options: &AutoscalingOptions,
+    progress: &mut ActuationProgress,
+) -> Result<(), String> {
+    let node_name = deletion.request.node.name.clone();
+    loop {
+        match deletion.phase.clone() {
+            DeletionPhase::Tainted => {
+                if now < deletion.tainted_at + options.node_delete_delay_after_taint {
+                    return Ok(());
+                }
+                let live = cluster
+                    .pods_on_node(&node_name)
+                    .await
+                    .map_err(|e| format!("failed to list the pods of the node: {e}"))?;
+                recheck.recheck(&deletion.request.node, deletion.request.kind, &live)?;
+                start_evictions(deletion, &live, cluster, now, options, progress).await;
+            }
+            DeletionPhase::Evicting {
+                started,
+                next_attempt,
+                remaining: _,
+            } => {
+                if now < next_attempt {
+                    return Ok(());
+                }
+                let mut still: Vec<PodRef> = Vec::new();
+                let mut last_error = String::new();
+                for pod in std::mem::take(&mut deletion.evicting) {
+                    match evict(cluster, &pod, progress).await {
+                        Ok(()) => deletion.waiting.push(pod),
+                        Err(error) => {
+                            last_error = error;
+                            still.push(pod);
+                        }
+                    }
+                }
+                if still.is_empty() {
+                    let grace = Duration::from_secs(
+                        u64::try_from(options.max_graceful_termination_sec).unwrap_or(0),
+                    );
+                    deletion.phase = DeletionPhase::WaitingForPods {
+                        until: now + grace + POD_TERMINATION_MARGIN,
+                        pods: deletion.waiting.iter().map(PodRef::key).collect(),
+                    };
+                    continue;
+                }
+                if now >= started + options.max_pod_eviction_time {
+                    for pod in &still {
+                        progress.events.push(Event::warning(
+                            EventObject::Pod(pod.key()),
+                            reasons::SCALE_DOWN_FAILED,
+                            format!("failed to delete pod for ScaleDown: {last_error}"),
+                        ));
+                    }
+                    return Err(format!(
+                        "failed to evict pods {} within {}s: {last_error}",
+                        still.iter().map(PodRef::key).collect::<Vec<_>>().join(","),
+                        options.max_pod_eviction_time.as_secs()
+                    ));
+                }
+                let remaining: Vec<String> = still.iter().map(PodRef::key).collect();
+                progress.report(
+                    now,
+                    &deletion.request,
+                    ActuationStep::EvictionsRetrying {
+                        remaining: remaining.clone(),
+                        error: last_error,
+                    },
+                );
+                deletion.evicting = still;
+                deletion.phase = DeletionPhase::Evicting {
+                    started,
+                    next_attempt: now + EVICTION_RETRY_INTERVAL,
+                    remaining,
+                };
+                return Ok(());
+            }
+            DeletionPhase::WaitingForPods { until, pods: _ } => {
+                let mut remaining = Vec::new();
+                for pod in std::mem::take(&mut deletion.waiting) {
+                    let current = cluster
+                        .pod_status(&pod.namespace, &pod.name)
+                        .await
+                        .map_err(|e| format!("failed to read pod {}: {e}", pod.key()))?;
+                    let still_here = current.is_some_and(|p| {
+                        p.uid == pod.uid && p.node_name.as_deref() == Some(node_name.as_str())
+                    });
+                    if still_here {
+                        remaining.push(pod);
+                    }
+                }
+                if !remaining.is_empty() {
+                    if now >= until {
+                        return Err(format!(
+                            "pods remaining after timeout: {}",
+                            remaining
+                                .iter()
+                                .map(PodRef::key)
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        ));
+                    }
+                    deletion.phase = DeletionPhase::WaitingForPods {
+                        until,
+                        pods: remaining.iter().map(PodRef::key).collect(),
+                    };
+                    deletion.waiting = remaining;
+                    return Ok(());
+                }
+                deletion.phase = DeletionPhase::WaitingForAnnotations {
+                    until: now + options.node_deletion_delay_timeout,
+                };
+                progress.report(now, &deletion.request, ActuationStep::WaitingForAnnotations);
+            }
+            DeletionPhase::WaitingForAnnotations { until } => {
+                let node = cluster
+                    .node(&node_name)
+                    .await
+                    .map_err(|e| format!("failed to read the node: {e}"))?;
+                let delayed = node.is_some_and(|n| {
+                    n.annotations
+                        .keys()
+                        .any(|k| k.starts_with(DELAY_DELETION_ANNOTATION_PREFIX))
+                });
+                // The timeout only ends the wait; deletion proceeds (upstream logs a warning).
+                if delayed && now < until {
+                    return Ok(());
+                }
+                deletion.phase = DeletionPhase::ReadyToDelete;
+            }
+            DeletionPhase::ReadyToDelete => return Ok(()),
+        }
+    }
+}
+
+/// After the re-check: best-effort DaemonSet evictions, then the must-evict pods of a drain.
+async fn start_evictions(
+    deletion: &mut Deletion,
+    live: &[Arc<Pod>],
+    cluster: &dyn ClusterApi,
+    now: Timestamp,
+    options: &AutoscalingOptions,
+    progress: &mut ActuationProgress,
+) {
+    let kind = deletion.request.kind;
+    let daemonset_pods: Vec<PodRef> = live
+        .iter()
+        .filter(|p| p.is_daemonset_pod() && !p.is_terminal())
+        .filter(|p| evicts_daemonset_pod(p, kind, options))
+        .map(|p| PodRef::new(p, options))
+        .collect();
+    for pod in &daemonset_pods {
+        // Best effort: neither retried nor waited for.
+        let _ = evict(cluster, pod, progress).await;
+    }
+    let must_evict: Vec<PodRef> = match kind {
+        RemovalKind::Empty => Vec::new(),
+        RemovalKind::Drain => live
+            .iter()
+            .filter(|p| needs_moving(p))
+            .map(|p| PodRef::new(p, options))
+            .collect(),
+    };
+    if kind == RemovalKind::Drain || !daemonset_pods.is_empty() {
+        progress.report(
+            now,
+            &deletion.request,
+            ActuationStep::EvictionsStarted {
+                pods: must_evict.iter().map(PodRef::key).collect(),
+                daemonset_pods: daemonset_pods.iter().map(PodRef::key).collect(),
+            },
+        );
+    }
+    deletion.phase = DeletionPhase::Evicting {
+        started: now,
+        next_attempt: now,
+        remaining: must_evict.iter().map(PodRef::key).collect(),
+    };
+    deletion.evicting = must_evict;
+}
+
+/// One eviction call; "not found" counts as success. Emits the pod's `ScaleDown` event on
+/// success.
+async fn evict(
+    cluster: &dyn ClusterApi,
+    pod: &PodRef,
+    progress: &mut ActuationProgress,
+) -> Result<(), String> {
+    match cluster
+        .evict_pod(&pod.namespace, &pod.name, pod.grace_seconds)
+        .await
+    {
+        Ok(()) => {
+            progress.events.push(Event::normal(
+                EventObject::Pod(pod.key()),
+                reasons::SCALE_DOWN,
+                "deleting pod for node scale down",
+            ));
+            Ok(())
+        }
+        Err(EvictionError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e.to_string()),
     }
 }

@@ -5,6 +5,8 @@
 //! The core never reads the clock: the caller passes the loop's `now` and a [`Stopwatch`] that
 //! measures the time spent in the pure planning calls.
 
+mod recorder;
+
 use std::sync::Arc;
 
 use ferroscale_model::{Pod, Timestamp};
@@ -20,6 +22,7 @@ use crate::scale_up::{
     NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan, execute_scale_up,
     inject_upcoming_nodes, plan_scale_up,
 };
+pub use recorder::{EVENT_REPEAT_INTERVAL, EventRecorder};
 
 /// Measures elapsed time for the caller; the core has no clock of its own.
 pub trait Stopwatch {

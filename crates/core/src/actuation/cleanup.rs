@@ -1,0 +1,83 @@
+//! First-iteration clean-up (spec 1.3 step 1): a process that stopped mid-deletion leaves
+//! `ToBeDeletedByClusterAutoscaler` taints behind, which would keep pods off perfectly good
+//! nodes forever. The first loop of a new process removes them from autoscaled nodes, and, when
+//! soft tainting is disabled, stale `DeletionCandidateOfClusterAutoscaler` taints too.
+
+use std::sync::Arc;
+
+use ferroscale_model::taints::{DELETION_CANDIDATE, TO_BE_DELETED};
+use ferroscale_model::{Node, Taint, Timestamp};
+
+use crate::cloud::CloudProvider;
+use crate::events::{Event, EventObject, reasons};
+use crate::kubernetes::ClusterApi;
+use crate::options::AutoscalingOptions;
+
+/// When a taint was placed: its `timeAdded`, else its value read as Unix seconds (how the
+/// autoscaler writes it).
+fn placed_at(taint: &Taint) -> Option<Timestamp> {
+    taint
+        .time_added
+        .or_else(|| taint.value.parse::<i64>().ok().map(Timestamp::from_secs))
+}
+
+/// Whether a soft taint is stale at `now`: every one when the TTL is zero, else those older than
+/// the TTL (or without a readable time).
+fn stale_candidate(taint: &Taint, now: Timestamp, options: &AutoscalingOptions) -> bool {
+    if options.node_deletion_candidate_ttl.is_zero() {
+        return true;
+    }
+    placed_at(taint).is_none_or(|t| now.since(t) > options.node_deletion_candidate_ttl)
+}
+
+/// Removes leftover deletion taints from the autoscaled nodes among `nodes` and returns the
+/// `ClusterAutoscalerCleanup` events (Normal when removed, Warning when the update failed).
+/// Nodes outside any node group are left alone. Calls nothing in dry-run mode.
+pub async fn remove_leftover_taints(
+    cloud: &dyn CloudProvider,
+    cluster: &dyn ClusterApi,
+    nodes: &[Arc<Node>],
+    now: Timestamp,
+    options: &AutoscalingOptions,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    let soft_tainting_disabled = options.max_bulk_soft_taint_count == 0;
+    for node in nodes {
+        let mut keys: Vec<(&str, bool)> = Vec::new();
+        if node.has_taint(TO_BE_DELETED) {
+            keys.push((TO_BE_DELETED, options.cordon_node_before_terminating));
+        }
+        if soft_tainting_disabled
+            && node
+                .taints
+                .iter()
+                .any(|t| t.key == DELETION_CANDIDATE && stale_candidate(t, now, options))
+        {
+            keys.push((DELETION_CANDIDATE, false));
+        }
+        if keys.is_empty() || options.dry_run {
+            continue;
+        }
+        if !matches!(cloud.node_group_for_node(node).await, Ok(Some(_))) {
+            continue;
+        }
+        for (key, uncordon) in keys {
+            let object = EventObject::Node(node.name.clone());
+            events.push(
+                match cluster.untaint_node(&node.name, key, uncordon).await {
+                    Ok(()) => Event::normal(
+                        object,
+                        reasons::CLUSTER_AUTOSCALER_CLEANUP,
+                        format!("removed {key} taint left by an earlier run"),
+                    ),
+                    Err(e) => Event::warning(
+                        object,
+                        reasons::CLUSTER_AUTOSCALER_CLEANUP,
+                        format!("failed to remove {key} taint left by an earlier run: {e}"),
+                    ),
+                },
+            );
+        }
+    }
+    events
+}
