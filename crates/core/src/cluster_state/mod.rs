@@ -27,7 +27,7 @@ use crate::options::AutoscalingOptions;
 use crate::scale_up::NodeGroupView;
 
 pub use readiness::{NodeReadiness, ReadinessRules};
-pub use status::{StatusReport, render_status_yaml};
+pub use status::{StatusInput, StatusReport, render_status_yaml};
 
 /// Annotation on the placeholder nodes handed to `DeleteNodes` for instances that have no Node
 /// object, with the reason as value.
