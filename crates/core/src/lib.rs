@@ -15,6 +15,7 @@ pub mod cluster_state;
 pub mod events;
 pub mod kubernetes;
 pub mod options;
+pub mod scale_down;
 pub mod scale_up;
 
 pub use backoff::NodeGroupBackoff;

@@ -196,6 +196,26 @@ pub struct AutoscalingOptions {
     pub skip_nodes_with_custom_controller_pods: bool,
     pub skip_nodes_with_local_storage: bool,
     pub skip_nodes_with_system_pods: bool,
+    /// `scale-down-unready-enabled`: whether unready nodes may be removed at all.
+    pub scale_down_unready_enabled: bool,
+    /// `ignore-mirror-pods-utilization`: leave mirror pods out of node utilization.
+    pub ignore_mirror_pods_utilization: bool,
+    /// `unremovable-node-recheck-timeout`: how long a node that failed the removal simulation is
+    /// skipped before it is simulated again.
+    pub unremovable_node_recheck_timeout: Duration,
+    /// `scale-down-delay-type-local`: apply the three scale-down delays per node group.
+    pub scale_down_delay_type_local: bool,
+    /// `min-replica-count`: with custom-controller checks on, a ReplicaSet or ReplicationController
+    /// with fewer replicas blocks the drain of its pods' nodes.
+    pub min_replica_count: i32,
+    /// `blocking-system-pod-distruption-timeout` (sic, upstream spelling): a kube-system pod
+    /// without a PDB stops blocking scale-down once it is older than this.
+    pub blocking_system_pod_distruption_timeout: Duration,
+    /// `scale-down-simulation-timeout` and `max-bulk-soft-taint-time` are accepted and kept for
+    /// reporting, but the engine never reads the clock while deciding: the removal search is bounded
+    /// by the node-count stop rule and soft tainting by `max_bulk_soft_taint_count` instead.
+    pub scale_down_simulation_timeout: Duration,
+    pub max_bulk_soft_taint_time: Duration,
 
     // --- actuation and the loop ---
     /// Compute and report every decision without calling any mutating cloud or cluster method
@@ -285,6 +305,14 @@ impl Default for AutoscalingOptions {
             skip_nodes_with_custom_controller_pods: true,
             skip_nodes_with_local_storage: true,
             skip_nodes_with_system_pods: true,
+            scale_down_unready_enabled: true,
+            ignore_mirror_pods_utilization: false,
+            unremovable_node_recheck_timeout: Duration::from_secs(5 * MINUTE),
+            scale_down_delay_type_local: false,
+            min_replica_count: 0,
+            blocking_system_pod_distruption_timeout: Duration::from_secs(60 * MINUTE),
+            scale_down_simulation_timeout: Duration::from_secs(30),
+            max_bulk_soft_taint_time: Duration::from_secs(3),
             dry_run: false,
             node_delete_delay_after_taint: Duration::from_secs(5),
             node_deletion_delay_timeout: Duration::from_secs(2 * MINUTE),
@@ -573,6 +601,22 @@ impl AutoscalingOptions {
                 self.skip_nodes_with_local_storage = parse_bool(f, v)?
             }
             "skip-nodes-with-system-pods" => self.skip_nodes_with_system_pods = parse_bool(f, v)?,
+            "scale-down-unready-enabled" => self.scale_down_unready_enabled = parse_bool(f, v)?,
+            "ignore-mirror-pods-utilization" => {
+                self.ignore_mirror_pods_utilization = parse_bool(f, v)?
+            }
+            "unremovable-node-recheck-timeout" => {
+                self.unremovable_node_recheck_timeout = parse_duration(f, v)?
+            }
+            "scale-down-delay-type-local" => self.scale_down_delay_type_local = parse_bool(f, v)?,
+            "min-replica-count" => self.min_replica_count = parse_number(f, v, "an integer")?,
+            "blocking-system-pod-distruption-timeout" => {
+                self.blocking_system_pod_distruption_timeout = parse_duration(f, v)?
+            }
+            "scale-down-simulation-timeout" => {
+                self.scale_down_simulation_timeout = parse_duration(f, v)?
+            }
+            "max-bulk-soft-taint-time" => self.max_bulk_soft_taint_time = parse_duration(f, v)?,
             "dry-run" => self.dry_run = parse_bool(f, v)?,
             "node-delete-delay-after-taint" => {
                 self.node_delete_delay_after_taint = parse_duration(f, v)?
