@@ -203,6 +203,8 @@ struct Deletion {
     batch: u64,
     evicting: Vec<PodRef>,
     waiting: Vec<PodRef>,
+    /// The pods a drain evicts, as they were before eviction.
+    evicted: Vec<Arc<Pod>>,
 }
 
 /// A step a deletion reached, for timelines and explanations.
@@ -330,6 +332,15 @@ impl DeletionTracker {
             .collect()
     }
 
+    /// Pods evicted (or being evicted) by the deletions in progress, as they were before
+    /// eviction: scale-down must still find them a place until their controllers re-create them.
+    pub fn evicted_pods(&self) -> Vec<Arc<Pod>> {
+        self.active
+            .iter()
+            .flat_map(|d| d.evicted.iter().cloned())
+            .collect()
+    }
+
     /// Whether `node` is being deleted.
     pub fn is_deleting(&self, node: &str) -> bool {
         self.active.iter().any(|d| d.request.node.name == node)
@@ -454,6 +465,7 @@ impl DeletionTracker {
                 batch,
                 evicting: Vec::new(),
                 waiting: Vec::new(),
+                evicted: Vec::new(),
             });
         }
         progress
@@ -815,14 +827,14 @@ async fn start_evictions(
         // Best effort: neither retried nor waited for.
         let _ = evict(cluster, pod, progress).await;
     }
-    let must_evict: Vec<PodRef> = match kind {
-        RemovalKind::Empty => Vec::new(),
-        RemovalKind::Drain => live
-            .iter()
-            .filter(|p| needs_moving(p))
-            .map(|p| PodRef::new(p, options))
-            .collect(),
-    };
+    if kind == RemovalKind::Drain {
+        deletion.evicted = live.iter().filter(|p| needs_moving(p)).cloned().collect();
+    }
+    let must_evict: Vec<PodRef> = deletion
+        .evicted
+        .iter()
+        .map(|p| PodRef::new(p, options))
+        .collect();
     if kind == RemovalKind::Drain || !daemonset_pods.is_empty() {
         progress.report(
             now,

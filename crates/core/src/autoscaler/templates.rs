@@ -1,0 +1,140 @@
+//! Choosing each node group's template (spec 2.4): a good real node of the group, else the one
+//! cached from an earlier loop, else the provider's `TemplateNodeInfo()` (with the DaemonSet pods
+//! that would start on it), else — as a last resort — any real node of the group.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferroscale_model::taints::{TO_BE_DELETED, first_untolerated};
+use ferroscale_model::{DaemonSet, Node, Pod, PodPhase, Timestamp};
+
+use crate::cloud::{NodeGroup, NodeTemplate};
+use crate::options::AutoscalingOptions;
+use crate::scale_up::sanitize_template;
+
+/// A real node is a good example only once its readiness has been stable this long.
+pub const STABLE_READINESS: Duration = Duration::from_secs(60);
+
+/// Templates taken from real nodes, kept per group for when the group has no good node.
+#[derive(Debug, Clone, Default)]
+pub struct TemplateCache {
+    by_group: HashMap<String, NodeTemplate>,
+}
+
+impl TemplateCache {
+    /// Drops the entries of groups that no longer exist.
+    pub fn retain_groups(&mut self, group_ids: &[&str]) {
+        self.by_group.retain(|g, _| group_ids.contains(&g.as_str()));
+    }
+}
+
+/// Whether `node` may serve as its group's template: Ready for at least a minute, not cordoned,
+/// not being deleted.
+fn good_example(node: &Node, now: Timestamp) -> bool {
+    node.is_ready()
+        && node
+            .conditions
+            .last_transition
+            .is_none_or(|t| now.since(t) >= STABLE_READINESS)
+        && !node.unschedulable
+        && !node.has_taint(TO_BE_DELETED)
+}
+
+/// Whether a DaemonSet would run a pod on `node`: node selector, required node affinity and
+/// NoSchedule/NoExecute taints.
+pub fn daemonset_runs_on(daemonset: &DaemonSet, node: &Node) -> bool {
+    let pod = &daemonset.pod_template;
+    pod.node_selector
+        .iter()
+        .all(|(k, v)| node.labels.get(k) == Some(v))
+        && pod
+            .required_node_affinity
+            .as_ref()
+            .is_none_or(|a| a.matches(&node.name, &node.labels))
+        && first_untolerated(&node.taints, &pod.tolerations).is_none()
+}
+
+/// Adds, for every DaemonSet that should run on the template's node and has no pod there yet, the
+/// pod it would start.
+fn add_daemonset_pods(template: &mut NodeTemplate, daemonsets: &[DaemonSet]) {
+    for daemonset in daemonsets {
+        let present = template.pods.iter().any(|p| {
+            p.controller()
+                .is_some_and(|o| o.kind == "DaemonSet" && o.name == daemonset.name)
+                && p.namespace == daemonset.namespace
+        });
+        if present || !daemonset_runs_on(daemonset, &template.node) {
+            continue;
+        }
+        let mut pod: Pod = daemonset.pod_template.clone();
+        pod.namespace = daemonset.namespace.clone();
+        pod.name = format!("{}-{}", daemonset.name, template.node.name);
+        pod.uid = format!("uid-{}-{}", daemonset.uid, template.node.name);
+        pod.node_name = Some(template.node.name.clone());
+        pod.phase = PodPhase::Running;
+        if pod.controller().is_none() {
+            pod.owner_references.push(ferroscale_model::OwnerRef {
+                api_version: "apps/v1".to_string(),
+                kind: "DaemonSet".to_string(),
+                name: daemonset.name.clone(),
+                uid: daemonset.uid.clone(),
+                controller: true,
+            });
+        }
+        template.pods.push(pod);
+    }
+}
+
+/// Where a group's template came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateSource {
+    RealNode,
+    Cache,
+    Provider,
+    UnreadyNode,
+}
+
+/// The template of `group` at `now`. `nodes` are the group's registered nodes, `pods_on` gives
+/// the pods bound to a node. Updates the cache when a good real node is found.
+#[allow(clippy::too_many_arguments)]
+pub async fn choose_template(
+    group: &dyn NodeGroup,
+    nodes: &[Arc<Node>],
+    pods_on: &dyn Fn(&str) -> Vec<Arc<Pod>>,
+    daemonsets: &[DaemonSet],
+    cache: &mut TemplateCache,
+    now: Timestamp,
+    options: &AutoscalingOptions,
+) -> Option<(NodeTemplate, TemplateSource)> {
+    let from_node = |node: &Node| NodeTemplate {
+        node: node.clone(),
+        pods: pods_on(&node.name).iter().map(|p| (**p).clone()).collect(),
+    };
+    if let Some(node) = nodes.iter().find(|n| good_example(n, now)) {
+        let mut template = sanitize_template(&from_node(node), group.id(), "template", options);
+        if options.force_ds {
+            add_daemonset_pods(&mut template, daemonsets);
+        }
+        cache
+            .by_group
+            .insert(group.id().to_string(), template.clone());
+        return Some((template, TemplateSource::RealNode));
+    }
+    if let Some(cached) = cache.by_group.get(group.id()) {
+        return Some((cached.clone(), TemplateSource::Cache));
+    }
+    // Errors other than "not implemented" would be logged upstream; either way the next source
+    // is tried.
+    if let Ok(provided) = group.template_node_info().await {
+        let mut template = sanitize_template(&provided, group.id(), "template", options);
+        add_daemonset_pods(&mut template, daemonsets);
+        return Some((template, TemplateSource::Provider));
+    }
+    let node = nodes.first()?;
+    let mut template = sanitize_template(&from_node(node), group.id(), "template", options);
+    if options.force_ds {
+        add_daemonset_pods(&mut template, daemonsets);
+    }
+    Some((template, TemplateSource::UnreadyNode))
+}
