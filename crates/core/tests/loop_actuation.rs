@@ -1,0 +1,433 @@
+//! Scale-down actuation statements of spec section 9 (81, 84–89, 92, 93), driven through the
+//! `DeletionTracker` with recording fakes of the cloud and the Kubernetes API.
+
+mod loop_fakes;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferroscale_core::actuation::{
+    ActuationProgress, DeletionTracker, EmptinessRecheck, NodeDeletion, RemovalKind,
+};
+use ferroscale_core::cloud::{CloudProvider, NodeGroup};
+use ferroscale_core::events::{EventObject, reasons};
+use ferroscale_core::options::AutoscalingOptions;
+use ferroscale_model::taints::TO_BE_DELETED;
+use ferroscale_model::{TaintEffect, Timestamp};
+use futures::executor::block_on;
+use loop_fakes::*;
+
+struct Fixture {
+    log: CallLog,
+    cloud: FakeCloud,
+    cluster: FakeCluster,
+    tracker: DeletionTracker,
+    options: AutoscalingOptions,
+}
+
+impl Fixture {
+    /// One group `pool` with nodes `n1` and `n2`.
+    fn new() -> Fixture {
+        let log = CallLog::default();
+        let mut cloud = FakeCloud::new(log.clone());
+        cloud.add_group("pool", 0, 10);
+        let cluster = FakeCluster::new(log.clone());
+        for name in ["n1", "n2"] {
+            let n = node(name, 4000, 16 << 30);
+            cloud.add_instance("pool", &n);
+            cluster.add_node(n);
+        }
+        Fixture {
+            log,
+            cloud,
+            cluster,
+            tracker: DeletionTracker::new(),
+            options: AutoscalingOptions::default(),
+        }
+    }
+
+    fn request(&self, name: &str, kind: RemovalKind) -> NodeDeletion {
+        NodeDeletion {
+            node: Arc::new(self.cluster.node(name).expect("node exists")),
+            group_id: "pool".into(),
+            kind,
+            zero_or_max: false,
+            unready: false,
+            utilization: 0.1,
+            pods_to_reschedule: Vec::new(),
+        }
+    }
+
+    fn start(&mut self, requests: Vec<NodeDeletion>, now: Timestamp) -> ActuationProgress {
+        block_on(
+            self.tracker
+                .start(requests, &self.cluster, now, &self.options),
+        )
+    }
+
+    fn advance(&mut self, now: Timestamp) -> ActuationProgress {
+        let groups: Vec<Arc<dyn NodeGroup>> =
+            block_on(self.cloud.node_groups()).expect("fake groups");
+        block_on(self.tracker.advance(
+            &groups,
+            &self.cluster,
+            &EmptinessRecheck,
+            now,
+            &self.options,
+        ))
+    }
+}
+
+#[test]
+fn s81_empty_node_is_tainted_cordoned_and_deleted_after_five_seconds() {
+    let mut f = Fixture::new();
+    let start = t(1_700_000_000);
+    let progress = f.start(vec![f.request("n1", RemovalKind::Empty)], start);
+    assert!(progress.start_error.is_none());
+
+    let n1 = f.cluster.node("n1").expect("node kept");
+    let taint = n1
+        .taints
+        .iter()
+        .find(|t| t.key == TO_BE_DELETED)
+        .expect("ToBeDeleted taint placed");
+    assert_eq!(
+        taint.value, "1700000000",
+        "value is the Unix time in seconds"
+    );
+    assert_eq!(taint.effect, TaintEffect::NoSchedule);
+    assert!(n1.unschedulable, "cordoned by default");
+
+    f.advance(start + Duration::from_secs(4));
+    assert!(calls(&f.log, "cloud.delete_nodes").is_empty(), "waits 5 s");
+    let progress = f.advance(start + Duration::from_secs(5));
+    assert_eq!(
+        calls(&f.log, "cloud.delete_nodes"),
+        vec!["cloud.delete_nodes pool n1"]
+    );
+    assert_eq!(progress.completed.len(), 1);
+    assert!(f.tracker.is_idle());
+}
+
+#[test]
+fn s84_drained_pods_are_evicted_with_grace_capped_at_max_graceful_termination() {
+    let mut f = Fixture::new();
+    let mut long = pod_on("long", "n1", 100);
+    long.termination_grace_seconds = Some(900);
+    f.cluster.add_pod(long);
+    f.cluster.add_pod(pod_on("default-grace", "n1", 100));
+    let mut short = pod_on("short", "n1", 100);
+    short.termination_grace_seconds = Some(5);
+    f.cluster.add_pod(short);
+
+    f.start(vec![f.request("n1", RemovalKind::Drain)], t(0));
+    f.advance(t(5));
+    let mut evictions = calls(&f.log, "kube.evict");
+    evictions.sort();
+    assert_eq!(
+        evictions,
+        vec![
+            "kube.evict default/default-grace grace=30",
+            "kube.evict default/long grace=600",
+            "kube.evict default/short grace=5",
+        ]
+    );
+    // The pods are gone, so the node goes in the same step.
+    assert_eq!(calls(&f.log, "cloud.delete_nodes").len(), 1);
+}
+
+#[test]
+fn s85_eviction_refused_by_pdb_for_two_minutes_aborts_and_rolls_back() {
+    let mut f = Fixture::new();
+    f.cluster.add_pod(pod_on("guarded", "n1", 100));
+    f.cluster
+        .state()
+        .pdb_protected
+        .insert("default/guarded".into());
+
+    f.start(vec![f.request("n1", RemovalKind::Drain)], t(0));
+    let mut now = t(5);
+    let mut last = ActuationProgress::default();
+    while now <= t(5 + 130) && !f.tracker.is_idle() {
+        last = f.advance(now);
+        now = now + Duration::from_secs(10);
+    }
+    let attempts = calls(&f.log, "kube.evict").len();
+    assert!(
+        attempts >= 12,
+        "retried every 10 s for 2 minutes, got {attempts} attempts"
+    );
+    assert!(f.tracker.is_idle(), "the deletion was abandoned");
+    assert!(calls(&f.log, "cloud.delete_nodes").is_empty());
+    assert_eq!(last.failed.len(), 1);
+
+    let n1 = f.cluster.node("n1").expect("node kept");
+    assert!(!n1.has_taint(TO_BE_DELETED), "taint removed");
+    assert!(!n1.unschedulable, "uncordoned");
+    let failures: Vec<_> = last
+        .events
+        .iter()
+        .filter(|e| e.reason == reasons::SCALE_DOWN_FAILED)
+        .collect();
+    assert!(
+        failures
+            .iter()
+            .any(|e| e.object == EventObject::Node("n1".into()))
+    );
+    assert!(
+        failures
+            .iter()
+            .any(|e| e.object == EventObject::Pod("default/guarded".into()))
+    );
+}
+
+#[test]
+fn s86_daemonset_pods_evicted_on_drained_nodes_but_not_on_empty_ones() {
+    let mut f = Fixture::new();
+    f.cluster.add_pod(pod_on("app", "n1", 100));
+    f.cluster.add_pod(daemonset_pod_on("agent-n1", "n1"));
+    f.cluster.add_pod(daemonset_pod_on("agent-n2", "n2"));
+
+    f.start(
+        vec![
+            f.request("n1", RemovalKind::Drain),
+            f.request("n2", RemovalKind::Empty),
+        ],
+        t(0),
+    );
+    f.advance(t(5));
+    let evictions = calls(&f.log, "kube.evict");
+    assert!(evictions.iter().any(|c| c.contains("kube-system/agent-n1")));
+    assert!(
+        !evictions.iter().any(|c| c.contains("agent-n2")),
+        "empty node: DaemonSet pods stay by default: {evictions:?}"
+    );
+    assert_eq!(calls(&f.log, "cloud.delete_nodes").len(), 2);
+}
+
+#[test]
+fn s87_daemonset_pod_opted_out_is_never_evicted() {
+    let mut f = Fixture::new();
+    f.options.daemonset_eviction_for_empty_nodes = true;
+    let mut opted_out = daemonset_pod_on("agent-n1", "n1");
+    opted_out.annotations.insert(
+        "cluster-autoscaler.kubernetes.io/enable-ds-eviction".into(),
+        "false".into(),
+    );
+    f.cluster.add_pod(opted_out);
+    f.cluster.add_pod(pod_on("app", "n1", 100));
+    let mut opted_out_empty = daemonset_pod_on("agent-n2", "n2");
+    opted_out_empty.annotations.insert(
+        "cluster-autoscaler.kubernetes.io/enable-ds-eviction".into(),
+        "false".into(),
+    );
+    f.cluster.add_pod(opted_out_empty);
+
+    f.start(
+        vec![
+            f.request("n1", RemovalKind::Drain),
+            f.request("n2", RemovalKind::Empty),
+        ],
+        t(0),
+    );
+    f.advance(t(5));
+    let evictions = calls(&f.log, "kube.evict");
+    assert_eq!(evictions, vec!["kube.evict default/app grace=30"]);
+}
+
+#[test]
+fn s88_delay_deletion_annotation_holds_deletion_up_to_two_minutes() {
+    let mut f = Fixture::new();
+    f.cluster
+        .state()
+        .nodes
+        .get_mut("n1")
+        .expect("n1")
+        .annotations
+        .insert(
+            "delay-deletion.cluster-autoscaler.kubernetes.io/backup".into(),
+            "true".into(),
+        );
+    f.cluster
+        .state()
+        .nodes
+        .get_mut("n2")
+        .expect("n2")
+        .annotations
+        .insert(
+            "delay-deletion.cluster-autoscaler.kubernetes.io/backup".into(),
+            "true".into(),
+        );
+    f.start(
+        vec![
+            f.request("n1", RemovalKind::Empty),
+            f.request("n2", RemovalKind::Empty),
+        ],
+        t(0),
+    );
+    f.advance(t(5));
+    f.advance(t(60));
+    assert!(
+        calls(&f.log, "cloud.delete_nodes").is_empty(),
+        "held by the annotation"
+    );
+
+    // n2's annotation is removed: it goes at the next step; n1 waits for the timeout.
+    f.cluster
+        .state()
+        .nodes
+        .get_mut("n2")
+        .expect("n2")
+        .annotations
+        .clear();
+    f.advance(t(70));
+    assert_eq!(
+        calls(&f.log, "cloud.delete_nodes"),
+        vec!["cloud.delete_nodes pool n2"]
+    );
+    f.advance(t(120));
+    assert_eq!(calls(&f.log, "cloud.delete_nodes").len(), 1);
+    f.advance(t(125));
+    assert_eq!(
+        calls(&f.log, "cloud.delete_nodes"),
+        vec!["cloud.delete_nodes pool n2", "cloud.delete_nodes pool n1"],
+        "after 2 minutes deletion proceeds anyway"
+    );
+}
+
+#[test]
+fn s89_empty_node_that_got_a_pod_during_the_delay_is_kept_and_untainted() {
+    let mut f = Fixture::new();
+    f.start(vec![f.request("n1", RemovalKind::Empty)], t(0));
+    f.cluster.add_pod(pod_on("late", "n1", 100));
+    let progress = f.advance(t(5));
+    assert!(calls(&f.log, "cloud.delete_nodes").is_empty());
+    assert!(calls(&f.log, "kube.evict").is_empty());
+    assert!(!f.cluster.node("n1").expect("n1").has_taint(TO_BE_DELETED));
+    assert_eq!(progress.failed.len(), 1);
+    assert!(
+        progress.failed[0].reason.contains("not empty"),
+        "{:?}",
+        progress.failed
+    );
+}
+
+#[test]
+fn s92_failed_cloud_delete_rolls_back_and_the_node_is_free_again() {
+    let mut f = Fixture::new();
+    *f.cloud.group("pool").fail_delete.lock().expect("lock") = true;
+    f.start(vec![f.request("n1", RemovalKind::Empty)], t(0));
+    let progress = f.advance(t(5));
+    assert_eq!(calls(&f.log, "cloud.delete_nodes").len(), 1);
+    assert!(
+        progress
+            .events
+            .iter()
+            .any(|e| e.reason == reasons::SCALE_DOWN_FAILED
+                && e.object == EventObject::Node("n1".into()))
+    );
+    assert!(!f.cluster.node("n1").expect("n1").has_taint(TO_BE_DELETED));
+    assert!(progress.failed[0].cloud_error);
+    assert!(!f.tracker.is_deleting("n1"), "re-enters normal evaluation");
+
+    // A later attempt works once the cloud accepts it.
+    *f.cloud.group("pool").fail_delete.lock().expect("lock") = false;
+    f.start(vec![f.request("n1", RemovalKind::Empty)], t(60));
+    let progress = f.advance(t(65));
+    assert_eq!(progress.completed.len(), 1);
+}
+
+#[test]
+fn s93_node_objects_are_never_deleted() {
+    let mut f = Fixture::new();
+    f.cluster.add_pod(pod_on("app", "n1", 100));
+    f.start(
+        vec![
+            f.request("n1", RemovalKind::Drain),
+            f.request("n2", RemovalKind::Empty),
+        ],
+        t(0),
+    );
+    let progress = f.advance(t(5));
+    assert_eq!(progress.completed.len(), 2);
+    // The cloud removed the instances; the Node objects are left for the cloud node controller.
+    assert!(f.cluster.node("n1").is_some() && f.cluster.node("n2").is_some());
+    assert!(
+        block_on(f.cloud.group("pool").nodes())
+            .expect("instances")
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_failed_taint_starts_nothing_and_removes_the_batch_taints() {
+    let mut f = Fixture::new();
+    let mut ghost = f.request("n2", RemovalKind::Empty);
+    let mut gone = (*ghost.node).clone();
+    gone.name = "gone".into();
+    ghost.node = Arc::new(gone);
+    let progress = f.start(vec![f.request("n1", RemovalKind::Empty), ghost], t(0));
+    assert!(progress.start_error.is_some());
+    assert!(f.tracker.is_idle());
+    assert!(!f.cluster.node("n1").expect("n1").has_taint(TO_BE_DELETED));
+    assert!(
+        progress
+            .events
+            .iter()
+            .any(|e| e.reason == reasons::SCALE_DOWN_FAILED
+                && e.object == EventObject::Node("gone".into()))
+    );
+}
+
+#[test]
+fn zero_or_max_group_nodes_are_deleted_together_or_not_at_all() {
+    let mut f = Fixture::new();
+    f.cluster.add_pod(pod_on("late", "n2", 100));
+    let mut a = f.request("n1", RemovalKind::Empty);
+    let mut b = f.request("n2", RemovalKind::Empty);
+    a.zero_or_max = true;
+    b.zero_or_max = true;
+    f.start(vec![a, b], t(0));
+    let progress = f.advance(t(5));
+    assert!(calls(&f.log, "cloud.delete_nodes").is_empty());
+    assert_eq!(
+        progress.failed.len(),
+        2,
+        "n2 is not empty, so n1 is kept too"
+    );
+    assert!(!f.cluster.node("n1").expect("n1").has_taint(TO_BE_DELETED));
+
+    f.cluster.state().pods.clear();
+    let mut a = f.request("n1", RemovalKind::Empty);
+    let mut b = f.request("n2", RemovalKind::Empty);
+    a.zero_or_max = true;
+    b.zero_or_max = true;
+    f.start(vec![a, b], t(100));
+    f.advance(t(105));
+    assert_eq!(
+        calls(&f.log, "cloud.delete_nodes"),
+        vec!["cloud.delete_nodes pool n1,n2"]
+    );
+}
+
+#[test]
+fn drain_waits_for_evicted_pods_to_go_and_gives_up_after_grace_plus_thirty_seconds() {
+    let mut f = Fixture::new();
+    f.options.max_graceful_termination_sec = 60;
+    f.cluster.state().evictions_remove_pods = false;
+    f.cluster.add_pod(pod_on("slow", "n1", 100));
+    f.start(vec![f.request("n1", RemovalKind::Drain)], t(0));
+    f.advance(t(5));
+    f.advance(t(60));
+    assert!(
+        calls(&f.log, "cloud.delete_nodes").is_empty(),
+        "pod still there"
+    );
+    let progress = f.advance(t(5 + 90));
+    assert!(
+        progress.failed[0].reason.contains("pods remaining"),
+        "{:?}",
+        progress.failed
+    );
+    assert!(!f.cluster.node("n1").expect("n1").has_taint(TO_BE_DELETED));
+}

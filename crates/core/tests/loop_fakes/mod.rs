@@ -1,0 +1,402 @@
+//! Small, honest fakes of the cloud and the Kubernetes API for the loop tests: they keep state
+//! the way the real systems would and record every mutating call, so tests can assert what the
+//! autoscaler did — and what it did not do.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use ferroscale_core::cloud::{CloudError, CloudProvider, Instance, NodeGroup, NodeTemplate};
+use ferroscale_core::events::Event;
+use ferroscale_core::kubernetes::{
+    ClusterApi, ClusterError, ClusterObjects, EvictionError, StatusConfigMap,
+};
+use ferroscale_model::{Node, OwnerRef, Pod, PodPhase, Resources, Taint, Timestamp};
+
+/// Every mutating call, as text, in order (shared by the cloud and the cluster fakes).
+pub type CallLog = Arc<Mutex<Vec<String>>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn node(name: &str, cpu_milli: i64, memory: i64) -> Node {
+    let mut node = Node::new(name, Resources::new(cpu_milli, memory));
+    node.provider_id = format!("fake://{name}");
+    node
+}
+
+pub fn pod_on(name: &str, node: &str, cpu_milli: i64) -> Pod {
+    let mut pod = Pod::new("default", name);
+    pod.requests = Resources::new(cpu_milli, 0);
+    pod.node_name = Some(node.to_string());
+    pod.phase = PodPhase::Running;
+    pod.owner_references.push(OwnerRef {
+        api_version: "apps/v1".into(),
+        kind: "ReplicaSet".into(),
+        name: "web".into(),
+        uid: "uid-rs-web".into(),
+        controller: true,
+    });
+    pod
+}
+
+pub fn daemonset_pod_on(name: &str, node: &str) -> Pod {
+    let mut pod = Pod::new("kube-system", name);
+    pod.node_name = Some(node.to_string());
+    pod.phase = PodPhase::Running;
+    pod.owner_references.push(OwnerRef {
+        api_version: "apps/v1".into(),
+        kind: "DaemonSet".into(),
+        name: "agent".into(),
+        uid: "uid-ds-agent".into(),
+        controller: true,
+    });
+    pod
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cloud
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug)]
+pub struct FakeGroup {
+    pub id: String,
+    pub min: usize,
+    pub max: usize,
+    pub target: Mutex<usize>,
+    /// Instance ids (`fake://<node>`).
+    pub instances: Mutex<Vec<String>>,
+    pub template: NodeTemplate,
+    pub fail_delete: Mutex<bool>,
+    pub log: CallLog,
+}
+
+#[async_trait]
+impl NodeGroup for FakeGroup {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn min_size(&self) -> usize {
+        self.min
+    }
+    fn max_size(&self) -> usize {
+        self.max
+    }
+    async fn target_size(&self) -> Result<usize, CloudError> {
+        Ok(*lock(&self.target))
+    }
+    async fn increase_size(&self, delta: usize) -> Result<(), CloudError> {
+        lock(&self.log).push(format!("cloud.increase_size {} {delta}", self.id));
+        let mut target = lock(&self.target);
+        if *target + delta > self.max {
+            return Err(CloudError::InvalidRequest("over max".into()));
+        }
+        *target += delta;
+        Ok(())
+    }
+    async fn delete_nodes(&self, nodes: &[Node]) -> Result<(), CloudError> {
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        lock(&self.log).push(format!(
+            "cloud.delete_nodes {} {}",
+            self.id,
+            names.join(",")
+        ));
+        if *lock(&self.fail_delete) {
+            return Err(CloudError::Provider("quota exceeded".into()));
+        }
+        let mut instances = lock(&self.instances);
+        for node in nodes {
+            if let Some(i) = instances.iter().position(|id| *id == node.provider_id) {
+                instances.remove(i);
+                let mut target = lock(&self.target);
+                *target = target.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+    async fn decrease_target_size(&self, delta: i64) -> Result<(), CloudError> {
+        lock(&self.log).push(format!("cloud.decrease_target_size {} {delta}", self.id));
+        let mut target = lock(&self.target);
+        *target = target.saturating_sub(usize::try_from(-delta).unwrap_or(0));
+        Ok(())
+    }
+    async fn nodes(&self) -> Result<Vec<Instance>, CloudError> {
+        Ok(lock(&self.instances)
+            .iter()
+            .map(|id| Instance::running(id.clone()))
+            .collect())
+    }
+    async fn template_node_info(&self) -> Result<NodeTemplate, CloudError> {
+        Ok(self.template.clone())
+    }
+}
+
+pub struct FakeCloud {
+    pub groups: Vec<Arc<FakeGroup>>,
+    pub log: CallLog,
+}
+
+impl FakeCloud {
+    pub fn new(log: CallLog) -> FakeCloud {
+        FakeCloud {
+            groups: Vec::new(),
+            log,
+        }
+    }
+
+    /// A group of 4-core, 16 GiB nodes.
+    pub fn add_group(&mut self, id: &str, min: usize, max: usize) -> Arc<FakeGroup> {
+        let group = Arc::new(FakeGroup {
+            id: id.to_string(),
+            min,
+            max,
+            target: Mutex::new(0),
+            instances: Mutex::new(Vec::new()),
+            template: NodeTemplate {
+                node: node(&format!("{id}-template"), 4000, 16 << 30),
+                pods: Vec::new(),
+            },
+            fail_delete: Mutex::new(false),
+            log: self.log.clone(),
+        });
+        self.groups.push(group.clone());
+        group
+    }
+
+    pub fn group(&self, id: &str) -> &Arc<FakeGroup> {
+        self.groups
+            .iter()
+            .find(|g| g.id == id)
+            .expect("test group exists")
+    }
+
+    /// Registers an instance for `node` in the group (as if the cloud created it).
+    pub fn add_instance(&self, group: &str, node: &Node) {
+        let group = self.group(group);
+        lock(&group.instances).push(node.provider_id.clone());
+        let count = lock(&group.instances).len();
+        let mut target = lock(&group.target);
+        *target = (*target).max(count);
+    }
+}
+
+#[async_trait]
+impl CloudProvider for FakeCloud {
+    fn name(&self) -> &str {
+        "fake"
+    }
+    fn gpu_label(&self) -> &str {
+        "fake/gpu"
+    }
+    async fn node_groups(&self) -> Result<Vec<Arc<dyn NodeGroup>>, CloudError> {
+        Ok(self
+            .groups
+            .iter()
+            .map(|g| g.clone() as Arc<dyn NodeGroup>)
+            .collect())
+    }
+    async fn node_group_for_node(
+        &self,
+        node: &Node,
+    ) -> Result<Option<Arc<dyn NodeGroup>>, CloudError> {
+        Ok(self
+            .groups
+            .iter()
+            .find(|g| lock(&g.instances).contains(&node.provider_id))
+            .map(|g| g.clone() as Arc<dyn NodeGroup>))
+    }
+    async fn refresh(&self) -> Result<(), CloudError> {
+        Ok(())
+    }
+    async fn cleanup(&self) -> Result<(), CloudError> {
+        lock(&self.log).push("cloud.cleanup".into());
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kubernetes
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Default)]
+pub struct ClusterState {
+    pub nodes: BTreeMap<String, Node>,
+    /// By `namespace/name`.
+    pub pods: BTreeMap<String, Pod>,
+    /// Pods whose eviction a PDB refuses.
+    pub pdb_protected: HashSet<String>,
+    pub events: Vec<Event>,
+    pub status: Option<StatusConfigMap>,
+    /// Evicted pods disappear at once (true) or stay until the test removes them (false).
+    pub evictions_remove_pods: bool,
+}
+
+pub struct FakeCluster {
+    pub state: Mutex<ClusterState>,
+    pub log: CallLog,
+}
+
+impl FakeCluster {
+    pub fn new(log: CallLog) -> FakeCluster {
+        FakeCluster {
+            state: Mutex::new(ClusterState {
+                evictions_remove_pods: true,
+                ..ClusterState::default()
+            }),
+            log,
+        }
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, ClusterState> {
+        lock(&self.state)
+    }
+
+    pub fn add_node(&self, node: Node) {
+        self.state().nodes.insert(node.name.clone(), node);
+    }
+
+    pub fn add_pod(&self, pod: Pod) {
+        self.state().pods.insert(pod.key(), pod);
+    }
+
+    pub fn node(&self, name: &str) -> Option<Node> {
+        self.state().nodes.get(name).cloned()
+    }
+
+    pub fn events_with(&self, reason: &str) -> Vec<Event> {
+        self.state()
+            .events
+            .iter()
+            .filter(|e| e.reason == reason)
+            .cloned()
+            .collect()
+    }
+}
+
+#[async_trait]
+impl ClusterApi for FakeCluster {
+    async fn gather(&self) -> Result<ClusterObjects, ClusterError> {
+        let state = self.state();
+        Ok(ClusterObjects {
+            nodes: state.nodes.values().cloned().map(Arc::new).collect(),
+            pods: state.pods.values().cloned().map(Arc::new).collect(),
+            ..ClusterObjects::default()
+        })
+    }
+    async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, ClusterError> {
+        Ok(self.state().nodes.get(name).cloned().map(Arc::new))
+    }
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<Arc<Pod>>, ClusterError> {
+        Ok(self
+            .state()
+            .pods
+            .values()
+            .filter(|p| p.node_name.as_deref() == Some(node))
+            .cloned()
+            .map(Arc::new)
+            .collect())
+    }
+    async fn taint_node(&self, node: &str, taint: Taint, cordon: bool) -> Result<(), ClusterError> {
+        lock(&self.log).push(format!(
+            "kube.taint {node} {}={}:{} cordon={cordon}",
+            taint.key,
+            taint.value,
+            taint.effect.as_str()
+        ));
+        let mut state = self.state();
+        let n = state.nodes.get_mut(node).ok_or(ClusterError::NotFound {
+            kind: "node",
+            name: node.to_string(),
+        })?;
+        n.taints.retain(|t| t.key != taint.key);
+        n.taints.push(taint);
+        if cordon {
+            n.unschedulable = true;
+        }
+        Ok(())
+    }
+    async fn untaint_node(
+        &self,
+        node: &str,
+        taint_key: &str,
+        uncordon: bool,
+    ) -> Result<(), ClusterError> {
+        lock(&self.log).push(format!(
+            "kube.untaint {node} {taint_key} uncordon={uncordon}"
+        ));
+        let mut state = self.state();
+        let n = state.nodes.get_mut(node).ok_or(ClusterError::NotFound {
+            kind: "node",
+            name: node.to_string(),
+        })?;
+        n.taints.retain(|t| t.key != taint_key);
+        if uncordon {
+            n.unschedulable = false;
+        }
+        Ok(())
+    }
+    async fn evict_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        grace_seconds: i64,
+    ) -> Result<(), EvictionError> {
+        let key = format!("{namespace}/{name}");
+        lock(&self.log).push(format!("kube.evict {key} grace={grace_seconds}"));
+        let mut state = self.state();
+        if state.pdb_protected.contains(&key) {
+            return Err(EvictionError::DisruptionBudget {
+                pod: key,
+                message: "Cannot evict pod as it would violate the pod's disruption budget".into(),
+            });
+        }
+        if !state.pods.contains_key(&key) {
+            return Err(EvictionError::NotFound { pod: key });
+        }
+        if state.evictions_remove_pods {
+            state.pods.remove(&key);
+        }
+        Ok(())
+    }
+    async fn pod_status(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<Pod>>, ClusterError> {
+        Ok(self
+            .state()
+            .pods
+            .get(&format!("{namespace}/{name}"))
+            .cloned()
+            .map(Arc::new))
+    }
+    async fn publish_events(&self, events: &[Event]) {
+        self.state().events.extend(events.iter().cloned());
+    }
+    async fn write_status(&self, status: &StatusConfigMap) -> Result<(), ClusterError> {
+        lock(&self.log).push("kube.write_status".into());
+        self.state().status = Some(status.clone());
+        Ok(())
+    }
+    async fn delete_status(&self, namespace: &str, name: &str) -> Result<(), ClusterError> {
+        lock(&self.log).push(format!("kube.delete_status {namespace}/{name}"));
+        self.state().status = None;
+        Ok(())
+    }
+}
+
+/// The calls recorded so far that start with `prefix`.
+pub fn calls(log: &CallLog, prefix: &str) -> Vec<String> {
+    lock(log)
+        .iter()
+        .filter(|c| c.starts_with(prefix))
+        .cloned()
+        .collect()
+}
+
+pub fn t(secs: i64) -> Timestamp {
+    Timestamp::from_secs(secs)
+}
