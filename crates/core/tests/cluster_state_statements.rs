@@ -460,6 +460,9 @@ fn s64_ten_unready_of_twenty_is_unhealthy() {
     assert_eq!(report.total.unready, 10);
     assert!(!report.cluster_healthy);
     assert!(!w.registry.is_cluster_healthy());
+    let event = report.cluster_unhealthy_event().expect("ClusterUnhealthy");
+    assert!(event.warning && event.reason == "ClusterUnhealthy");
+    assert!(event.message.contains("10 of 20"), "{}", event.message);
 }
 
 #[test]
@@ -468,6 +471,7 @@ fn s65_three_unready_of_four_is_still_healthy() {
     let nodes = cluster_with_unready(4, 3);
     let report = w.update(at(60), &[observe(group("g", 0, 30, 4), &nodes, vec![])]);
     assert!(report.cluster_healthy);
+    assert!(report.cluster_unhealthy_event().is_none());
     let nodes = cluster_with_unready(10, 4);
     let report = w.update(at(60), &[observe(group("g", 0, 30, 10), &nodes, vec![])]);
     assert!(

@@ -144,6 +144,8 @@ pub struct ClusterStateReport {
     /// Counts over every node of the cluster, grouped or not.
     pub total: ReadinessCounts,
     pub groups: Vec<GroupState>,
+    /// False: the loop does nothing but bookkeeping this iteration and emits
+    /// [`ClusterStateReport::cluster_unhealthy_event`].
     pub cluster_healthy: bool,
     pub timed_out_scale_ups: Vec<TimedOutScaleUp>,
     /// Long-unregistered instances, capped per group at target − min unless forced (4.5).
@@ -157,6 +159,21 @@ pub struct ClusterStateReport {
 impl ClusterStateReport {
     pub fn group(&self, group_id: &str) -> Option<&GroupState> {
         self.groups.iter().find(|g| g.group_id == group_id)
+    }
+
+    /// The `ClusterUnhealthy` event the loop emits when it stops at the health gate (1.3 step 15);
+    /// `None` while the cluster is healthy.
+    pub fn cluster_unhealthy_event(&self) -> Option<Event> {
+        (!self.cluster_healthy).then(|| {
+            Event::warning(
+                EventObject::StatusConfigMap,
+                reasons::CLUSTER_UNHEALTHY,
+                format!(
+                    "Cluster is unhealthy: {} of {} registered nodes are unready",
+                    self.total.unready, self.total.registered
+                ),
+            )
+        })
     }
 }
 

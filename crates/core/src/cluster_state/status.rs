@@ -14,32 +14,37 @@ use super::{ClusterStateReport, GroupState, ReadinessCounts};
 use crate::backoff::NodeGroupBackoff;
 
 /// `autoscalerStatus`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub enum AutoscalerStatus {
     Running,
+    /// Also the status of an empty report, before any loop ran.
+    #[default]
     Initializing,
 }
 
 /// `health.status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub enum HealthStatus {
+    #[default]
     Healthy,
     Unhealthy,
 }
 
 /// `scaleUp.status`, in precedence order for a group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub enum ScaleUpStatus {
     InProgress,
     Unhealthy,
     Backoff,
+    #[default]
     NoActivity,
 }
 
 /// `scaleDown.status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub enum ScaleDownStatus {
     CandidatesPresent,
+    #[default]
     NoCandidates,
 }
 
@@ -91,7 +96,7 @@ impl From<&ReadinessCounts> for NodeCounts {
 }
 
 /// Probe and transition times of one condition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConditionTimes {
     #[serde(serialize_with = "rfc3339")]
@@ -118,7 +123,7 @@ impl ConditionTimes {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterHealth {
     pub status: HealthStatus,
@@ -127,7 +132,7 @@ pub struct ClusterHealth {
     pub times: ConditionTimes,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupHealth {
     pub status: HealthStatus,
@@ -140,14 +145,14 @@ pub struct GroupHealth {
 }
 
 /// `backoffInfo`: the last error that backed the group off (message at most 500 characters).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BackoffInfo {
     pub error_code: String,
     pub error_message: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleUpCondition {
     pub status: ScaleUpStatus,
@@ -157,7 +162,7 @@ pub struct ScaleUpCondition {
     pub times: ConditionTimes,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleDownCondition {
     pub status: ScaleDownStatus,
@@ -166,7 +171,7 @@ pub struct ScaleDownCondition {
     pub times: ConditionTimes,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterWideStatus {
     pub health: ClusterHealth,
@@ -174,7 +179,7 @@ pub struct ClusterWideStatus {
     pub scale_down: ScaleDownCondition,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeGroupStatus {
     pub name: String,
@@ -184,7 +189,7 @@ pub struct NodeGroupStatus {
 }
 
 /// The whole `data.status` document.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusReport {
     #[serde(serialize_with = "go_time")]
