@@ -586,6 +586,23 @@ fn nodes_without_an_instance_or_with_the_deletion_taint_are_being_deleted() {
 }
 
 #[test]
+fn suspended_nodes_are_counted_apart_and_are_not_unready() {
+    let mut w = default_world();
+    let ready = node("g-1", at(0), true);
+    let mut paused = node("g-2", at(0), false);
+    Arc::make_mut(&mut paused).conditions.suspended = true;
+    let observation = GroupObservation::new(
+        group("g", 0, 5, 2),
+        vec![Instance::running("g-1"), Instance::running("g-2")],
+        vec![ready, paused],
+    );
+    let report = w.update(at(30 * 60), &[observation]);
+    let counts = report.group("g").unwrap().counts;
+    assert_eq!((counts.ready, counts.suspended, counts.unready), (1, 1, 0));
+    assert!(report.cluster_healthy);
+}
+
+#[test]
 fn group_health() {
     let mut w = default_world();
     // Ten nodes that should all be there and none ready: unhealthy.

@@ -20,6 +20,8 @@ pub struct NodeConditions {
     pub ready: Option<ConditionStatus>,
     pub disk_pressure: bool,
     pub network_unavailable: bool,
+    /// Condition `Suspended=True`: the machine is paused; counted apart from ready and unready.
+    pub suspended: bool,
     /// Latest transition time among the readiness-relevant conditions.
     pub last_transition: Option<Timestamp>,
 }

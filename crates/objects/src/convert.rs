@@ -227,6 +227,10 @@ pub fn node_from_k8s(node: &core::Node) -> Result<Node, ConvertError> {
                 conditions.network_unavailable = condition.status == "True";
                 true
             }
+            "Suspended" => {
+                conditions.suspended = condition.status == "True";
+                false
+            }
             _ => false,
         };
         if relevant {

@@ -585,6 +585,9 @@ impl ClusterStateRegistry {
         if deleted {
             return NodeClass::BeingDeleted;
         }
+        if node.conditions.suspended {
+            return NodeClass::Suspended;
+        }
         match self.rules.readiness(node) {
             NodeReadiness::Ready => NodeClass::Ready,
             _ if now.since(node.creation_time) < startup_time => NodeClass::NotStarted,
@@ -717,6 +720,7 @@ const MAX_DISTINCT_ERROR_MESSAGES: usize = 3;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum NodeClass {
     BeingDeleted,
+    Suspended,
     Ready,
     NotStarted,
     Unready,
@@ -728,6 +732,7 @@ impl ReadinessCounts {
         self.registered += 1;
         match class {
             NodeClass::BeingDeleted => self.being_deleted += 1,
+            NodeClass::Suspended => self.suspended += 1,
             NodeClass::Ready => self.ready += 1,
             NodeClass::NotStarted => self.not_started += 1,
             NodeClass::Unready => self.unready += 1,
