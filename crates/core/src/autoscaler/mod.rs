@@ -577,14 +577,7 @@ impl Autoscaler {
         // 15. Health gate.
         if !report.cluster_healthy {
             self.scale_down_state.clear_unneeded();
-            events.push(Event::warning(
-                EventObject::StatusConfigMap,
-                reasons::CLUSTER_UNHEALTHY,
-                format!(
-                    "Cluster is unhealthy: {} of {} registered nodes are unready",
-                    report.total.unready, report.total.registered
-                ),
-            ));
+            events.extend(report.cluster_unhealthy_event());
             outcome.ended_early = Some(EarlyEnd::ClusterUnhealthy);
             return Ok(());
         }

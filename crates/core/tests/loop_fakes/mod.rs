@@ -23,7 +23,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 pub fn node(name: &str, cpu_milli: i64, memory: i64) -> Node {
-    let mut node = Node::new(name, Resources::new(cpu_milli, memory));
+    let mut resources = Resources::new(cpu_milli, memory);
+    resources.pods = 110;
+    let mut node = Node::new(name, resources);
     node.provider_id = format!("fake://{name}");
     node
 }

@@ -1,0 +1,255 @@
+//! The main loop (spec 1.3) through `Autoscaler::run_once` with recording fakes: step order and
+//! early ends, first-run clean-up (91), dry-run, the status ConfigMap (94) and shutdown (97).
+
+mod loop_fakes;
+
+use ferroscale_core::autoscaler::{Autoscaler, EarlyEnd, LoopOutcome, NoStopwatch, PlannedAction};
+use ferroscale_core::events::reasons;
+use ferroscale_core::options::AutoscalingOptions;
+use ferroscale_model::taints::TO_BE_DELETED;
+use ferroscale_model::{
+    ConditionStatus, Pod, PodCondition, Resources, Taint, TaintEffect, Timestamp,
+};
+use futures::executor::block_on;
+use loop_fakes::*;
+
+fn run(
+    autoscaler: &mut Autoscaler,
+    cloud: &FakeCloud,
+    cluster: &FakeCluster,
+    now: Timestamp,
+) -> LoopOutcome {
+    block_on(autoscaler.run_once(cloud, cluster, now, &NoStopwatch))
+}
+
+fn pending_pod(name: &str, cpu_milli: i64, created: Timestamp) -> Pod {
+    let mut pod = pod_on(name, "x", cpu_milli);
+    pod.node_name = None;
+    pod.phase = ferroscale_model::PodPhase::Pending;
+    pod.creation_time = created;
+    pod.requests = Resources::new(cpu_milli, 1 << 30);
+    pod.scheduled_condition = Some(PodCondition {
+        status: ConditionStatus::False,
+        reason: "Unschedulable".into(),
+        last_transition: Some(created),
+    });
+    pod
+}
+
+/// A cloud with group `pool` (0..10) holding `ready` Ready nodes and `unready` NotReady nodes, all
+/// old enough to be past their start-up time.
+fn cluster_with(ready: usize, unready: usize) -> (CallLog, FakeCloud, FakeCluster) {
+    let log = CallLog::default();
+    let mut cloud = FakeCloud::new(log.clone());
+    cloud.add_group("pool", 0, 10);
+    let cluster = FakeCluster::new(log.clone());
+    for i in 0..ready + unready {
+        let mut n = node(&format!("n{i}"), 4000, 16 << 30);
+        if i >= ready {
+            n.conditions.ready = Some(ConditionStatus::False);
+        }
+        cloud.add_instance("pool", &n);
+        cluster.add_node(n);
+    }
+    (log, cloud, cluster)
+}
+
+fn mutating_calls(log: &CallLog) -> Vec<String> {
+    calls(log, "")
+        .into_iter()
+        .filter(|c| c != "kube.write_status")
+        .collect()
+}
+
+#[test]
+fn s91_first_iteration_removes_leftover_deletion_taints_from_autoscaled_nodes_only() {
+    let (log, cloud, cluster) = cluster_with(2, 0);
+    let leftover = Taint::new(TO_BE_DELETED, "1700000000", TaintEffect::NoSchedule);
+    for name in ["n0", "n1"] {
+        let mut state = cluster.state();
+        let n = state.nodes.get_mut(name).expect("node");
+        n.taints.push(leftover.clone());
+        n.unschedulable = true;
+    }
+    // A node outside every group keeps its taint.
+    let mut foreign = node("foreign", 4000, 16 << 30);
+    foreign.taints.push(leftover.clone());
+    cluster.add_node(foreign);
+
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(10_000));
+    for name in ["n0", "n1"] {
+        let n = cluster.node(name).expect("node");
+        assert!(!n.has_taint(TO_BE_DELETED), "{name} cleaned");
+        assert!(!n.unschedulable, "{name} uncordoned");
+    }
+    assert!(
+        cluster
+            .node("foreign")
+            .expect("foreign")
+            .has_taint(TO_BE_DELETED)
+    );
+    assert_eq!(
+        cluster
+            .events_with(reasons::CLUSTER_AUTOSCALER_CLEANUP)
+            .len(),
+        2
+    );
+    assert!(
+        outcome
+            .planned_actions
+            .contains(&PlannedAction::RemoveLeftoverTaint { node: "n0".into() })
+    );
+
+    // Only once per process.
+    cluster
+        .state()
+        .nodes
+        .get_mut("n0")
+        .expect("n0")
+        .taints
+        .push(leftover);
+    let before = calls(&log, "kube.untaint").len();
+    run(&mut autoscaler, &cloud, &cluster, t(10_010));
+    assert_eq!(calls(&log, "kube.untaint").len(), before);
+}
+
+#[test]
+fn unhealthy_cluster_ends_the_iteration_before_scale_up() {
+    let (log, cloud, cluster) = cluster_with(2, 5);
+    cluster.add_pod(pending_pod("waiting", 3000, t(9_000)));
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(10_000));
+    assert_eq!(outcome.ended_early, Some(EarlyEnd::ClusterUnhealthy));
+    assert!(outcome.scale_up.is_none() && outcome.scale_down.is_none());
+    assert!(calls(&log, "cloud.increase_size").is_empty());
+    assert!(!cluster.events_with(reasons::CLUSTER_UNHEALTHY).is_empty());
+    // The status is still written (deferred step).
+    assert!(cluster.state().status.is_some());
+}
+
+#[test]
+fn the_same_pending_pod_in_a_healthy_cluster_scales_up() {
+    let (log, cloud, cluster) = cluster_with(2, 0);
+    // Fill the two nodes so the pending pod needs a new one.
+    cluster.add_pod(pod_on("busy-0", "n0", 3500));
+    cluster.add_pod(pod_on("busy-1", "n1", 3500));
+    cluster.add_pod(pending_pod("waiting", 3000, t(9_000)));
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(10_000));
+    assert_eq!(outcome.ended_early, None);
+    assert_eq!(
+        calls(&log, "cloud.increase_size"),
+        vec!["cloud.increase_size pool 1"]
+    );
+    assert!(!cluster.events_with(reasons::TRIGGERED_SCALE_UP).is_empty());
+    // The request is registered: the next loop sees an upcoming node and does not scale again.
+    run(&mut autoscaler, &cloud, &cluster, t(10_010));
+    assert_eq!(calls(&log, "cloud.increase_size").len(), 1);
+}
+
+#[test]
+fn fixing_an_incorrect_size_ends_the_iteration() {
+    let (log, cloud, cluster) = cluster_with(2, 0);
+    cluster.add_pod(pod_on("busy-0", "n0", 3500));
+    cluster.add_pod(pod_on("busy-1", "n1", 3500));
+    // The cloud says 5 but only 2 instances exist and none is coming.
+    *cloud.group("pool").target.lock().expect("lock") = 5;
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    run(&mut autoscaler, &cloud, &cluster, t(10_000));
+    cluster.add_pod(pending_pod("waiting", 3000, t(10_500)));
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(10_000 + 16 * 60));
+    assert_eq!(outcome.ended_early, Some(EarlyEnd::SizesFixed));
+    assert_eq!(
+        calls(&log, "cloud.decrease_target_size"),
+        vec!["cloud.decrease_target_size pool -3"]
+    );
+    assert!(
+        outcome.scale_up.is_none(),
+        "the iteration ended before scale-up"
+    );
+    assert!(calls(&log, "cloud.increase_size").is_empty());
+}
+
+#[test]
+fn dry_run_plans_but_calls_nothing_mutating() {
+    let (log, cloud, cluster) = cluster_with(2, 0);
+    cluster
+        .state()
+        .nodes
+        .get_mut("n0")
+        .expect("n0")
+        .taints
+        .push(Taint::new(TO_BE_DELETED, "1", TaintEffect::NoSchedule));
+    cluster.add_pod(pod_on("busy-1", "n1", 3500));
+    cluster.add_pod(pending_pod("a", 3800, t(9_000)));
+    cluster.add_pod(pending_pod("b", 3800, t(9_000)));
+    let options = AutoscalingOptions {
+        dry_run: true,
+        ..AutoscalingOptions::default()
+    };
+    let mut autoscaler = Autoscaler::new(options, 1);
+    let first = run(&mut autoscaler, &cloud, &cluster, t(10_000));
+    assert!(first.dry_run);
+    let mut outcome = LoopOutcome::default();
+    // Long enough for unneeded nodes to be chosen for deletion too.
+    for i in 1..80 {
+        outcome = run(&mut autoscaler, &cloud, &cluster, t(10_000 + i * 10));
+    }
+    assert!(
+        outcome.planned_actions.iter().any(
+            |a| matches!(a, PlannedAction::IncreaseSize { group_id, .. } if group_id == "pool")
+        ),
+        "{:?}",
+        outcome.planned_actions
+    );
+    assert_eq!(
+        calls(&log, ""),
+        Vec::<String>::new(),
+        "no call at all, not even status"
+    );
+    assert!(
+        cluster.state().events.is_empty(),
+        "events are returned, not published"
+    );
+    assert!(outcome.status_configmap.is_some(), "the status is computed");
+    assert!(mutating_calls(&log).is_empty());
+}
+
+#[test]
+fn s94_status_configmap_is_written_every_iteration_with_last_updated() {
+    let (_log, cloud, cluster) = cluster_with(1, 0);
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    run(&mut autoscaler, &cloud, &cluster, t(10_000));
+    let status = cluster.state().status.clone().expect("status written");
+    assert_eq!(status.name, "cluster-autoscaler-status");
+    assert_eq!(status.namespace, "kube-system");
+    assert!(
+        status.last_updated.starts_with("1970-01-01 02:46:40"),
+        "{}",
+        status.last_updated
+    );
+    assert!(
+        status.status_yaml.contains("autoscalerStatus: Running"),
+        "{}",
+        status.status_yaml
+    );
+    run(&mut autoscaler, &cloud, &cluster, t(10_010));
+    let again = cluster.state().status.clone().expect("status written");
+    assert_ne!(again.last_updated, status.last_updated);
+}
+
+#[test]
+fn s97_shutdown_deletes_the_status_configmap() {
+    let (log, cloud, cluster) = cluster_with(1, 0);
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    run(&mut autoscaler, &cloud, &cluster, t(10_000));
+    assert!(cluster.state().status.is_some());
+    block_on(autoscaler.shutdown(&cloud, &cluster)).expect("clean shutdown");
+    assert!(cluster.state().status.is_none());
+    assert_eq!(
+        calls(&log, "kube.delete_status"),
+        vec!["kube.delete_status kube-system/cluster-autoscaler-status"]
+    );
+    assert_eq!(calls(&log, "cloud.cleanup").len(), 1);
+}
