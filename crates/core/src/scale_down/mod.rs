@@ -13,10 +13,14 @@
 //! (`soft_taints`, 3.9). `plan` runs them in that order and does the unneeded-node tracking (3.5)
 //! and the cooldown gate (3.1).
 
+mod choose;
+mod drainability;
+mod eligibility;
+mod evictions;
 mod plan;
+mod simulation;
+mod soft_taints;
 mod state;
-// Wired into the plan by the next commit.
-#[allow(dead_code)]
 mod utilization;
 
 use std::collections::HashMap;

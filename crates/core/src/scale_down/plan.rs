@@ -1,11 +1,489 @@
 //! The scale-down decision, stage by stage (see the module documentation of `scale_down`).
 
-use super::{ScaleDownInput, ScaleDownPlan, ScaleDownStatus};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferroscale_model::{Node, Pod, Timestamp};
+use ferroscale_scheduling::{NodeId, Snapshot};
+
+use super::choose::{CapacityMargin, ChooseContext, Removable, choose_nodes_to_delete};
+use super::drainability::{DrainRules, PdbTracker, PodDrain};
+use super::eligibility::{Eligibility, check_eligibility, is_being_deleted, looks_empty};
+use super::evictions::evict_daemonset_pod;
+use super::simulation::RemovalSimulator;
+use super::soft_taints::plan_soft_taints;
+use super::{
+    BlockingPod, ScaleDownInput, ScaleDownPlan, ScaleDownState, ScaleDownStatus, UnneededNode,
+    UnremovableNode, UnremovableReason, Utilization,
+};
+use crate::options::AutoscalingOptions;
+use crate::scale_up::is_upcoming_node;
+
+/// A node that passed eligibility and waits for its removal simulation.
+struct Candidate {
+    id: NodeId,
+    node: Arc<Node>,
+    group: usize,
+    utilization: Utilization,
+    empty: bool,
+    was_unneeded: bool,
+}
 
 /// Decides this loop's scale-down. Pure: reads the input, leaves the snapshot unchanged, returns
 /// the plan and the next state.
 pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
-    let mut next_state = input.state.clone();
-    next_state.note_loop(input.now);
-    ScaleDownPlan::empty(ScaleDownStatus::NoCandidates, next_state)
+    let ScaleDownInput {
+        now,
+        snapshot,
+        node_groups,
+        node_group_of,
+        pdbs,
+        controllers,
+        deletions_in_progress,
+        state,
+        options,
+        provider,
+        scale_down_disabled_this_loop,
+    } = input;
+    let loop_interval = state.loop_interval(now, options.scan_interval);
+    let mut next_state = state.clone();
+    next_state.note_loop(now);
+    if !options.scale_down_enabled {
+        return ScaleDownPlan::empty(ScaleDownStatus::NotTried, next_state);
+    }
+    next_state.unremovable_until.retain(|_, until| *until > now);
+    let mut plan = ScaleDownPlan::empty(ScaleDownStatus::NoCandidates, ScaleDownState::new());
+
+    // Everything below runs on a branch that is reverted at the end.
+    snapshot.fork();
+
+    // Nodes: which are being deleted (no destination, no candidate, no capacity), which group
+    // each belongs to.
+    let nodes: Vec<(NodeId, Arc<Node>)> = snapshot
+        .nodes()
+        .map(|(id, info)| (id, info.node.clone()))
+        .collect();
+    let mut group_of: HashMap<NodeId, usize> = HashMap::with_capacity(nodes.len());
+    let mut registered_per_group = vec![0usize; node_groups.len()];
+    let mut not_destinations: HashSet<NodeId> = HashSet::new();
+    for (id, node) in &nodes {
+        if let Some(g) = node_group_of(&node.name).filter(|g| *g < node_groups.len()) {
+            group_of.insert(*id, g);
+            if let Some(count) = registered_per_group.get_mut(g) {
+                *count += 1;
+            }
+        }
+        if is_upcoming_node(node)
+            || deletions_in_progress.contains(&node.name)
+            || is_being_deleted(node, now)
+        {
+            not_destinations.insert(*id);
+        }
+    }
+    let margin = CapacityMargin::new(
+        nodes
+            .iter()
+            .filter(|(id, node)| !not_destinations.contains(id) && !is_virtual_kubelet(node))
+            .map(|(_, node)| node.as_ref()),
+        options,
+        provider,
+    );
+
+    let mut simulator = RemovalSimulator::new(now, not_destinations.clone());
+    // Pods placed by the simulation rather than really running where the snapshot shows them:
+    // they are never evicted from the node they were simulated onto.
+    let mut simulated_pods: HashSet<String> = HashSet::new();
+    place_recently_evicted(
+        snapshot,
+        &mut simulator,
+        deletions_in_progress,
+        controllers,
+        &mut simulated_pods,
+    );
+
+    // Candidates (3.2) and eligibility (3.3).
+    let groups_in_local_cooldown = groups_in_local_cooldown(node_groups, state, now, options);
+    let mut candidates: Vec<Candidate> = Vec::new();
+    for (id, node) in &nodes {
+        if is_upcoming_node(node) || deletions_in_progress.contains(&node.name) {
+            continue;
+        }
+        let group_index = group_of.get(id).copied();
+        let group = group_index.and_then(|g| node_groups.get(g));
+        let Some(info) = snapshot.node(*id) else {
+            continue;
+        };
+        let unremovable = |reason, utilization| UnremovableNode {
+            node: node.name.clone(),
+            group_id: group.map(|g| g.id.clone()),
+            reason,
+            blocking_pod: None,
+            pod: None,
+            utilization,
+        };
+        if let Some(group) = group {
+            if group.target_size <= group.min_size {
+                plan.unremovable.push(unremovable(
+                    UnremovableReason::NodeGroupMinSizeReached,
+                    None,
+                ));
+                continue;
+            }
+            if groups_in_local_cooldown.contains(group.id.as_str()) {
+                continue;
+            }
+        }
+        match check_eligibility(node, &info.pods, group, now, options, provider.gpu_label) {
+            Eligibility::Unremovable(reason, utilization) => {
+                plan.unremovable.push(unremovable(reason, utilization));
+            }
+            Eligibility::Eligible(utilization) => {
+                let Some(group) = group_index else { continue };
+                candidates.push(Candidate {
+                    id: *id,
+                    node: node.clone(),
+                    group,
+                    utilization,
+                    empty: looks_empty(&info.pods, now, options.expendable_pods_priority_cutoff),
+                    was_unneeded: state.is_unneeded(&node.name),
+                });
+            }
+        }
+    }
+    // Empty nodes first, then the ones unneeded last loop, then the rest (stable).
+    candidates.sort_by_key(|c| (!c.empty, !c.was_unneeded));
+
+    // Removal simulation (3.4), until the search-stop rule says enough.
+    let search_limit = search_limit(state.unneeded_count(), options, loop_interval);
+    let rules = DrainRules {
+        now,
+        controllers,
+        skip_nodes_with_custom_controller_pods: options.skip_nodes_with_custom_controller_pods,
+        skip_nodes_with_system_pods: options.skip_nodes_with_system_pods,
+        skip_nodes_with_local_storage: options.skip_nodes_with_local_storage,
+        min_replica_count: options.min_replica_count,
+        blocking_system_pod_timeout: options.blocking_system_pod_distruption_timeout,
+    };
+    let mut pdb_tracker = PdbTracker::new(pdbs);
+    let mut removables: Vec<Removable> = Vec::new();
+    let mut found = 0usize;
+    for candidate in candidates {
+        if found >= search_limit {
+            break;
+        }
+        let group = node_groups.get(candidate.group);
+        let group_id = group.map(|g| g.id.clone());
+        let unremovable = |reason, blocking_pod, pod| UnremovableNode {
+            node: candidate.node.name.clone(),
+            group_id: group_id.clone(),
+            reason,
+            blocking_pod,
+            pod,
+            utilization: Some(candidate.utilization),
+        };
+        if next_state
+            .unremovable_until
+            .contains_key(&candidate.node.name)
+        {
+            plan.unremovable.push(unremovable(
+                UnremovableReason::RecentlyUnremovable,
+                None,
+                None,
+            ));
+            continue;
+        }
+        let Some(info) = snapshot.node(candidate.id) else {
+            continue;
+        };
+        let mut movable: Vec<Arc<Pod>> = Vec::new();
+        let mut daemonset_pods: Vec<Arc<Pod>> = Vec::new();
+        let mut on_completion_pod: Option<String> = None;
+        let mut blocked: Option<BlockingPod> = None;
+        for pod in &info.pods {
+            if pod.is_expendable(options.expendable_pods_priority_cutoff) {
+                continue;
+            }
+            match rules.classify(pod, &pdb_tracker) {
+                PodDrain::Skip => {}
+                PodDrain::DaemonSet => daemonset_pods.push(pod.clone()),
+                PodDrain::Move => movable.push(pod.clone()),
+                PodDrain::WaitForCompletion => {
+                    on_completion_pod.get_or_insert_with(|| pod.key());
+                }
+                PodDrain::Block(rule) => {
+                    blocked = Some(BlockingPod {
+                        pod: pod.key(),
+                        rule,
+                    });
+                    break;
+                }
+            }
+        }
+        if let Some(blocking) = blocked {
+            plan.unremovable.push(unremovable(
+                UnremovableReason::BlockedByPod,
+                Some(blocking),
+                None,
+            ));
+            next_state.unremovable_until.insert(
+                candidate.node.name.clone(),
+                now + options.unremovable_node_recheck_timeout,
+            );
+            continue;
+        }
+        let risky = !pdb_tracker.fits_together(movable.iter().map(Arc::as_ref));
+        // Pods that really run on the node (not simulated arrivals) are the ones to evict.
+        let pods_to_evict: Vec<Arc<Pod>> = movable
+            .iter()
+            .filter(|p| !simulated_pods.contains(&p.uid))
+            .cloned()
+            .collect();
+        match simulator.remove_node(snapshot, candidate.id, &movable) {
+            Err(pod) => {
+                plan.unremovable.push(unremovable(
+                    UnremovableReason::NoPlaceToMovePods,
+                    None,
+                    Some(pod.key()),
+                ));
+                next_state.unremovable_until.insert(
+                    candidate.node.name.clone(),
+                    now + options.unremovable_node_recheck_timeout,
+                );
+            }
+            Ok(moves) => {
+                pdb_tracker.consume(movable.iter().map(Arc::as_ref));
+                simulated_pods.extend(moves.iter().map(|m| m.pod.uid.clone()));
+                let empty = movable.is_empty();
+                let since = state
+                    .unneeded_since
+                    .get(&candidate.node.name)
+                    .copied()
+                    .unwrap_or(now);
+                if !group.is_some_and(|g| g.zero_or_max()) {
+                    found += 1;
+                }
+                plan.unneeded.push(UnneededNode {
+                    node: candidate.node.name.clone(),
+                    group_id: group_id.clone().unwrap_or_default(),
+                    since,
+                    utilization: candidate.utilization,
+                    empty,
+                    ready: candidate.node.is_ready(),
+                    risky,
+                });
+                let ds_flag = if empty {
+                    options.daemonset_eviction_for_empty_nodes
+                } else {
+                    options.daemonset_eviction_for_occupied_nodes
+                };
+                removables.push(Removable {
+                    node: candidate.node.clone(),
+                    group: candidate.group,
+                    since,
+                    utilization: candidate.utilization,
+                    empty,
+                    risky,
+                    on_completion_pod,
+                    pods_to_evict: if empty { Vec::new() } else { pods_to_evict },
+                    moves,
+                    daemonset_pods: daemonset_pods
+                        .into_iter()
+                        .filter(|p| evict_daemonset_pod(p, ds_flag))
+                        .collect(),
+                });
+            }
+        }
+    }
+    snapshot.revert();
+
+    // Unneeded tracking (3.5): kept since-times, new ones start now, absent ones are forgotten.
+    next_state.unneeded_since = plan
+        .unneeded
+        .iter()
+        .map(|u| (u.node.clone(), u.since))
+        .collect();
+
+    // Cooldown (3.1) and the choice of nodes to delete (3.6, 3.7).
+    plan.in_cooldown = scale_down_disabled_this_loop
+        || (!options.scale_down_delay_type_local && globally_in_cooldown(state, now, options));
+    plan.status = if plan.unneeded.is_empty() {
+        ScaleDownStatus::NoCandidates
+    } else if plan.in_cooldown {
+        ScaleDownStatus::InCooldown
+    } else {
+        let chosen = choose_nodes_to_delete(
+            &removables,
+            ChooseContext {
+                now,
+                options,
+                groups: node_groups,
+                deletions: deletions_in_progress,
+                margin,
+                registered_per_group: &registered_per_group,
+                gpu_label: provider.gpu_label,
+            },
+        );
+        plan.empty_to_delete = chosen.empty;
+        plan.drain_to_delete = chosen.drain;
+        plan.held_back = chosen.held_back;
+        if !plan.empty_to_delete.is_empty() || !plan.drain_to_delete.is_empty() {
+            ScaleDownStatus::NodeDeleteStarted
+        } else if chosen.budget_exhausted {
+            ScaleDownStatus::InProgress
+        } else {
+            ScaleDownStatus::NoNodeDeleted
+        }
+    };
+    if plan.in_cooldown && plan.status == ScaleDownStatus::NoCandidates {
+        plan.status = ScaleDownStatus::InCooldown;
+    }
+
+    // Soft taints (3.9), whatever the status.
+    let unneeded: HashSet<&str> = plan.unneeded.iter().map(|u| u.node.as_str()).collect();
+    let deleting: HashSet<&str> = plan.nodes_to_delete().map(|r| r.node.as_str()).collect();
+    let soft = plan_soft_taints(
+        nodes
+            .iter()
+            .map(|(id, node)| (node.as_ref(), group_of.contains_key(id))),
+        &unneeded,
+        &deleting,
+        options.max_bulk_soft_taint_count,
+    );
+    plan.soft_taints_to_add = soft.add;
+    plan.soft_taints_to_remove = soft.remove;
+    plan.next_state = next_state;
+    plan
+}
+
+fn is_virtual_kubelet(node: &Node) -> bool {
+    node.label("type") == Some("virtual-kubelet")
+}
+
+/// Whether `last + delay` is still in the future.
+fn within(last: Option<Timestamp>, delay: Duration, now: Timestamp) -> bool {
+    last.is_some_and(|last| now < last + delay)
+}
+
+/// 3.1, global mode: a recent scale-up, failure or deletion start suspends deletions.
+fn globally_in_cooldown(
+    state: &ScaleDownState,
+    now: Timestamp,
+    options: &AutoscalingOptions,
+) -> bool {
+    within(state.last_scale_up, options.scale_down_delay_after_add, now)
+        || within(
+            state.last_failure,
+            options.scale_down_delay_after_failure,
+            now,
+        )
+        || within(
+            state.last_deletion_start,
+            options.scale_down_delay_after_delete,
+            now,
+        )
+}
+
+/// 3.1, `--scale-down-delay-type-local`: groups whose nodes are not candidates this loop.
+fn groups_in_local_cooldown<'g>(
+    groups: &'g [crate::scale_up::NodeGroupView],
+    state: &ScaleDownState,
+    now: Timestamp,
+    options: &AutoscalingOptions,
+) -> HashSet<&'g str> {
+    if !options.scale_down_delay_type_local {
+        return HashSet::new();
+    }
+    groups
+        .iter()
+        .filter(|g| {
+            within(
+                state.group_last_scale_up.get(&g.id).copied(),
+                options.scale_down_delay_after_add,
+                now,
+            ) || within(
+                state.group_last_failure.get(&g.id).copied(),
+                options.scale_down_delay_after_failure,
+                now,
+            ) || within(
+                state.group_last_deletion_start.get(&g.id).copied(),
+                options.scale_down_delay_after_delete,
+                now,
+            )
+        })
+        .map(|g| g.id.as_str())
+        .collect()
+}
+
+/// 3.4 search-stop rule: stop once this many unneeded nodes (zero-or-max nodes not counted) were
+/// found: min(previous unneeded + 2P, P × max(1, U / I) + P).
+fn search_limit(
+    previous_unneeded: usize,
+    options: &AutoscalingOptions,
+    interval: Duration,
+) -> usize {
+    let p = options.max_scale_down_parallelism;
+    let ratio = if interval.is_zero() {
+        1
+    } else {
+        usize::try_from(options.scale_down_unneeded_time.as_nanos() / interval.as_nanos())
+            .unwrap_or(usize::MAX)
+    };
+    let by_time = p.saturating_mul(ratio.max(1)).saturating_add(p);
+    previous_unneeded
+        .saturating_add(p.saturating_mul(2))
+        .min(by_time)
+}
+
+/// 3.4: pods that ongoing deletions evicted and their controllers have not re-created yet take
+/// their room before any removal is simulated. Known owners get at most desired − current pods
+/// back; pods of unknown owners always.
+fn place_recently_evicted(
+    snapshot: &mut Snapshot,
+    simulator: &mut RemovalSimulator,
+    deletions: &super::DeletionsInProgress,
+    controllers: &super::ControllerIndex,
+    simulated_pods: &mut HashSet<String>,
+) {
+    let mut placed_per_owner: HashMap<(String, String, String), i32> = HashMap::new();
+    for pod in &deletions.recently_evicted {
+        if let Some(owner) = pod.controller()
+            && matches!(
+                owner.kind.as_str(),
+                "StatefulSet" | "Job" | "ReplicaSet" | "ReplicationController"
+            )
+            && let Some(replicas) = controllers.get(&owner.kind, &pod.namespace, &owner.name)
+        {
+            let key = (
+                owner.kind.clone(),
+                pod.namespace.clone(),
+                owner.name.clone(),
+            );
+            let placed = placed_per_owner.entry(key).or_default();
+            if *placed >= replicas.desired - replicas.current {
+                continue;
+            }
+            *placed += 1;
+        }
+        if simulator.place(snapshot, pod).is_some() {
+            simulated_pods.insert(pod.uid.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn search_limit_follows_the_spec_formula() {
+        let options = AutoscalingOptions::default(); // P = 10, U = 10 m
+        let ten_s = Duration::from_secs(10);
+        // Fresh start: 0 + 2P.
+        assert_eq!(search_limit(0, &options, ten_s), 20);
+        // Many unneeded: capped by P × U/I + P = 10 × 60 + 10.
+        assert_eq!(search_limit(1000, &options, ten_s), 610);
+        // Loops slower than the unneeded time: P × 1 + P.
+        assert_eq!(search_limit(1000, &options, Duration::from_secs(3600)), 20);
+    }
 }

@@ -74,7 +74,6 @@ impl ScaleDownState {
 
     /// The loop interval to use for the search-stop rule: the shortest one seen, including the one
     /// that ends at `now`; `fallback` (the scan interval) before two loops have run.
-    #[allow(dead_code)]
     pub(super) fn loop_interval(&self, now: Timestamp, fallback: Duration) -> Duration {
         let current = self
             .last_loop
