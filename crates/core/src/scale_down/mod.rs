@@ -17,6 +17,8 @@ mod choose;
 mod drainability;
 mod eligibility;
 mod evictions;
+#[cfg(feature = "bench-fixtures")]
+pub mod fixtures;
 mod plan;
 mod simulation;
 mod soft_taints;
