@@ -253,3 +253,17 @@ fn s97_shutdown_deletes_the_status_configmap() {
     );
     assert_eq!(calls(&log, "cloud.cleanup").len(), 1);
 }
+
+#[test]
+fn a_gpu_node_whose_gpus_have_not_appeared_is_resource_unready() {
+    let (_log, cloud, cluster) = cluster_with(1, 0);
+    // Labelled with the provider's GPU label, but no GPU in allocatable yet (driver still loading).
+    let mut gpu = node("gpu-0", 4000, 16 << 30);
+    gpu.labels.insert("fake/gpu".into(), "tesla".into());
+    cloud.add_instance("pool", &gpu);
+    cluster.add_node(gpu);
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(10_000));
+    let counts = outcome.cluster_state.group("pool").expect("pool").counts;
+    assert_eq!((counts.ready, counts.resource_unready), (1, 1));
+}

@@ -501,6 +501,8 @@ impl Autoscaler {
                 observation
             })
             .collect();
+        // GPU nodes whose GPUs have not appeared in allocatable yet are not ready (4.2).
+        self.registry.set_gpu_label(cloud.gpu_label());
         let report = timer.time(|| {
             self.registry.update(
                 now,

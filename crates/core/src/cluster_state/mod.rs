@@ -231,8 +231,16 @@ impl ClusterStateRegistry {
 
     /// The provider's GPU label (`CloudProvider::gpu_label`), for GPU readiness.
     pub fn with_gpu_label(mut self, gpu_label: &str) -> Self {
-        self.rules.gpu_label = gpu_label.to_string();
+        self.set_gpu_label(gpu_label);
         self
+    }
+
+    /// Sets the GPU label once the provider is known (the loop learns it from the cloud it is
+    /// handed, not at construction).
+    pub fn set_gpu_label(&mut self, gpu_label: &str) {
+        if self.rules.gpu_label != gpu_label {
+            self.rules.gpu_label = gpu_label.to_string();
+        }
     }
 
     pub fn readiness_rules(&self) -> &ReadinessRules {
