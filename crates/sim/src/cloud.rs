@@ -102,6 +102,9 @@ struct GroupState {
     next_index: usize,
     /// Instances already deleted, for billing.
     deleted: Vec<(Timestamp, Timestamp)>,
+    /// Provider ids of instances removed through `DeleteNodes` (rather than lost), so the runner
+    /// can tell the autoscaler's removals from the cloud's.
+    deleted_through_api: std::collections::HashSet<String>,
 }
 
 /// A simulated node group. Shared between the cloud and the engine through `Arc`.
@@ -201,9 +204,8 @@ impl SimulatedNodeGroup {
         node.creation_time = at;
         node.conditions = NodeConditions {
             ready: Some(ConditionStatus::True),
-            disk_pressure: false,
-            network_unavailable: false,
             last_transition: Some(at),
+            ..NodeConditions::default()
         };
         node
     }
@@ -379,6 +381,9 @@ impl NodeGroup for SimulatedNodeGroup {
         }
         let ids: Vec<&str> = nodes.iter().map(|n| n.provider_id.as_str()).collect();
         self.remove_instances(&ids, now);
+        self.state()
+            .deleted_through_api
+            .extend(ids.iter().map(|id| id.to_string()));
         Ok(())
     }
 
@@ -552,6 +557,12 @@ impl SimulatedCloud {
                 .iter()
                 .any(|i| i.provider_id == provider_id)
         })
+    }
+
+    /// Whether the instance was removed by a `DeleteNodes` call (the autoscaler's doing).
+    pub fn deleted_through_api(&self, provider_id: &str) -> bool {
+        self.group_of_provider_id(provider_id)
+            .is_some_and(|g| g.state().deleted_through_api.contains(provider_id))
     }
 
     /// Removes a node's instance as the cloud would when a machine dies (no size checks). Returns

@@ -6,12 +6,19 @@
 //! same filters the engine simulates (`find_node`, round-robin start) in priority order; a pod that
 //! fits no node is marked `PodScheduled=False`, reason `Unschedulable`, which is what the engine
 //! reacts to.
+//!
+//! It also plays the parts of the API server and the controllers that scale-down meets: node
+//! taints and cordons, the Eviction API refusing evictions a PodDisruptionBudget does not allow
+//! (disruptions computed the way the disruption controller does), and workload controllers that
+//! re-create an evicted pod as a new pending pod, so a drain moves workloads and a pod nobody
+//! re-creates shows up as lost.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use ferroscale_model::{
-    ConditionStatus, DaemonSet, LabelSelector, Node, Pod, PodCondition, PodPhase, Timestamp,
+    ConditionStatus, DaemonSet, LabelSelector, Namespace, Node, Pod, PodCondition,
+    PodDisruptionBudget, PodPhase, Taint, Timestamp,
 };
 use ferroscale_scheduling::{NodeId, Snapshot, find_node};
 
@@ -33,6 +40,22 @@ pub struct PodRecord {
     /// Pods created from the same template share a shape: once one fails to fit in a scheduling
     /// pass, the others are not tried again in that pass (capacity only shrinks within a pass).
     pub shape: Option<usize>,
+    /// How the pod ended, once `deleted_at` is set.
+    pub end: Option<PodEnd>,
+    /// The pod this one was re-created for by its controller after an eviction.
+    pub replaces: Option<PodIndex>,
+}
+
+/// Why a pod is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodEnd {
+    /// A scenario `delete` event (the workload was scaled down on purpose).
+    DeletedByScenario,
+    /// Evicted (a drain); `replacement` is the pod its controller created instead, `None` when no
+    /// controller re-creates it.
+    Evicted { replacement: Option<PodIndex> },
+    /// A DaemonSet pod whose node went away.
+    NodeGone,
 }
 
 impl PodRecord {
@@ -48,7 +71,36 @@ impl PodRecord {
     pub fn is_workload(&self) -> bool {
         !self.pod.is_daemonset_pod()
     }
+
+    /// An evicted pod nobody re-created: its workload lost a replica.
+    pub fn is_lost(&self) -> bool {
+        self.is_workload() && self.end == Some(PodEnd::Evicted { replacement: None })
+    }
 }
+
+/// Why an eviction was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvictionRefusal {
+    /// No such pod (already gone): the Eviction API answers 404, which callers treat as done.
+    NotFound,
+    /// A PodDisruptionBudget covering the pod allows no disruption now (HTTP 429).
+    DisruptionBudget { pdb: String, allowed: i32 },
+}
+
+/// A successful eviction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    pub pod: String,
+    /// The node it ran on.
+    pub node: Option<String>,
+    /// `namespace/name` of the pod its controller created instead, if any.
+    pub replacement: Option<String>,
+}
+
+/// Controller kinds whose controller re-creates an evicted pod (DaemonSet pods are not re-created
+/// on a node that is being removed: they do not tolerate its deletion taint).
+const RECREATING_CONTROLLERS: &[&str] =
+    &["ReplicaSet", "ReplicationController", "StatefulSet", "Job"];
 
 /// A registered node.
 #[derive(Debug, Clone)]
@@ -85,6 +137,12 @@ pub struct Cluster {
     capacity_changed: bool,
     round_robin: usize,
     daemonsets: Vec<DaemonSet>,
+    pdbs: Vec<PodDisruptionBudget>,
+    namespaces: Vec<Namespace>,
+    /// Live pods (not deleted) by `namespace/name`.
+    live_by_key: HashMap<String, PodIndex>,
+    /// Re-creations so far, for unique names of re-created pods.
+    recreated: usize,
 }
 
 impl Cluster {
@@ -93,6 +151,71 @@ impl Cluster {
             daemonsets,
             ..Cluster::default()
         }
+    }
+
+    /// Sets the PodDisruptionBudgets the Eviction API honours.
+    pub fn set_pdbs(&mut self, pdbs: Vec<PodDisruptionBudget>) {
+        self.pdbs = pdbs;
+    }
+
+    /// PodDisruptionBudgets with `disruptions_allowed` as the disruption controller would compute
+    /// it now.
+    pub fn pdbs_with_status(&self) -> Vec<PodDisruptionBudget> {
+        self.pdbs
+            .iter()
+            .map(|pdb| {
+                let mut pdb = pdb.clone();
+                pdb.disruptions_allowed = Some(self.disruptions_allowed(&pdb));
+                pdb
+            })
+            .collect()
+    }
+
+    pub fn daemonsets(&self) -> &[DaemonSet] {
+        &self.daemonsets
+    }
+
+    pub fn add_namespace(&mut self, namespace: Namespace) {
+        self.snapshot
+            .set_namespace_labels(namespace.name.clone(), namespace.labels.clone());
+        self.namespaces.push(namespace);
+    }
+
+    pub fn namespaces(&self) -> &[Namespace] {
+        &self.namespaces
+    }
+
+    /// Live pods: bound and pending, not deleted.
+    pub fn live_pods(&self) -> impl Iterator<Item = &PodRecord> {
+        self.pods.iter().filter(|r| r.deleted_at.is_none())
+    }
+
+    /// The live pod `namespace/name`.
+    pub fn live_pod(&self, namespace: &str, name: &str) -> Option<&PodRecord> {
+        self.live_by_key
+            .get(&format!("{namespace}/{name}"))
+            .and_then(|i| self.pods.get(*i))
+    }
+
+    /// Disruptions a budget allows now: healthy (bound) covered pods minus the healthy count it
+    /// demands of the expected count (every live covered pod: the controllers keep them).
+    pub fn disruptions_allowed(&self, pdb: &PodDisruptionBudget) -> i32 {
+        let mut expected = 0i32;
+        let mut healthy = 0i32;
+        for record in self.live_pods() {
+            if pdb.covers(&record.pod) {
+                expected = expected.saturating_add(1);
+                if record.pod.is_bound() {
+                    healthy = healthy.saturating_add(1);
+                }
+            }
+        }
+        let desired_healthy = match (pdb.max_unavailable, pdb.min_available) {
+            (Some(max_unavailable), _) => expected - max_unavailable.resolve(expected),
+            (None, Some(min_available)) => min_available.resolve(expected),
+            (None, None) => 0,
+        };
+        (healthy - desired_healthy).max(0)
     }
 
     /// Registered nodes with their bound pods, as the scheduler and the engine see them.
@@ -192,6 +315,9 @@ impl Cluster {
             };
             if pod.is_daemonset_pod() {
                 record.deleted_at = Some(now);
+                record.end = Some(PodEnd::NodeGone);
+                let key = record.pod.key();
+                self.live_by_key.remove(&key);
                 continue;
             }
             let pod = Arc::make_mut(&mut record.pod);
@@ -234,6 +360,124 @@ impl Cluster {
         self.replace_node(name, node);
         self.capacity_changed = true;
         true
+    }
+
+    /// Adds `taint` to a node (replacing one with the same key and effect), and cordons it when
+    /// asked. Returns false for an unknown node.
+    pub fn taint(&mut self, name: &str, taint: Taint, cordon: bool) -> bool {
+        let Some(entry) = self.nodes.get(name) else {
+            return false;
+        };
+        let mut node = (*entry.node).clone();
+        node.taints
+            .retain(|t| !(t.key == taint.key && t.effect == taint.effect));
+        node.taints.push(taint);
+        if cordon {
+            node.unschedulable = true;
+        }
+        self.replace_node(name, node);
+        true
+    }
+
+    /// Removes every taint with `key` from a node, and uncordons it when asked. Returns false for
+    /// an unknown node.
+    pub fn untaint(&mut self, name: &str, key: &str, uncordon: bool) -> bool {
+        let Some(entry) = self.nodes.get(name) else {
+            return false;
+        };
+        let mut node = (*entry.node).clone();
+        node.taints.retain(|t| t.key != key);
+        if uncordon {
+            node.unschedulable = false;
+        }
+        self.replace_node(name, node);
+        self.capacity_changed = true;
+        true
+    }
+
+    /// Evicts a live pod through the simulated Eviction API: refused while a budget covering it
+    /// allows no disruption; otherwise the pod is deleted at once (grace periods take no simulated
+    /// time) and, when a workload controller owns it, re-created as a new pending pod.
+    pub fn evict(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        now: Timestamp,
+    ) -> Result<Eviction, EvictionRefusal> {
+        let key = format!("{namespace}/{name}");
+        let Some(index) = self.live_by_key.get(&key).copied() else {
+            return Err(EvictionRefusal::NotFound);
+        };
+        let pod = self.pods[index].pod.clone();
+        for pdb in &self.pdbs {
+            if pdb.covers(&pod) {
+                let allowed = self.disruptions_allowed(pdb);
+                if allowed < 1 {
+                    return Err(EvictionRefusal::DisruptionBudget {
+                        pdb: format!("{}/{}", pdb.namespace, pdb.name),
+                        allowed,
+                    });
+                }
+            }
+        }
+        self.remove_live_pod(index, now);
+        let recreates = pod
+            .controller()
+            .is_some_and(|c| RECREATING_CONTROLLERS.contains(&c.kind.as_str()));
+        let replacement = if recreates {
+            let mut copy = (*pod).clone();
+            let stateful = pod.controller().is_some_and(|c| c.kind == "StatefulSet");
+            self.recreated += 1;
+            if !stateful {
+                copy.name = format!("{}-r{}", pod.name, self.recreated);
+            }
+            copy.uid = String::new();
+            copy.node_name = None;
+            copy.nominated_node_name = None;
+            copy.phase = PodPhase::Pending;
+            copy.scheduled_condition = None;
+            copy.creation_time = now;
+            copy.deletion_time = None;
+            let shape = self.pods[index].shape;
+            let new_index = self.add_pod(copy, now, shape);
+            self.pods[new_index].replaces = Some(index);
+            Some(new_index)
+        } else {
+            None
+        };
+        self.pods[index].end = Some(PodEnd::Evicted { replacement });
+        Ok(Eviction {
+            pod: key,
+            node: pod.node_name.clone(),
+            replacement: replacement.map(|i| self.pods[i].pod.key()),
+        })
+    }
+
+    /// Marks a live pod deleted and takes it off its node.
+    fn remove_live_pod(&mut self, index: PodIndex, now: Timestamp) {
+        let Some(record) = self.pods.get_mut(index) else {
+            return;
+        };
+        if record.deleted_at.is_some() {
+            return;
+        }
+        record.deleted_at = Some(now);
+        let key = record.pod.key();
+        let uid = record.pod.uid.clone();
+        let node_name = record.pod.node_name.clone();
+        if self.live_by_key.get(&key) == Some(&index) {
+            self.live_by_key.remove(&key);
+        }
+        match node_name.and_then(|n| self.nodes.get(&n)) {
+            Some(entry) => {
+                self.snapshot.remove_pod(entry.id, &uid);
+                self.capacity_changed = true;
+            }
+            None => {
+                self.pending.retain(|i| *i != index);
+                self.fresh.retain(|i| *i != index);
+            }
+        }
     }
 
     /// The snapshot has no in-place node update: remove and re-add with the same pods.
@@ -281,6 +525,7 @@ impl Cluster {
             pod.uid = format!("uid-sim-{index}-{}-{}", pod.namespace, pod.name);
         }
         self.pod_by_uid.insert(pod.uid.clone(), index);
+        self.live_by_key.insert(pod.key(), index);
         self.pods.push(PodRecord {
             pod: Arc::new(pod),
             pending_since: now,
@@ -288,6 +533,8 @@ impl Cluster {
             deleted_at: None,
             was_scheduled: false,
             shape,
+            end: None,
+            replaces: None,
         });
         index
     }
@@ -342,6 +589,12 @@ impl Cluster {
         for index in &victims {
             let record = &mut self.pods[*index];
             record.deleted_at = Some(now);
+            record.end = Some(PodEnd::DeletedByScenario);
+            let key = record.pod.key();
+            if self.live_by_key.get(&key) == Some(index) {
+                self.live_by_key.remove(&key);
+            }
+            let record = &self.pods[*index];
             if let Some(node_name) = &record.pod.node_name
                 && let Some(entry) = self.nodes.get(node_name)
             {

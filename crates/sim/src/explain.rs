@@ -89,8 +89,10 @@ pub fn explain(scenario: &Scenario, options: AutoscalingOptions, when: ExplainAt
 /// Whether scale-up looked at pending pods in this loop (rather than finding none, or waiting
 /// because they were all too young).
 fn considered_pods(report: &LoopReport) -> bool {
-    let plan = &report.plan;
-    !report.pending_pods.is_empty()
+    let Some(plan) = &report.outcome.scale_up else {
+        return false;
+    };
+    !report.outcome.pending_pods.is_empty()
         && (!plan.triggering_pods.is_empty()
             || !plan.pods_not_helped.is_empty()
             || !plan.pods_schedulable_on_existing.is_empty()
@@ -102,13 +104,21 @@ fn considered_pods(report: &LoopReport) -> bool {
 
 /// Sorts the pods of one loop by outcome.
 pub fn explain_loop(report: &LoopReport) -> Explanation {
-    let plan = &report.plan;
-    let scaled: Vec<String> = report
-        .execution
-        .succeeded
-        .iter()
-        .map(|i| i.group_id.clone())
-        .collect();
+    let Some(plan) = &report.outcome.scale_up else {
+        return Explanation {
+            at: Some(report.at),
+            status: None,
+            groups: Vec::new(),
+            increases: Vec::new(),
+        };
+    };
+    let succeeded = report
+        .outcome
+        .scale_up_execution
+        .as_ref()
+        .map(|e| e.succeeded.as_slice())
+        .unwrap_or_default();
+    let scaled: Vec<String> = succeeded.iter().map(|i| i.group_id.clone()).collect();
     let triggering: std::collections::HashSet<&str> =
         plan.triggering_pods.iter().map(String::as_str).collect();
     let on_existing: std::collections::HashSet<&str> = plan
@@ -123,7 +133,7 @@ pub fn explain_loop(report: &LoopReport) -> Explanation {
         .collect();
 
     let mut by_outcome: BTreeMap<PodOutcome, Vec<String>> = BTreeMap::new();
-    for pod in &report.pending_pods {
+    for pod in &report.outcome.pending_pods {
         let key = pod.key();
         let outcome = if triggering.contains(key.as_str()) {
             let groups = if scaled.is_empty() {
@@ -138,7 +148,7 @@ pub fn explain_loop(report: &LoopReport) -> Explanation {
             // Groups without a verdict could host the pod: the loop chose another option and
             // upstream makes one scale-up decision per loop.
             let mut per_group = (*per_group).clone();
-            for group in &report.group_ids {
+            for group in report.outcome.node_groups.iter().map(|g| &g.id) {
                 if !per_group.iter().any(|(g, _)| g == group) {
                     per_group.push((group.clone(), FITS_BUT_NOT_CHOSEN.to_string()));
                 }
@@ -156,9 +166,7 @@ pub fn explain_loop(report: &LoopReport) -> Explanation {
             .into_iter()
             .map(|(outcome, pods)| OutcomeGroup { outcome, pods })
             .collect(),
-        increases: report
-            .execution
-            .succeeded
+        increases: succeeded
             .iter()
             .map(|i| format!("{} {} → {}", i.group_id, i.current_target, i.new_target))
             .collect(),

@@ -1,6 +1,7 @@
 //! The Ferroscale simulator: runs the real decision engine against a scenario (node groups, a timed
 //! workload, expectations) in simulated time.
 
+pub mod api;
 pub mod clock;
 pub mod cloud;
 pub mod cluster;

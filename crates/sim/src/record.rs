@@ -39,6 +39,19 @@ pub enum EntryKind {
     Failure,
     /// A group entered backoff.
     Backoff,
+    /// Nodes started or stopped being unneeded (their scale-down timer started or was reset).
+    Unneeded,
+    /// Scale-down could not remove nodes that are unneeded or underutilized: the blocking pod and
+    /// rule, min size, or a refused eviction.
+    ScaleDownBlocked,
+    /// Scale-down is in cooldown (after a scale-up, a deletion or a failure).
+    Cooldown,
+    /// A drain step: the deletion taint, evictions.
+    Drain,
+    /// Nodes removed by the autoscaler, or their removal started.
+    ScaleDown,
+    /// A scale-down step failed, and what was rolled back.
+    ScaleDownFailure,
     /// An expectation was checked.
     Expectation,
 }
@@ -52,6 +65,12 @@ impl EntryKind {
             EntryKind::NodesReady => "ready",
             EntryKind::Failure => "failure",
             EntryKind::Backoff => "backoff",
+            EntryKind::Unneeded => "unneeded",
+            EntryKind::ScaleDownBlocked => "blocked",
+            EntryKind::Cooldown => "cooldown",
+            EntryKind::Drain => "drain",
+            EntryKind::ScaleDown => "scale-down",
+            EntryKind::ScaleDownFailure => "sd-failure",
             EntryKind::Expectation => "expect",
         }
     }

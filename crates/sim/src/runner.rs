@@ -3,34 +3,32 @@
 //! Time jumps from one interesting instant to the next: a scenario event, a node finishing its
 //! provisioning, an engine loop (every `scan-interval`), an expectation. At each instant events
 //! fire first, then provisioned nodes register, then the scheduler stand-in binds what fits, then,
-//! on loop instants, the engine runs: Refresh → Gather (groups, targets, templates, snapshot of
-//! registered nodes and bound pods, upcoming placeholders) → Decide (`plan_scale_up`, the only
-//! step whose wall-clock time is measured) → Act (`execute_scale_up`) → record.
-//!
-//! Scale-down is not part of the engine yet: nodes leave only through cloud-side removals.
+//! on loop instants, the engine runs: the real `Autoscaler::run_once` against the simulated cloud
+//! and the simulated cluster (lent through [`SimClusterApi`]), with its pure decision steps timed
+//! by a wall-clock [`InstantStopwatch`]. What it did is recorded: samples, the timeline (scale-ups,
+//! unneeded timers, drains, blocked removals, cooldowns, failures) and the summary.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferroscale_core::backoff::{BackoffReason, NodeGroupBackoff};
-use ferroscale_core::cloud::{CloudProvider, InstanceState, NodeGroup, NodeTemplate};
+use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, Stopwatch};
+use ferroscale_core::cloud::NodeGroup;
+use ferroscale_core::cluster_state::InstanceToDelete;
+use ferroscale_core::events::{Event, reasons};
 use ferroscale_core::options::{AutoscalingOptions, ExpanderName, OptionError};
-use ferroscale_core::scale_up::{
-    NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan, ScaleUpStatus,
-    execute_scale_up, inject_upcoming_nodes, plan_scale_up,
-};
-use ferroscale_model::{LabelSelector, Node, Pod, Timestamp};
+use ferroscale_core::scale_up::{NodeGroupView, ScaleUpExecution, ScaleUpPlan, ScaleUpStatus};
+use ferroscale_model::taints::TO_BE_DELETED;
+use ferroscale_model::{LabelSelector, Timestamp};
 use ferroscale_objects::K8sObject;
 use ferroscale_scheduling::{Snapshot, find_node};
 use futures::executor::block_on;
 use thiserror::Error;
 
+use crate::api::{ApiLog, ClusterAction, SimClusterApi};
 use crate::clock::SimClock;
-use crate::cloud::{
-    FailingCall, FailureWindow, GroupSpec, SIM_GPU_LABEL, SimulatedCloud, SimulatedProvider,
-};
-use crate::cluster::Cluster;
+use crate::cloud::{FailingCall, FailureWindow, GroupSpec, SimulatedCloud, SimulatedProvider};
+use crate::cluster::{Cluster, Eviction};
 use crate::record::{
     EntryKind, ExpectationOutcome, GroupSummary, LoopSample, Percentiles, PodSummary,
     SimulationResult, Summary, TimelineEntry,
@@ -42,9 +40,42 @@ use crate::scenario::{
 /// Simulated time starts at the epoch, so every timestamp reads as "time since start".
 pub const SIMULATION_START: Timestamp = Timestamp(0);
 
-/// Said in every report until scale-down is implemented.
-pub const SCALE_DOWN_NOTE: &str = "scale-down is not simulated yet: nodes are removed only by the \
-     cloud (scenario failures), never by the autoscaler";
+/// Names listed in a timeline line before "and N more".
+const NAMES_SHOWN: usize = 5;
+
+/// `a, b, c and 7 more`.
+pub(crate) fn names_with_more<S: AsRef<str>>(names: &[S], shown: usize) -> String {
+    let mut text = names
+        .iter()
+        .take(shown)
+        .map(AsRef::as_ref)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > shown {
+        text.push_str(&format!(" and {} more", names.len() - shown));
+    }
+    text
+}
+
+/// Measures the engine's pure decision steps in wall-clock time; the core has no clock.
+#[derive(Debug, Clone, Copy)]
+pub struct InstantStopwatch {
+    origin: Instant,
+}
+
+impl InstantStopwatch {
+    pub fn start() -> InstantStopwatch {
+        InstantStopwatch {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Stopwatch for InstantStopwatch {
+    fn elapsed_millis(&self) -> f64 {
+        self.origin.elapsed().as_secs_f64() * 1000.0
+    }
+}
 
 /// Options that could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -111,12 +142,10 @@ pub struct Progress {
 #[derive(Debug, Clone)]
 pub struct LoopReport {
     pub at: Timestamp,
-    /// The pods handed to the plan (every pending workload pod).
-    pub pending_pods: Vec<Arc<Pod>>,
-    /// Every node group the loop considered, in provider order.
-    pub group_ids: Vec<String>,
-    pub plan: ScaleUpPlan,
-    pub execution: ScaleUpExecution,
+    /// Everything `run_once` returned.
+    pub outcome: LoopOutcome,
+    /// What the engine wrote to the cluster during the loop.
+    pub log: ApiLog,
     pub decide_millis: f64,
 }
 
@@ -134,14 +163,13 @@ struct GroupStats {
 pub struct Simulation<'p> {
     name: String,
     end: Timestamp,
-    seed: u64,
     options: AutoscalingOptions,
     scan_interval: Duration,
     clock: SimClock,
     cloud: Arc<SimulatedCloud>,
     provider: SimulatedProvider,
     cluster: Cluster,
-    backoff: NodeGroupBackoff,
+    autoscaler: Autoscaler,
     events: Vec<ScenarioEvent>,
     next_event: usize,
     /// Expectations with their index in the scenario, and the outcome once checked.
@@ -156,6 +184,9 @@ pub struct Simulation<'p> {
     /// every loop.
     last_not_helped: String,
     last_plan_error: String,
+    last_loop_error: String,
+    /// Pods evicted by drains so far.
+    evictions: usize,
     progress: Option<ProgressReporter<'p>>,
 }
 
@@ -190,6 +221,7 @@ fn group_spec(group: &crate::scenario::ScenarioNodeGroup) -> GroupSpec {
                     CloudOperation::IncreaseSize => FailingCall::IncreaseSize,
                     CloudOperation::DeleteNodes => FailingCall::DeleteNodes,
                     CloudOperation::DecreaseTargetSize => FailingCall::DecreaseTargetSize,
+                    CloudOperation::InstanceCreation => FailingCall::InstanceCreation,
                 },
                 from: at(w.from),
                 to: at(w.to),
@@ -236,6 +268,17 @@ pub fn describe_expectation(expectation: &Expectation) -> String {
         Check::PendingPods(n) => format!("pending pods = {n} {when}"),
         Check::RunningPods(n) => format!("running pods = {n} {when}"),
         Check::TotalNodes { min, max } => format!("total nodes in [{min},{max}] {when}"),
+        Check::NodesRemoved {
+            group: Some(group),
+            min,
+            max,
+        } => format!("nodes removed from group {group} in [{min},{max}] {when}"),
+        Check::NodesRemoved {
+            group: None,
+            min,
+            max,
+        } => format!("nodes removed in [{min},{max}] {when}"),
+        Check::LostPods(n) => format!("lost pods = {n} {when}"),
     }
 }
 
@@ -279,20 +322,19 @@ impl<'p> Simulation<'p> {
             }
             cluster.add_node(provisioned.node, Some(provisioned.group));
         }
-        let mut notes = vec![SCALE_DOWN_NOTE.to_string()];
+        let mut notes = Vec::new();
+        let mut pdbs = Vec::new();
         for object in &scenario.objects {
             match object {
                 K8sObject::Node(node) if cluster.node(&node.name).is_none() => {
                     cluster.add_node(node.clone(), None);
                 }
-                K8sObject::Namespace(ns) => {
-                    cluster
-                        .snapshot_mut()
-                        .set_namespace_labels(ns.name.clone(), ns.labels.clone());
-                }
+                K8sObject::Namespace(ns) => cluster.add_namespace(ns.clone()),
+                K8sObject::PodDisruptionBudget(pdb) => pdbs.push(pdb.clone()),
                 _ => {}
             }
         }
+        cluster.set_pdbs(pdbs);
         for object in &scenario.objects {
             if let K8sObject::Pod(pod) = object {
                 let mut pod = pod.clone();
@@ -300,25 +342,13 @@ impl<'p> Simulation<'p> {
                 cluster.add_pod(pod, SIMULATION_START, None);
             }
         }
-        if scenario
-            .objects
-            .iter()
-            .any(|o| matches!(o, K8sObject::PodDisruptionBudget(_)))
-        {
-            notes.push(
-                "PodDisruptionBudgets are read but only matter for scale-down, which is not \
-                 simulated yet"
-                    .to_string(),
-            );
-        }
         notes.extend(scenario.warnings.iter().cloned());
 
         let scan_interval = options.scan_interval.max(Duration::from_millis(1));
         Simulation {
             name: scenario.name.clone(),
             end: at(scenario.duration),
-            seed: scenario.seed,
-            backoff: NodeGroupBackoff::from_options(&options),
+            autoscaler: Autoscaler::new(options.clone(), scenario.seed),
             options,
             scan_interval,
             clock,
@@ -336,6 +366,8 @@ impl<'p> Simulation<'p> {
             notes,
             last_not_helped: String::new(),
             last_plan_error: String::new(),
+            last_loop_error: String::new(),
+            evictions: 0,
             progress: None,
         }
     }
@@ -433,7 +465,7 @@ impl<'p> Simulation<'p> {
             self.next_event += 1;
             let shape = Some(self.next_event);
             let (what, why) = match &event.action {
-                ScenarioAction::Create { count, pod } => {
+                ScenarioAction::Create { count, pod, bind } => {
                     let mut names = Vec::with_capacity(*count);
                     for i in 0..*count {
                         let mut copy = pod.clone();
@@ -443,6 +475,9 @@ impl<'p> Simulation<'p> {
                         copy.uid = String::new();
                         copy.creation_time = now;
                         copy.scheduled_condition = None;
+                        if let Some(placement) = bind {
+                            copy.node_name = Some(placement.node_for(i));
+                        }
                         names.push(copy.name.clone());
                         self.cluster.add_pod(copy, now, shape);
                     }
@@ -489,6 +524,21 @@ impl<'p> Simulation<'p> {
                         if known { "" } else { "no such node" }.into(),
                     )
                 }
+                ScenarioAction::RemoveNode { node } => {
+                    let lost = self
+                        .cluster
+                        .node(node)
+                        .is_some_and(|n| self.cloud.lose_instance(&n.node.provider_id));
+                    (
+                        format!("the cloud lost the machine of node {node}"),
+                        if lost {
+                            ""
+                        } else {
+                            "no such node in any group"
+                        }
+                        .into(),
+                    )
+                }
             };
             self.timeline.push(TimelineEntry {
                 at: now,
@@ -525,22 +575,63 @@ impl<'p> Simulation<'p> {
 
     /// Drops nodes whose instance the cloud no longer has (deleted through the provider or lost).
     fn remove_vanished_nodes(&mut self, now: Timestamp) {
-        let vanished: Vec<(String, Option<String>)> = self
+        let vanished: Vec<(String, String, Option<String>)> = self
             .cluster
             .nodes()
             .filter(|n| n.group.is_some() && !self.cloud.instance_exists(&n.node.provider_id))
-            .map(|n| (n.node.name.clone(), n.group.clone()))
+            .map(|n| {
+                (
+                    n.node.name.clone(),
+                    n.node.provider_id.clone(),
+                    n.group.clone(),
+                )
+            })
             .collect();
-        for (name, group) in vanished {
+        let mut removed_by_autoscaler: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, provider_id, group) in vanished {
             let requeued = self.cluster.remove_node(&name, now);
-            if let Some(i) = group.and_then(|g| self.group_ids.iter().position(|x| *x == g)) {
+            if let Some(i) = group
+                .as_ref()
+                .and_then(|g| self.group_ids.iter().position(|x| x == g))
+            {
                 self.stats[i].removed += 1;
             }
+            if self.cloud.deleted_through_api(&provider_id) && requeued == 0 {
+                removed_by_autoscaler
+                    .entry(group.unwrap_or_default())
+                    .or_default()
+                    .push(name);
+                continue;
+            }
+            let (kind, what) = if self.cloud.deleted_through_api(&provider_id) {
+                (
+                    EntryKind::ScaleDown,
+                    format!("node {name} was removed by the autoscaler"),
+                )
+            } else {
+                (
+                    EntryKind::Failure,
+                    format!("node {name} was removed by the cloud"),
+                )
+            };
             self.timeline.push(TimelineEntry {
                 at: now,
-                kind: EntryKind::Failure,
-                what: format!("node {name} was removed by the cloud"),
+                kind,
+                what,
                 why: format!("{requeued} pod(s) went back to pending"),
+            });
+        }
+        for (group, names) in removed_by_autoscaler {
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::ScaleDown,
+                what: format!(
+                    "{} node(s) of {group} removed by the autoscaler: {}",
+                    names.len(),
+                    names_with_more(&names, NAMES_SHOWN)
+                ),
+                why: "their machines were deleted (DeleteNodes) and the nodes left the cluster"
+                    .to_string(),
             });
         }
     }
@@ -568,178 +659,140 @@ impl<'p> Simulation<'p> {
         counts
     }
 
-    /// Upstream 4.6: instances that failed to be created back their group off and are deleted.
-    fn handle_failed_instances(&mut self, groups: &[Arc<dyn NodeGroup>], now: Timestamp) {
-        for group in groups {
-            let Ok(instances) = block_on(group.nodes()) else {
-                continue;
-            };
-            let failed: Vec<_> = instances
-                .into_iter()
-                .filter_map(|i| {
-                    let status = i.status?;
-                    let error = status.error?;
-                    (status.state == InstanceState::Creating).then_some((i.id, error))
-                })
-                .collect();
-            let Some((_, first_error)) = failed.first() else {
-                continue;
-            };
-            let until = self.backoff.backoff(
-                group.id(),
-                now,
-                BackoffReason::new(
-                    first_error.class,
-                    first_error.code.clone(),
-                    first_error.message.clone(),
-                ),
-            );
+    /// One engine loop at `now`: the real `Autoscaler::run_once` against the simulated cloud and
+    /// the cluster lent to it through [`SimClusterApi`].
+    fn engine_loop(&mut self, now: Timestamp) -> LoopReport {
+        // What the cloud and the cluster did since the last loop: nodes whose machine is gone
+        // leave, and the scheduler stand-in has placed what fits.
+        self.remove_vanished_nodes(now);
+        self.cluster.schedule(now);
+
+        let stopwatch = InstantStopwatch::start();
+        let api = SimClusterApi::new(&mut self.cluster, now);
+        let outcome = block_on(
+            self.autoscaler
+                .run_once(&self.provider, &api, now, &stopwatch),
+        );
+        let log = api.into_log();
+        self.record_loop(now, &outcome, &log);
+        LoopReport {
+            at: now,
+            decide_millis: outcome.decide_millis,
+            outcome,
+            log,
+        }
+    }
+
+    fn record_loop(&mut self, now: Timestamp, outcome: &LoopOutcome, log: &ApiLog) {
+        if let Some(error) = &outcome.error {
+            let line = error.to_string();
+            if line != self.last_loop_error {
+                self.last_loop_error = line.clone();
+                self.timeline.push(TimelineEntry {
+                    at: now,
+                    kind: EntryKind::Failure,
+                    what: "the engine loop stopped early".to_string(),
+                    why: line,
+                });
+            }
+        } else {
+            self.last_loop_error.clear();
+        }
+        self.record_cluster_state(now, outcome);
+        if let (Some(plan), Some(execution)) = (&outcome.scale_up, &outcome.scale_up_execution) {
+            self.record_scale_up(now, plan, execution, &outcome.node_groups);
+        }
+        self.record_cluster_writes(now, log);
+        self.record_events(now, &outcome.events);
+
+        self.update_peaks();
+        let targets = self
+            .group_ids
+            .iter()
+            .map(|g| self.cloud.group(g).map_or(0, |g| g.current_target()))
+            .collect();
+        self.samples.push(LoopSample {
+            at: now,
+            nodes: self.nodes_per_group(),
+            targets,
+            pending_pods: self
+                .cluster
+                .pending_pods()
+                .filter(|r| r.is_workload())
+                .count(),
+            decide_millis: outcome.decide_millis,
+        });
+    }
+
+    /// Failed instance creations, timed-out scale-ups and failed cloud calls, with the backoff
+    /// they caused.
+    fn record_cluster_state(&mut self, now: Timestamp, outcome: &LoopOutcome) {
+        let report = &outcome.cluster_state;
+        let mut backed_off: Vec<String> = Vec::new();
+        let mut failed: BTreeMap<&str, Vec<&InstanceToDelete>> = BTreeMap::new();
+        for instance in &report.failed_instances_to_delete {
+            failed.entry(&instance.group_id).or_default().push(instance);
+        }
+        for (group, instances) in failed {
+            let why = instances
+                .iter()
+                .find_map(|i| i.error.as_ref())
+                .map(|e| format!("{}: {}", e.class, e.message))
+                .unwrap_or_default();
             self.timeline.push(TimelineEntry {
                 at: now,
                 kind: EntryKind::Failure,
                 what: format!(
-                    "{} instance(s) of {} failed to be created",
-                    failed.len(),
-                    group.id()
+                    "{} instance(s) of {group} failed to be created; deleting them",
+                    instances.len()
                 ),
-                why: format!("{}: {}", first_error.class, first_error.message),
+                why,
             });
+            backed_off.push(group.to_string());
+        }
+        for timed_out in &report.timed_out_scale_ups {
             self.timeline.push(TimelineEntry {
                 at: now,
-                kind: EntryKind::Backoff,
-                what: format!("{} backed off until {}", group.id(), until),
-                why: format!("{} {}", first_error.class, first_error.code),
+                kind: EntryKind::Failure,
+                what: format!(
+                    "scale-up of {} timed out: {} requested node(s) never registered",
+                    timed_out.group_id, timed_out.missing
+                ),
+                why: "the target size is decreased again".to_string(),
             });
-            let placeholders: Vec<Node> = failed
-                .iter()
-                .map(|(id, _)| Node {
-                    name: id.clone(),
-                    provider_id: id.clone(),
-                    ..Node::default()
-                })
-                .collect();
-            if let Err(e) = block_on(group.delete_nodes(&placeholders)) {
+            backed_off.push(timed_out.group_id.clone());
+        }
+        for (action, error) in &outcome.action_errors {
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Failure,
+                what: format!("{action:?} failed"),
+                why: error.clone(),
+            });
+        }
+        backed_off.dedup();
+        for group in backed_off {
+            if let Some(entry) = self.autoscaler.backoff().active(&group, now) {
                 self.timeline.push(TimelineEntry {
                     at: now,
-                    kind: EntryKind::Failure,
-                    what: format!("deleting failed instances of {} failed", group.id()),
-                    why: e.to_string(),
+                    kind: EntryKind::Backoff,
+                    what: format!(
+                        "{group} backed off until {} ({} s)",
+                        entry.backoff_until,
+                        entry.duration.as_secs()
+                    ),
+                    why: "other groups are considered meanwhile".to_string(),
                 });
             }
         }
     }
 
-    /// One engine loop at `now`.
-    fn engine_loop(&mut self, now: Timestamp) -> LoopReport {
-        // Refresh. The simulated cloud cannot fail here; a real provider's error would abort the
-        // loop.
-        let _ = block_on(self.provider.refresh());
-        let groups = block_on(self.provider.node_groups()).unwrap_or_default();
-        self.handle_failed_instances(&groups, now);
-        self.remove_vanished_nodes(now);
-        self.cluster.schedule(now);
-
-        // Gather.
-        let registered = self.nodes_per_group();
-        let mut views = Vec::with_capacity(groups.len());
-        let mut upcoming = Vec::with_capacity(groups.len());
-        for group in &groups {
-            let target = block_on(group.target_size());
-            let template: Option<NodeTemplate> = block_on(group.template_node_info()).ok();
-            let options = block_on(group.get_options())
-                .ok()
-                .flatten()
-                .unwrap_or_default();
-            let registered_nodes = self
-                .group_ids
-                .iter()
-                .position(|g| g == group.id())
-                .and_then(|i| registered.get(i).copied())
-                .unwrap_or(0);
-            let price = self
-                .cloud
-                .group(group.id())
-                .map(|g| g.spec().price_per_hour);
-            let mut view = NodeGroupView::new(
-                group.id(),
-                group.min_size(),
-                group.max_size(),
-                target.clone().unwrap_or(0),
-                template,
-            );
-            view.options = options;
-            view.price_per_hour = price.filter(|p| *p > 0.0);
-            // A group whose target cannot be read is not ready for scale-up.
-            view.healthy = target.is_ok();
-            let waiting = target.map_or(0, |t| t.saturating_sub(registered_nodes));
-            upcoming.push(if self.backoff.is_backed_off(group.id(), now) {
-                0
-            } else {
-                waiting
-            });
-            views.push(view);
-        }
-        let pending_pods: Vec<Arc<Pod>> = self
-            .cluster
-            .pending_pods()
-            .filter(|r| r.is_workload())
-            .map(|r| r.pod.clone())
-            .collect();
-
-        // Decide, on a branch of the cluster snapshot: placeholders and the pods the plan leaves
-        // placed are discarded afterwards.
-        let snapshot = self.cluster.snapshot_mut();
-        snapshot.fork();
-        for (view, count) in views.iter().zip(&upcoming) {
-            if *count > 0 {
-                inject_upcoming_nodes(snapshot, view, *count);
-            }
-        }
-        let decide_started = Instant::now();
-        let plan = plan_scale_up(ScaleUpInput {
-            now,
-            snapshot,
-            pending_pods: &pending_pods,
-            draining_pods: &[],
-            node_groups: &views,
-            backoff: &self.backoff,
-            options: &self.options,
-            priority_config: None,
-            provider: ProviderFacts {
-                gpu_label: SIM_GPU_LABEL,
-                resource_limits: None,
-            },
-            seed: self.seed.wrapping_add(self.samples.len() as u64),
-        });
-        let decide_millis = decide_started.elapsed().as_secs_f64() * 1000.0;
-        self.cluster.snapshot_mut().revert();
-
-        // Act.
-        let execution = block_on(execute_scale_up(
-            &plan,
-            &groups,
-            &mut self.backoff,
-            now,
-            &self.options,
-        ));
-        self.record_loop(now, &plan, &execution, &views, decide_millis);
-        LoopReport {
-            at: now,
-            pending_pods,
-            group_ids: views.iter().map(|v| v.id.clone()).collect(),
-            plan,
-            execution,
-            decide_millis,
-        }
-    }
-
-    fn record_loop(
+    fn record_scale_up(
         &mut self,
         now: Timestamp,
         plan: &ScaleUpPlan,
         execution: &ScaleUpExecution,
         views: &[NodeGroupView],
-        decide_millis: f64,
     ) {
         let expander = self
             .options
@@ -796,7 +849,7 @@ impl<'p> Simulation<'p> {
                 ),
                 why: error.to_string(),
             });
-            if let Some(entry) = self.backoff.active(&increase.group_id, now) {
+            if let Some(entry) = self.autoscaler.backoff().active(&increase.group_id, now) {
                 self.timeline.push(TimelineEntry {
                     at: now,
                     kind: EntryKind::Backoff,
@@ -841,24 +894,101 @@ impl<'p> Simulation<'p> {
         } else if plan.pods_not_helped.is_empty() {
             self.last_not_helped.clear();
         }
+    }
 
-        self.update_peaks();
-        let targets = self
-            .group_ids
-            .iter()
-            .map(|g| self.cloud.group(g).map_or(0, |g| g.current_target()))
-            .collect();
-        self.samples.push(LoopSample {
-            at: now,
-            nodes: self.nodes_per_group(),
-            targets,
-            pending_pods: self
-                .cluster
-                .pending_pods()
-                .filter(|r| r.is_workload())
-                .count(),
-            decide_millis,
-        });
+    /// Drains as the cluster saw them: taints, evictions (one line per node and loop), refused
+    /// evictions and rollbacks.
+    fn record_cluster_writes(&mut self, now: Timestamp, log: &ApiLog) {
+        let mut evicted: BTreeMap<String, Vec<&Eviction>> = BTreeMap::new();
+        let mut refused: BTreeMap<String, Vec<(&str, &str)>> = BTreeMap::new();
+        for action in &log.actions {
+            match action {
+                ClusterAction::Tainted {
+                    node,
+                    taint,
+                    cordon,
+                } if taint.key == TO_BE_DELETED => {
+                    self.timeline.push(TimelineEntry {
+                        at: now,
+                        kind: EntryKind::Drain,
+                        what: format!("node {node} tainted {TO_BE_DELETED}:{:?}", taint.effect),
+                        why: if *cordon {
+                            "cordoned too; no new pod lands on it before it goes".to_string()
+                        } else {
+                            "no new pod lands on it before it goes".to_string()
+                        },
+                    });
+                }
+                ClusterAction::Untainted {
+                    node, taint_key, ..
+                } if taint_key == TO_BE_DELETED => {
+                    self.timeline.push(TimelineEntry {
+                        at: now,
+                        kind: EntryKind::ScaleDownFailure,
+                        what: format!("node {node} untainted: its removal was rolled back"),
+                        why: "the node stays and takes pods again".to_string(),
+                    });
+                }
+                ClusterAction::Tainted { .. } | ClusterAction::Untainted { .. } => {}
+                ClusterAction::Evicted(eviction) => {
+                    let node = eviction.node.clone().unwrap_or_default();
+                    evicted.entry(node).or_default().push(eviction);
+                }
+                ClusterAction::EvictionRefused { pod, node, reason } => {
+                    refused
+                        .entry(node.clone().unwrap_or_default())
+                        .or_default()
+                        .push((pod.as_str(), reason.as_str()));
+                }
+            }
+        }
+        for (node, evictions) in evicted {
+            let recreated = evictions.iter().filter(|e| e.replacement.is_some()).count();
+            let pods: Vec<&str> = evictions.iter().map(|e| e.pod.as_str()).collect();
+            let lost = evictions.len() - recreated;
+            self.evictions += evictions.len();
+            let mut why = format!(
+                "{recreated} re-created by their controllers as pending pods: {}",
+                names_with_more(&pods, NAMES_SHOWN)
+            );
+            if lost > 0 {
+                why.push_str(&format!("; {lost} had no controller and are gone"));
+            }
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Drain,
+                what: format!("evicted {} pod(s) from node {node}", evictions.len()),
+                why,
+            });
+        }
+        for (node, pods) in refused {
+            let (first_pod, reason) = pods[0];
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::ScaleDownBlocked,
+                what: format!(
+                    "{} eviction(s) from node {node} refused, e.g. {first_pod}",
+                    pods.len()
+                ),
+                why: reason.to_string(),
+            });
+        }
+    }
+
+    /// Engine events the timeline does not show otherwise: scale-down failures and node removals.
+    fn record_events(&mut self, now: Timestamp, events: &[Event]) {
+        for event in events {
+            let kind = match event.reason {
+                reasons::SCALE_DOWN_FAILED => EntryKind::ScaleDownFailure,
+                _ => continue,
+            };
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind,
+                what: format!("{} on {}", event.reason, event.object),
+                why: event.message.clone(),
+            });
+        }
     }
 
     /// Checks every unchecked expectation whose time is before `before`, on the current state.
@@ -915,6 +1045,20 @@ impl<'p> Simulation<'p> {
             Check::TotalNodes { min, max } => {
                 let n = self.cluster.node_count();
                 (*min <= n && n <= *max, n.to_string())
+            }
+            Check::NodesRemoved { group, min, max } => {
+                let n: usize = self
+                    .group_ids
+                    .iter()
+                    .zip(&self.stats)
+                    .filter(|(id, _)| group.as_ref().is_none_or(|g| g == *id))
+                    .map(|(_, stats)| stats.removed)
+                    .sum();
+                (*min <= n && n <= *max, n.to_string())
+            }
+            Check::LostPods(expected) => {
+                let n = self.cluster.pods().iter().filter(|r| r.is_lost()).count();
+                (n == *expected, n.to_string())
             }
         };
         ExpectationOutcome {

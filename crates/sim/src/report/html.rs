@@ -28,7 +28,8 @@ td.t { white-space: nowrap; font-variant-numeric: tabular-nums; color: #374151; 
 .kind { display: inline-block; padding: 1px 6px; border-radius: 3px; font-size: 12px; white-space: nowrap; }
 .k-scenario { background: #f3f4f6; } .k-scale-up { background: #dbeafe; } .k-not-helped { background: #fef3c7; }
 .k-nodes-ready { background: #dcfce7; } .k-failure { background: #fee2e2; } .k-backoff { background: #fee2e2; }
-.k-expectation { background: #ede9fe; }
+.k-expectation { background: #ede9fe; } .k-unneeded { background: #e0f2fe; } .k-blocked { background: #ffedd5; }
+.k-cooldown { background: #f1f5f9; } .k-drain { background: #fce7f3; } .k-scale-down { background: #ccfbf1; }
 .ok { color: #15803d; font-weight: 600; } .fail { color: #b91c1c; font-weight: 600; }
 .why { color: #4b5563; }
 table.timeline td:nth-child(2) { width: 42%; }
@@ -58,6 +59,12 @@ fn kind_class(kind: EntryKind) -> &'static str {
         EntryKind::NodesReady => "k-nodes-ready",
         EntryKind::Failure => "k-failure",
         EntryKind::Backoff => "k-backoff",
+        EntryKind::Unneeded => "k-unneeded",
+        EntryKind::ScaleDownBlocked => "k-blocked",
+        EntryKind::Cooldown => "k-cooldown",
+        EntryKind::Drain => "k-drain",
+        EntryKind::ScaleDown => "k-scale-down",
+        EntryKind::ScaleDownFailure => "k-failure",
         EntryKind::Expectation => "k-expectation",
     }
 }

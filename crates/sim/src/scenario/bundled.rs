@@ -1,5 +1,5 @@
 //! Scenarios compiled into the binary: the default that `ferroscale simulate` runs without an
-//! argument, and the upstream scalability scenarios (core spec section 8.2).
+//! argument, the upstream scalability scenarios (core spec section 8.2) and a full simulated day.
 
 use std::path::Path;
 
@@ -20,9 +20,22 @@ pub const BUNDLED: &[(&str, &str)] = &[
         include_str!("../../scenarios/upstream-2.yaml"),
     ),
     (
+        "upstream-3",
+        include_str!("../../scenarios/upstream-3.yaml"),
+    ),
+    (
+        "upstream-4",
+        include_str!("../../scenarios/upstream-4.yaml"),
+    ),
+    (
+        "upstream-5",
+        include_str!("../../scenarios/upstream-5.yaml"),
+    ),
+    (
         "upstream-6",
         include_str!("../../scenarios/upstream-6.yaml"),
     ),
+    ("full-day", include_str!("../../scenarios/full-day.yaml")),
 ];
 
 /// The text of a bundled scenario.
@@ -89,7 +102,7 @@ mod tests {
                 .events
                 .iter()
                 .filter_map(|e| match &e.action {
-                    ScenarioAction::Create { count, pod }
+                    ScenarioAction::Create { count, pod, .. }
                         if pod.requests.fits_in(&group.template.allocatable) =>
                     {
                         Some((*count, pod))

@@ -69,6 +69,9 @@ pub enum CloudOperation {
     IncreaseSize,
     DeleteNodes,
     DecreaseTargetSize,
+    /// Not a call: `IncreaseSize` succeeds, but the instances requested inside the window are never
+    /// created; they stay `Creating` with an error, as after a stockout or a quota error.
+    InstanceCreation,
 }
 
 /// Calls of `operation` made at simulated times in `[from, to)` fail with `error_class`.
@@ -100,6 +103,8 @@ pub enum ScenarioAction {
     Create {
         count: usize,
         pod: Pod,
+        /// Where the copies are bound; `None`: they wait for the scheduler stand-in.
+        bind: Option<PodPlacement>,
     },
     /// Deletes pods whose labels match; `count: None` deletes all of them.
     Delete {
@@ -112,6 +117,27 @@ pub enum ScenarioAction {
     Uncordon {
         node: String,
     },
+    /// The cloud loses the node's machine (it dies or is deleted behind the autoscaler's back).
+    RemoveNode {
+        node: String,
+    },
+}
+
+/// Binds created copies to existing nodes `<node_prefix><index>`: copy `i` goes to index
+/// `first_index + i / pods_per_node`. A copy whose node does not exist waits for the scheduler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodPlacement {
+    pub node_prefix: String,
+    pub first_index: usize,
+    pub pods_per_node: usize,
+}
+
+impl PodPlacement {
+    /// The node copy `copy` is bound to.
+    pub fn node_for(&self, copy: usize) -> String {
+        let index = self.first_index + copy / self.pods_per_node.max(1);
+        format!("{}{index}", self.node_prefix)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +161,16 @@ pub enum Check {
         min: usize,
         max: usize,
     },
+    /// Nodes removed so far (by the autoscaler or the cloud), of one group or of all, within
+    /// `[min, max]`.
+    NodesRemoved {
+        group: Option<String>,
+        min: usize,
+        max: usize,
+    },
+    /// Workload pods gone without being deleted by the scenario and without a replacement (an
+    /// evicted pod no controller re-created): should always be 0.
+    LostPods(usize),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -368,6 +404,11 @@ impl Validator<'_> {
                 CloudOperation::DecreaseTargetSize,
                 &raw.failures.decrease_target_size.0,
             ),
+            (
+                "instanceCreation",
+                CloudOperation::InstanceCreation,
+                &raw.failures.instance_creation.0,
+            ),
         ] {
             for window in windows {
                 if window.to.0 <= window.from.0 {
@@ -515,7 +556,7 @@ impl Validator<'_> {
         priorities: &PriorityClasses,
     ) -> Result<ScenarioEvent, ScenarioError> {
         let at = |field: &str| format!("events[{i}].{field}");
-        let count = |field: &str, value: Option<u64>| {
+        let parse_count = |field: &str, value: Option<u64>| {
             value
                 .map(|n| {
                     usize::try_from(n)
@@ -525,7 +566,7 @@ impl Validator<'_> {
         };
         let mut actions = Vec::new();
         if let Some(create) = &raw.create {
-            let count = count("create.count", create.count)?.unwrap_or(1);
+            let count = parse_count("create.count", create.count)?.unwrap_or(1);
             if count == 0 {
                 return Err(self.error(at("create.count"), "count must be at least 1"));
             }
@@ -538,12 +579,35 @@ impl Validator<'_> {
                     prefix => prefix.to_string(),
                 };
             }
-            actions.push(ScenarioAction::Create { count, pod });
+            let bind = match &create.bind {
+                None => None,
+                Some(bind) => {
+                    if bind.node_prefix.is_empty() {
+                        return Err(self
+                            .error(at("create.bind.nodePrefix"), "nodePrefix must not be empty"));
+                    }
+                    let pods_per_node =
+                        parse_count("create.bind.podsPerNode", bind.pods_per_node)?.unwrap_or(1);
+                    if pods_per_node == 0 {
+                        return Err(self.error(
+                            at("create.bind.podsPerNode"),
+                            "podsPerNode must be at least 1",
+                        ));
+                    }
+                    Some(PodPlacement {
+                        node_prefix: bind.node_prefix.clone(),
+                        first_index: parse_count("create.bind.firstIndex", Some(bind.first_index))?
+                            .unwrap_or(0),
+                        pods_per_node,
+                    })
+                }
+            };
+            actions.push(ScenarioAction::Create { count, pod, bind });
         }
         if let Some(delete) = &raw.delete {
             actions.push(ScenarioAction::Delete {
                 selector: delete.selector.0.clone(),
-                count: count("delete.count", delete.count)?,
+                count: parse_count("delete.count", delete.count)?,
             });
         }
         if let Some(cordon) = &raw.cordon {
@@ -556,6 +620,11 @@ impl Validator<'_> {
                 node: uncordon.node.clone(),
             });
         }
+        if let Some(remove) = &raw.remove_node {
+            actions.push(ScenarioAction::RemoveNode {
+                node: remove.node.clone(),
+            });
+        }
         let mut actions = actions.into_iter();
         match (actions.next(), actions.next()) {
             (Some(action), None) => Ok(ScenarioEvent {
@@ -564,7 +633,7 @@ impl Validator<'_> {
             }),
             _ => Err(self.error(
                 format!("events[{i}]"),
-                "each event needs exactly one of create, delete, cordon or uncordon",
+                "each event needs exactly one of create, delete, cordon, uncordon or removeNode",
             )),
         }
     }
@@ -592,13 +661,21 @@ impl Validator<'_> {
             Ok((min, max))
         };
         let mut checks = Vec::new();
+        if let Some(group) = &raw.group
+            && !groups.iter().any(|g| &g.id == group)
+        {
+            return Err(self.error(at_field("group"), format!("no node group has id {group:?}")));
+        }
+        if let Some(removed) = &raw.nodes_removed {
+            let (min, max) = range("nodesRemoved", removed)?;
+            checks.push(Check::NodesRemoved {
+                group: raw.group.clone(),
+                min,
+                max,
+            });
+        }
         match (&raw.group, &raw.nodes) {
             (Some(group), Some(nodes)) => {
-                if !groups.iter().any(|g| &g.id == group) {
-                    return Err(
-                        self.error(at_field("group"), format!("no node group has id {group:?}"))
-                    );
-                }
                 let (min, max) = range("nodes", nodes)?;
                 checks.push(Check::GroupNodes {
                     group: group.clone(),
@@ -607,8 +684,12 @@ impl Validator<'_> {
                 });
             }
             (None, None) => {}
+            (Some(_), None) if raw.nodes_removed.is_some() => {}
             (Some(_), None) => {
-                return Err(self.error(at_field("group"), "`group` needs `nodes: {min, max}`"));
+                return Err(self.error(
+                    at_field("group"),
+                    "`group` needs `nodes: {min, max}` or `nodesRemoved: {min, max}`",
+                ));
             }
             (None, Some(_)) => {
                 return Err(self.error(
@@ -627,6 +708,9 @@ impl Validator<'_> {
         if let Some(n) = raw.running_pods {
             checks.push(Check::RunningPods(to_usize(n)));
         }
+        if let Some(n) = raw.lost_pods {
+            checks.push(Check::LostPods(to_usize(n)));
+        }
         let at = match raw.at {
             raw::RawCheckTime::End => CheckTime::End,
             raw::RawCheckTime::At(d) => CheckTime::At(d),
@@ -636,7 +720,7 @@ impl Validator<'_> {
             (Some(check), None) => Ok(Expectation { at, check }),
             _ => Err(self.error(
                 format!("expect[{i}]"),
-                "each expectation needs exactly one of group+nodes, totalNodes, pendingPods or runningPods",
+                "each expectation needs exactly one of group+nodes, totalNodes, nodesRemoved, pendingPods, runningPods or lostPods",
             )),
         }
     }

@@ -57,6 +57,8 @@ pub(super) struct RawFailures {
     pub delete_nodes: OneOrMany<RawFailureWindow>,
     #[serde(default)]
     pub decrease_target_size: OneOrMany<RawFailureWindow>,
+    #[serde(default)]
+    pub instance_creation: OneOrMany<RawFailureWindow>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,6 +126,7 @@ pub(super) struct RawEvent {
     pub delete: Option<RawDelete>,
     pub cordon: Option<RawNodeRef>,
     pub uncordon: Option<RawNodeRef>,
+    pub remove_node: Option<RawNodeRef>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -131,6 +134,18 @@ pub(super) struct RawEvent {
 pub(super) struct RawCreate {
     pub count: Option<u64>,
     pub pod: Box<core::Pod>,
+    pub bind: Option<RawBind>,
+}
+
+/// Binds created pods to existing nodes named `<nodePrefix><index>`: the first `podsPerNode`
+/// copies to index `firstIndex`, the next ones to `firstIndex + 1`, and so on.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawBind {
+    pub node_prefix: String,
+    #[serde(default)]
+    pub first_index: u64,
+    pub pods_per_node: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,6 +171,8 @@ pub(super) struct RawExpectation {
     pub total_nodes: Option<RawRange>,
     pub pending_pods: Option<u64>,
     pub running_pods: Option<u64>,
+    pub nodes_removed: Option<RawRange>,
+    pub lost_pods: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -146,7 +146,7 @@ fn the_documented_example_parses() {
     // Events are in time order, whatever the file order.
     let times: Vec<u64> = s.events.iter().map(|e| e.at.as_secs()).collect();
     assert_eq!(times, [0, 2700, 3000, 3300]);
-    let ScenarioAction::Create { count, pod } = &s.events[0].action else {
+    let ScenarioAction::Create { count, pod, .. } = &s.events[0].action else {
         panic!()
     };
     assert_eq!(*count, 300);
