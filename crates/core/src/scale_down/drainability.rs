@@ -245,3 +245,125 @@ impl<'a> PdbTracker<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ferroscale_model::Volume;
+
+    use super::*;
+    use crate::scale_down::ControllerReplicas;
+
+    fn rules(controllers: &ControllerIndex) -> DrainRules<'_> {
+        DrainRules {
+            now: Timestamp::from_secs(100_000),
+            controllers,
+            skip_nodes_with_custom_controller_pods: true,
+            skip_nodes_with_system_pods: true,
+            skip_nodes_with_local_storage: true,
+            min_replica_count: 0,
+            blocking_system_pod_timeout: Duration::from_secs(3600),
+        }
+    }
+
+    fn owned_by(kind: &str, api_version: &str) -> Pod {
+        let mut p = Pod::new("default", "p");
+        p.owner_references.push(OwnerRef {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: "owner".into(),
+            uid: "uid-owner".into(),
+            controller: true,
+        });
+        p
+    }
+
+    #[test]
+    fn safe_to_evict_true_wins_over_later_rules() {
+        let controllers = ControllerIndex::new();
+        let mut p = Pod::new("kube-system", "lonely");
+        p.annotations.insert(SAFE_TO_EVICT.into(), "true".into());
+        p.volumes.push(Volume {
+            name: "data".into(),
+            source: VolumeSource::HostPath,
+        });
+        assert_eq!(
+            rules(&controllers).classify(&p, &PdbTracker::new(&[])),
+            PodDrain::Move
+        );
+    }
+
+    #[test]
+    fn controller_lookups_come_before_the_daemonset_rule() {
+        let mut controllers = ControllerIndex::new();
+        let ds = owned_by("DaemonSet", "apps/v1");
+        let pdbs = PdbTracker::new(&[]);
+        assert_eq!(
+            rules(&controllers).classify(&ds, &pdbs),
+            PodDrain::Block(DrainBlock::ControllerNotFound)
+        );
+        controllers.insert(
+            "DaemonSet",
+            "default",
+            "owner",
+            ControllerReplicas::default(),
+        );
+        assert_eq!(
+            rules(&controllers).classify(&ds, &pdbs),
+            PodDrain::DaemonSet
+        );
+        // A DaemonSet kind of another API group is not looked up.
+        let foreign = owned_by("DaemonSet", "apps.kruise.io/v1alpha1");
+        assert_eq!(
+            rules(&ControllerIndex::new()).classify(&foreign, &pdbs),
+            PodDrain::DaemonSet
+        );
+        // Without the custom-controller check nothing is looked up.
+        let none = ControllerIndex::new();
+        let lenient = DrainRules {
+            skip_nodes_with_custom_controller_pods: false,
+            ..rules(&none)
+        };
+        assert_eq!(
+            lenient.classify(&owned_by("ReplicaSet", "apps/v1"), &pdbs),
+            PodDrain::Move
+        );
+    }
+
+    #[test]
+    fn mirror_and_terminating_pods_are_skipped_first() {
+        let controllers = ControllerIndex::new();
+        let r = rules(&controllers);
+        let mut mirror = Pod::new("kube-system", "etcd");
+        mirror
+            .annotations
+            .insert(ferroscale_model::pod::MIRROR_POD.into(), "x".into());
+        assert_eq!(r.classify(&mirror, &PdbTracker::new(&[])), PodDrain::Skip);
+        let mut gone = Pod::new("default", "gone");
+        gone.deletion_time = Some(r.now - Duration::from_secs(120));
+        assert_eq!(r.classify(&gone, &PdbTracker::new(&[])), PodDrain::Skip);
+    }
+
+    #[test]
+    fn pdb_budget_is_consumed_and_checked_together() {
+        let mut pod = owned_by("ReplicaSet", "apps/v1");
+        pod.labels.insert("app".into(), "web".into());
+        let pdbs = [PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "web".into(),
+            selector: Some(ferroscale_model::LabelSelector::from_labels([(
+                "app", "web",
+            )])),
+            disruptions_allowed: Some(1),
+            ..PodDisruptionBudget::default()
+        }];
+        let mut tracker = PdbTracker::new(&pdbs);
+        assert!(!tracker.blocks(&pod));
+        assert!(tracker.fits_together([&pod]));
+        assert!(
+            !tracker.fits_together([&pod, &pod]),
+            "two pods, one disruption"
+        );
+        tracker.consume([&pod]);
+        assert!(tracker.blocks(&pod));
+    }
+}
