@@ -8,6 +8,7 @@ use std::time::Duration;
 use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, NoStopwatch};
 use ferroscale_core::events::reasons;
 use ferroscale_core::options::AutoscalingOptions;
+use ferroscale_model::pod::SAFE_TO_EVICT;
 use ferroscale_model::{ConditionStatus, Pod, PodCondition, Resources, Timestamp};
 use futures::executor::block_on;
 use loop_fakes::*;
@@ -101,4 +102,70 @@ fn a_scale_up_then_scale_down_cycle_over_several_iterations() {
     assert_eq!(*cloud.group("pool").target.lock().expect("lock"), 1);
     assert!(!cluster.events_with(reasons::SCALE_DOWN_EMPTY).is_empty());
     assert!(autoscaler.deletions().is_idle());
+}
+
+/// Spec 3.8 step 3: between tainting a node and draining it, its pods are checked again against
+/// the drainability rules. A pod that became non-evictable in the meantime keeps the node.
+#[test]
+fn a_pod_that_became_unevictable_after_tainting_keeps_its_node() {
+    let (log, cloud, cluster) = cluster_with_one_node();
+    // n0 is busy (not a candidate) but has room for web-0; n1 runs only web-0.
+    cluster.add_pod(pod_on("base", "n0", 3000));
+    let spare = node("n1", 4000, 16 << 30);
+    cloud.add_instance("pool", &spare);
+    cluster.add_node(spare);
+    cluster.add_pod(pod_on("web-0", "n1", 500));
+    cluster
+        .state()
+        .controllers
+        .push(ferroscale_core::kubernetes::WorkloadController {
+            kind: "ReplicaSet".into(),
+            namespace: "default".into(),
+            name: "web".into(),
+            uid: "uid-rs-web".into(),
+            replicas: Some(2),
+        });
+    let mut options = AutoscalingOptions::default();
+    options.set("scale-down-unneeded-time", "0s").expect("flag");
+    let mut autoscaler = Autoscaler::new(options, 3);
+
+    // n1 becomes unneeded, then is chosen for draining and tainted.
+    let mut now = t(10_000);
+    let mut tainted = false;
+    for _ in 0..5 {
+        run(&mut autoscaler, &cloud, &cluster, now);
+        tainted = cluster
+            .node("n1")
+            .is_some_and(|n| n.has_taint(ferroscale_model::taints::TO_BE_DELETED));
+        if tainted {
+            break;
+        }
+        now = now + Duration::from_secs(10);
+    }
+    assert!(tainted, "n1 is tainted for deletion");
+
+    // During the post-taint delay its pod is annotated safe-to-evict: "false".
+    cluster
+        .state()
+        .pods
+        .get_mut("default/web-0")
+        .expect("web-0")
+        .annotations
+        .insert(SAFE_TO_EVICT.into(), "false".into());
+    for _ in 0..3 {
+        now = now + Duration::from_secs(10);
+        run(&mut autoscaler, &cloud, &cluster, now);
+    }
+    assert!(calls(&log, "kube.evict").is_empty(), "nothing is evicted");
+    assert!(
+        calls(&log, "cloud.delete_nodes").is_empty(),
+        "nothing is deleted"
+    );
+    let n1 = cluster.node("n1").expect("n1");
+    assert!(
+        !n1.has_taint(ferroscale_model::taints::TO_BE_DELETED),
+        "the taint is rolled back"
+    );
+    assert!(!n1.unschedulable, "the node is uncordoned");
+    assert!(!cluster.events_with(reasons::SCALE_DOWN_FAILED).is_empty());
 }

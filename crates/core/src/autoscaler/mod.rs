@@ -24,7 +24,7 @@ use ferroscale_scheduling::Snapshot;
 
 use crate::actuation::{
     ActuationProgress, ActuationReport, CompletedDeletion, DeletionTracker, EmptinessRecheck,
-    FailedDeletion, NodeDeletion, RemovalKind, SoftTaintUpdate, apply_soft_taints,
+    FailedDeletion, NodeDeletion, RemovalKind, RemovalRecheck, SoftTaintUpdate, apply_soft_taints,
     remove_leftover_taints,
 };
 use crate::backoff::NodeGroupBackoff;
@@ -38,8 +38,8 @@ use crate::events::{Event, EventObject, reasons};
 use crate::kubernetes::{ClusterApi, ClusterError, ClusterObjects, StatusConfigMap};
 use crate::options::AutoscalingOptions;
 use crate::scale_down::{
-    ControllerIndex, ControllerReplicas, DeletionInProgress, DeletionsInProgress, ScaleDownInput,
-    ScaleDownPlan, ScaleDownState, plan_scale_down,
+    ControllerIndex, ControllerReplicas, DeletionInProgress, DeletionsInProgress, RecheckBlock,
+    ScaleDownInput, ScaleDownPlan, ScaleDownState, first_blocking_pod, plan_scale_down,
 };
 use crate::scale_up::{
     NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan, execute_scale_up,
@@ -256,9 +256,14 @@ impl Autoscaler {
             return ActuationProgress::default();
         }
         let groups = cloud.node_groups().await.unwrap_or_default();
+        // The re-check needs fresh PDBs and controllers; without them nothing is removed.
+        let Ok(objects) = cluster.gather().await else {
+            return ActuationProgress::default();
+        };
+        let recheck = LiveRecheck::new(&objects, now, &self.options);
         let progress = self
             .deletions
-            .advance(&groups, cluster, &EmptinessRecheck, now, &self.options)
+            .advance(&groups, cluster, &recheck, now, &self.options)
             .await;
         self.absorb(&progress, now);
         progress
@@ -436,12 +441,17 @@ impl Autoscaler {
         cloud.refresh().await.map_err(LoopError::Refresh)?;
         let groups = cloud.node_groups().await.map_err(LoopError::NodeGroups)?;
         if !dry_run && !self.deletions.is_idle() {
-            let progress = self
-                .deletions
-                .advance(&groups, cluster, &EmptinessRecheck, now, &self.options)
-                .await;
-            self.absorb(&progress, now);
-            record_progress(outcome, events, progress);
+            // Fresh objects for the drainability re-check (3.8 step 3). If they cannot be read,
+            // the deletions wait: when in doubt, no node is removed.
+            if let Ok(fresh) = cluster.gather().await {
+                let recheck = LiveRecheck::new(&fresh, now, &self.options);
+                let progress = self
+                    .deletions
+                    .advance(&groups, cluster, &recheck, now, &self.options)
+                    .await;
+                self.absorb(&progress, now);
+                record_progress(outcome, events, progress);
+            }
         }
 
         // 2-6, 12. Gather the cluster and the groups.
@@ -834,19 +844,7 @@ impl Autoscaler {
                 snapshot.add_pod(id, Arc::new(placed));
             }
         }
-        let mut controllers = ControllerIndex::new();
-        for c in &gathered.objects.controllers {
-            let replicas = c.replicas.unwrap_or(0);
-            controllers.insert(
-                c.kind.clone(),
-                c.namespace.clone(),
-                c.name.clone(),
-                ControllerReplicas {
-                    desired: replicas,
-                    current: replicas,
-                },
-            );
-        }
+        let controllers = controller_index(&gathered.objects);
         let in_progress = self.deletions.in_progress();
         let deletions = DeletionsInProgress {
             nodes: in_progress
@@ -948,7 +946,7 @@ impl Autoscaler {
                     .advance(
                         &gathered.groups,
                         cluster,
-                        &EmptinessRecheck,
+                        &LiveRecheck::new(&gathered.objects, now, &self.options),
                         now,
                         &self.options,
                     )
@@ -1139,4 +1137,70 @@ fn record_progress(
     outcome.actuation.extend(progress.reports);
     outcome.deleted_nodes.extend(progress.completed);
     outcome.failed_deletions.extend(progress.failed);
+}
+
+/// The owners that exist, with their replicas, for drainability rule 3.
+fn controller_index(objects: &ClusterObjects) -> ControllerIndex {
+    let mut controllers = ControllerIndex::new();
+    for c in &objects.controllers {
+        let replicas = c.replicas.unwrap_or(0);
+        controllers.insert(
+            c.kind.clone(),
+            c.namespace.clone(),
+            c.name.clone(),
+            ControllerReplicas {
+                desired: replicas,
+                current: replicas,
+            },
+        );
+    }
+    controllers
+}
+
+/// Spec 3.8 step 3 against live objects: an empty node must still be empty, and no pod on any node
+/// may block its removal under the drainability rules with the PDBs and controllers as they are
+/// now.
+struct LiveRecheck<'a> {
+    now: Timestamp,
+    controllers: ControllerIndex,
+    pdbs: &'a [ferroscale_model::PodDisruptionBudget],
+    options: &'a AutoscalingOptions,
+}
+
+impl<'a> LiveRecheck<'a> {
+    fn new(objects: &'a ClusterObjects, now: Timestamp, options: &'a AutoscalingOptions) -> Self {
+        LiveRecheck {
+            now,
+            controllers: controller_index(objects),
+            pdbs: &objects.pdbs,
+            options,
+        }
+    }
+}
+
+impl RemovalRecheck for LiveRecheck<'_> {
+    fn recheck(
+        &self,
+        node: &Node,
+        kind: RemovalKind,
+        live_pods: &[Arc<Pod>],
+    ) -> Result<(), String> {
+        EmptinessRecheck.recheck(node, kind, live_pods)?;
+        match first_blocking_pod(
+            live_pods,
+            self.now,
+            &self.controllers,
+            self.pdbs,
+            self.options,
+        ) {
+            None => Ok(()),
+            Some(RecheckBlock::Blocked { pod, rule }) => Err(format!(
+                "pod {pod} now blocks the removal ({})",
+                rule.as_str()
+            )),
+            Some(RecheckBlock::WaitingForCompletion { pod }) => Err(format!(
+                "pod {pod} is annotated safe-to-evict: on-completion and still running"
+            )),
+        }
+    }
 }

@@ -6,6 +6,7 @@
 //! disruptions, which the removals simulated earlier in the same loop consume.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferroscale_model::pod::{SAFE_TO_EVICT, SAFE_TO_EVICT_LOCAL_VOLUMES};
@@ -15,6 +16,42 @@ use ferroscale_model::{
 
 use super::utilization::is_long_terminating;
 use super::{ControllerIndex, DrainBlock};
+use crate::options::AutoscalingOptions;
+
+/// Why a node chosen for removal must be kept after all, found when re-checking its live pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecheckBlock {
+    /// A pod blocks the removal under a drainability rule.
+    Blocked { pod: String, rule: DrainBlock },
+    /// A pod annotated `safe-to-evict: on-completion` is still running.
+    WaitingForCompletion { pod: String },
+}
+
+/// Spec 3.8 step 3: after the post-taint delay, re-runs the drainability rules over the pods that
+/// are on the node now, with fresh PodDisruptionBudgets and controllers. Returns the first pod that
+/// keeps the node, if any.
+pub fn first_blocking_pod(
+    live_pods: &[Arc<Pod>],
+    now: Timestamp,
+    controllers: &ControllerIndex,
+    pdbs: &[PodDisruptionBudget],
+    options: &AutoscalingOptions,
+) -> Option<RecheckBlock> {
+    let rules = DrainRules::from_options(now, controllers, options);
+    let tracker = PdbTracker::new(pdbs);
+    live_pods
+        .iter()
+        .find_map(|pod| match rules.classify(pod, &tracker) {
+            PodDrain::Block(rule) => Some(RecheckBlock::Blocked {
+                pod: pod.key(),
+                rule,
+            }),
+            PodDrain::WaitForCompletion => {
+                Some(RecheckBlock::WaitingForCompletion { pod: pod.key() })
+            }
+            PodDrain::Skip | PodDrain::DaemonSet | PodDrain::Move => None,
+        })
+}
 
 const KUBE_SYSTEM: &str = "kube-system";
 
@@ -44,7 +81,24 @@ pub(super) struct DrainRules<'a> {
     pub blocking_system_pod_timeout: Duration,
 }
 
-impl DrainRules<'_> {
+impl<'a> DrainRules<'a> {
+    /// The rules as the flags configure them, evaluated at `now`.
+    pub fn from_options(
+        now: Timestamp,
+        controllers: &'a ControllerIndex,
+        options: &AutoscalingOptions,
+    ) -> DrainRules<'a> {
+        DrainRules {
+            now,
+            controllers,
+            skip_nodes_with_custom_controller_pods: options.skip_nodes_with_custom_controller_pods,
+            skip_nodes_with_system_pods: options.skip_nodes_with_system_pods,
+            skip_nodes_with_local_storage: options.skip_nodes_with_local_storage,
+            min_replica_count: options.min_replica_count,
+            blocking_system_pod_timeout: options.blocking_system_pod_distruption_timeout,
+        }
+    }
+
     /// Runs the table in order; the first decisive rule wins.
     pub fn classify(&self, pod: &Pod, pdbs: &PdbTracker) -> PodDrain {
         // 1, 2

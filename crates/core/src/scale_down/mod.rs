@@ -36,6 +36,7 @@ use crate::events::Event;
 use crate::options::AutoscalingOptions;
 use crate::scale_up::{NodeGroupView, ProviderFacts};
 
+pub use drainability::{RecheckBlock, first_blocking_pod};
 pub use plan::plan_scale_down;
 pub use state::ScaleDownState;
 pub use utilization::{Utilization, UtilizationResource};

@@ -156,15 +156,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
 
     // Removal simulation (3.4), until the search-stop rule says enough.
     let search_limit = search_limit(state.unneeded_count(), options, loop_interval);
-    let rules = DrainRules {
-        now,
-        controllers,
-        skip_nodes_with_custom_controller_pods: options.skip_nodes_with_custom_controller_pods,
-        skip_nodes_with_system_pods: options.skip_nodes_with_system_pods,
-        skip_nodes_with_local_storage: options.skip_nodes_with_local_storage,
-        min_replica_count: options.min_replica_count,
-        blocking_system_pod_timeout: options.blocking_system_pod_distruption_timeout,
-    };
+    let rules = DrainRules::from_options(now, controllers, options);
     let mut pdb_tracker = PdbTracker::new(pdbs);
     let mut removables: Vec<Removable> = Vec::new();
     let mut found = 0usize;

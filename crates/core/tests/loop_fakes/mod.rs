@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use ferroscale_core::cloud::{CloudError, CloudProvider, Instance, NodeGroup, NodeTemplate};
 use ferroscale_core::events::Event;
 use ferroscale_core::kubernetes::{
-    ClusterApi, ClusterError, ClusterObjects, EvictionError, StatusConfigMap,
+    ClusterApi, ClusterError, ClusterObjects, EvictionError, StatusConfigMap, WorkloadController,
 };
 use ferroscale_model::{Node, OwnerRef, Pod, PodPhase, Resources, Taint, Timestamp};
 
@@ -234,6 +234,8 @@ pub struct ClusterState {
     pub status: Option<StatusConfigMap>,
     /// Evicted pods disappear at once (true) or stay until the test removes them (false).
     pub evictions_remove_pods: bool,
+    /// Workload controllers `gather` reports as existing.
+    pub controllers: Vec<WorkloadController>,
 }
 
 pub struct FakeCluster {
@@ -285,6 +287,7 @@ impl ClusterApi for FakeCluster {
         Ok(ClusterObjects {
             nodes: state.nodes.values().cloned().map(Arc::new).collect(),
             pods: state.pods.values().cloned().map(Arc::new).collect(),
+            controllers: state.controllers.clone(),
             ..ClusterObjects::default()
         })
     }
