@@ -95,6 +95,8 @@ pub struct Eviction {
     pub node: Option<String>,
     /// `namespace/name` of the pod its controller created instead, if any.
     pub replacement: Option<String>,
+    /// A DaemonSet pod: it goes with its node and is not re-created elsewhere.
+    pub daemonset: bool,
 }
 
 /// Controller kinds whose controller re-creates an evicted pod (DaemonSet pods are not re-created
@@ -450,6 +452,7 @@ impl Cluster {
             pod: key,
             node: pod.node_name.clone(),
             replacement: replacement.map(|i| self.pods[i].pod.key()),
+            daemonset: pod.is_daemonset_pod(),
         })
     }
 

@@ -21,6 +21,14 @@ pub struct LoopSample {
     pub pending_pods: usize,
     /// Wall-clock time of the pure decision step, in milliseconds.
     pub decide_millis: f64,
+    /// Nodes scale-down found unneeded in this loop.
+    pub unneeded_nodes: usize,
+    /// Node removals in progress (tainted, draining or being deleted) after the loop.
+    pub nodes_being_deleted: usize,
+    /// Nodes that left the cluster since the previous loop.
+    pub nodes_removed: usize,
+    /// Pods evicted by drains during the loop.
+    pub pods_evicted: usize,
 }
 
 /// What kind of line a timeline entry is, for styling and filtering.
@@ -140,6 +148,11 @@ pub struct PodSummary {
     pub never_schedulable: usize,
     /// From starting to wait to being bound, for every pod that was bound during the run.
     pub wait_seconds: Percentiles,
+    /// Pods evicted by scale-down drains (each re-created pod counts as the same workload pod in
+    /// `created`, `running` and `pending`).
+    pub evicted: usize,
+    /// Evicted pods that no controller re-created: workload lost. Should be 0.
+    pub lost: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

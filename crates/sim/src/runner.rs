@@ -17,6 +17,9 @@ use ferroscale_core::cloud::NodeGroup;
 use ferroscale_core::cluster_state::InstanceToDelete;
 use ferroscale_core::events::{Event, reasons};
 use ferroscale_core::options::{AutoscalingOptions, ExpanderName, OptionError};
+use ferroscale_core::scale_down::{
+    ScaleDownPlan, UnneededNode, UnremovableNode, UnremovableReason,
+};
 use ferroscale_core::scale_up::{NodeGroupView, ScaleUpExecution, ScaleUpPlan, ScaleUpStatus};
 use ferroscale_model::taints::TO_BE_DELETED;
 use ferroscale_model::{LabelSelector, Timestamp};
@@ -55,6 +58,61 @@ pub(crate) fn names_with_more<S: AsRef<str>>(names: &[S], shown: usize) -> Strin
         text.push_str(&format!(" and {} more", names.len() - shown));
     }
     text
+}
+
+/// `nodes-9` before `nodes-10`: names compared with their numeric suffixes as numbers.
+pub(crate) fn natural_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn split(s: &str) -> (&str, u64) {
+        let digits = s.len() - s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (head, tail) = s.split_at(s.len() - digits);
+        (head, tail.parse().unwrap_or(0))
+    }
+    split(a).cmp(&split(b)).then_with(|| a.cmp(b))
+}
+
+/// `0.3` → `30%`.
+pub(crate) fn percent(value: f64) -> String {
+    format!("{:.0}%", value * 100.0)
+}
+
+fn percent_range(low: f64, high: f64) -> String {
+    if percent(low) == percent(high) {
+        percent(low)
+    } else {
+        format!("{}–{}", percent(low), percent(high))
+    }
+}
+
+/// The detail of a blocked removal worth a timeline line, `None` for ordinary reasons (busy
+/// nodes, nodes still waiting out their unneeded time).
+pub(crate) fn blocked_reason(node: &UnremovableNode) -> Option<String> {
+    match node.reason {
+        UnremovableReason::BlockedByPod => Some(match &node.blocking_pod {
+            Some(b) => format!("pod {} ({})", b.pod, b.rule),
+            None => "a pod blocks it".to_string(),
+        }),
+        UnremovableReason::NoPlaceToMovePods => Some(match &node.pod {
+            Some(pod) => format!("pod {pod} fits nowhere else"),
+            None => "its pods fit nowhere else".to_string(),
+        }),
+        UnremovableReason::BlockedByOnCompletionPod => Some(match &node.pod {
+            Some(pod) => format!("pod {pod} must complete first"),
+            None => "a pod must complete first".to_string(),
+        }),
+        UnremovableReason::NodeGroupMinSizeReached => {
+            Some("its group is at its minimum size".to_string())
+        }
+        UnremovableReason::MinimalResourceLimitExceeded => {
+            Some("the cluster would fall below a minimum resource limit".to_string())
+        }
+        UnremovableReason::AtomicScaleDownFailed => {
+            Some("its zero-or-max group cannot be removed as a whole".to_string())
+        }
+        UnremovableReason::ScaleDownDisabledAnnotation => {
+            Some("annotated scale-down-disabled".to_string())
+        }
+        _ => None,
+    }
 }
 
 /// Measures the engine's pure decision steps in wall-clock time; the core has no clock.
@@ -187,6 +245,13 @@ pub struct Simulation<'p> {
     last_loop_error: String,
     /// Pods evicted by drains so far.
     evictions: usize,
+    /// Scale-down bookkeeping for the timeline: unneeded nodes and since when, the blocked
+    /// reason last reported per node, whether scale-down was in cooldown.
+    unneeded: BTreeMap<String, Timestamp>,
+    blocked: BTreeMap<String, String>,
+    in_cooldown: bool,
+    removed_this_loop: usize,
+    evicted_this_loop: usize,
     progress: Option<ProgressReporter<'p>>,
 }
 
@@ -368,6 +433,11 @@ impl<'p> Simulation<'p> {
             last_plan_error: String::new(),
             last_loop_error: String::new(),
             evictions: 0,
+            unneeded: BTreeMap::new(),
+            blocked: BTreeMap::new(),
+            in_cooldown: false,
+            removed_this_loop: 0,
+            evicted_this_loop: 0,
             progress: None,
         }
     }
@@ -596,6 +666,7 @@ impl<'p> Simulation<'p> {
             {
                 self.stats[i].removed += 1;
             }
+            self.removed_this_loop += 1;
             if self.cloud.deleted_through_api(&provider_id) && requeued == 0 {
                 removed_by_autoscaler
                     .entry(group.unwrap_or_default())
@@ -702,7 +773,21 @@ impl<'p> Simulation<'p> {
         if let (Some(plan), Some(execution)) = (&outcome.scale_up, &outcome.scale_up_execution) {
             self.record_scale_up(now, plan, execution, &outcome.node_groups);
         }
+        if let Some(plan) = &outcome.scale_down {
+            self.record_scale_down(now, plan);
+        }
         self.record_cluster_writes(now, log);
+        for failed in &outcome.failed_deletions {
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::ScaleDownFailure,
+                what: format!(
+                    "removal of node {} ({}) failed and was rolled back",
+                    failed.node, failed.group_id
+                ),
+                why: failed.reason.clone(),
+            });
+        }
         self.record_events(now, &outcome.events);
 
         self.update_peaks();
@@ -721,7 +806,240 @@ impl<'p> Simulation<'p> {
                 .filter(|r| r.is_workload())
                 .count(),
             decide_millis: outcome.decide_millis,
+            unneeded_nodes: outcome.scale_down.as_ref().map_or(0, |p| p.unneeded.len()),
+            nodes_being_deleted: self.autoscaler.deletions().in_progress().len(),
+            nodes_removed: std::mem::take(&mut self.removed_this_loop),
+            pods_evicted: std::mem::take(&mut self.evicted_this_loop),
         });
+    }
+
+    /// Whether a node is gone or on its way out (tainted for deletion or being deleted).
+    fn is_going(&self, node: &str) -> bool {
+        self.cluster.node(node).is_none_or(|n| {
+            n.node.taints.iter().any(|t| t.key == TO_BE_DELETED)
+                || self.autoscaler.deletions().is_deleting(node)
+        })
+    }
+
+    /// Unneeded timers starting and stopping, blocked removals that changed, cooldown transitions
+    /// and removals the plan started.
+    fn record_scale_down(&mut self, now: Timestamp, plan: &ScaleDownPlan) {
+        // Unneeded timers.
+        let current: BTreeMap<String, &UnneededNode> =
+            plan.unneeded.iter().map(|u| (u.node.clone(), u)).collect();
+        let mut started: Vec<&UnneededNode> = current
+            .values()
+            .filter(|u| !self.unneeded.contains_key(&u.node))
+            .copied()
+            .collect();
+        started.sort_by(|a, b| natural_order(&a.node, &b.node));
+        if !started.is_empty() {
+            let names: Vec<&str> = started.iter().map(|u| u.node.as_str()).collect();
+            let empty = started.iter().filter(|u| u.empty).count();
+            let (low, high) = started.iter().fold((f64::MAX, 0.0f64), |(lo, hi), u| {
+                (lo.min(u.utilization.value), hi.max(u.utilization.value))
+            });
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Unneeded,
+                what: format!(
+                    "{} node(s) became unneeded: {}",
+                    started.len(),
+                    names_with_more(&names, NAMES_SHOWN)
+                ),
+                why: format!(
+                    "utilization {} ({empty} empty); removable once unneeded for more than {}",
+                    percent_range(low, high),
+                    crate::report::short_duration(
+                        self.options.scale_down_unneeded_time.as_secs_f64()
+                    )
+                ),
+            });
+        }
+        let mut stopped: Vec<String> = self
+            .unneeded
+            .keys()
+            .filter(|node| !current.contains_key(*node))
+            // Nodes that are being deleted or gone left the set because they are going.
+            .filter(|node| !self.is_going(node))
+            .cloned()
+            .collect();
+        stopped.sort_by(|a, b| natural_order(a, b));
+        if !stopped.is_empty() {
+            let reasons: BTreeMap<&str, usize> = stopped
+                .iter()
+                .filter_map(|n| plan.unremovable.iter().find(|u| u.node == *n))
+                .fold(BTreeMap::new(), |mut counts, u| {
+                    *counts.entry(u.reason.as_str()).or_default() += 1;
+                    counts
+                });
+            let why = if reasons.is_empty() {
+                "their timers were reset".to_string()
+            } else {
+                format!(
+                    "timers reset: {}",
+                    reasons
+                        .iter()
+                        .map(|(r, n)| format!("{r} ({n})"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Unneeded,
+                what: format!(
+                    "{} node(s) no longer unneeded: {}",
+                    stopped.len(),
+                    names_with_more(&stopped, NAMES_SHOWN)
+                ),
+                why,
+            });
+        }
+        self.unneeded = current
+            .iter()
+            .map(|(node, u)| (node.clone(), u.since))
+            .collect();
+
+        // Blocked removals, reported when a node's reason changes.
+        let mut blocked: BTreeMap<String, String> = BTreeMap::new();
+        for node in plan.unremovable.iter().chain(&plan.held_back) {
+            if self.is_going(&node.node) {
+                continue;
+            }
+            if node.reason == UnremovableReason::RecentlyUnremovable {
+                if let Some(previous) = self.blocked.get(&node.node) {
+                    blocked.insert(node.node.clone(), previous.clone());
+                }
+                continue;
+            }
+            if let Some(line) = blocked_reason(node) {
+                blocked.insert(node.node.clone(), line);
+            }
+        }
+        let mut changed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (node, line) in &blocked {
+            if self.blocked.get(node) != Some(line) {
+                let reason = plan
+                    .unremovable
+                    .iter()
+                    .chain(&plan.held_back)
+                    .find(|u| u.node == *node)
+                    .map(|u| match &u.blocking_pod {
+                        Some(b) => format!("{} ({})", u.reason, b.rule),
+                        None => u.reason.to_string(),
+                    })
+                    .unwrap_or_default();
+                changed
+                    .entry(reason)
+                    .or_default()
+                    .push(format!("{node}: {line}"));
+            }
+        }
+        for (reason, mut details) in changed {
+            details.sort_by(|a, b| natural_order(a, b));
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::ScaleDownBlocked,
+                what: format!("{} node(s) cannot be removed: {reason}", details.len()),
+                why: names_with_more(&details, 3),
+            });
+        }
+        self.blocked = blocked;
+
+        // Cooldown transitions.
+        // Only worth a line while there is something to remove.
+        let cooldown_matters = plan.in_cooldown && !plan.unneeded.is_empty();
+        if cooldown_matters != self.in_cooldown && (cooldown_matters || !plan.in_cooldown) {
+            self.in_cooldown = cooldown_matters;
+            let (what, why) = if cooldown_matters {
+                (
+                    "scale-down in cooldown: no node is removed for now".to_string(),
+                    format!(
+                        "after a scale-up it waits {}, after a deletion {}, after a failure {}; \
+                         {} node(s) unneeded meanwhile",
+                        crate::report::short_duration(
+                            self.options.scale_down_delay_after_add.as_secs_f64()
+                        ),
+                        crate::report::short_duration(
+                            self.options.scale_down_delay_after_delete.as_secs_f64()
+                        ),
+                        crate::report::short_duration(
+                            self.options.scale_down_delay_after_failure.as_secs_f64()
+                        ),
+                        plan.unneeded.len()
+                    ),
+                )
+            } else {
+                (
+                    "scale-down cooldown over".to_string(),
+                    format!("{} node(s) unneeded", plan.unneeded.len()),
+                )
+            };
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Cooldown,
+                what,
+                why,
+            });
+        }
+
+        // Removals started.
+        let mut empty_by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for removal in &plan.empty_to_delete {
+            empty_by_group
+                .entry(&removal.group_id)
+                .or_default()
+                .push(&removal.node);
+        }
+        let unneeded_for = |node: &str| {
+            self.unneeded
+                .get(node)
+                .map(|since| crate::report::short_duration(now.since(*since).as_secs_f64()))
+                .unwrap_or_default()
+        };
+        let mut lines = Vec::new();
+        for (group, nodes) in empty_by_group {
+            let first = nodes.first().copied().unwrap_or_default();
+            lines.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::ScaleDown,
+                what: format!(
+                    "removing {} empty node(s) of {group}: {}",
+                    nodes.len(),
+                    names_with_more(&nodes, NAMES_SHOWN)
+                ),
+                why: format!("unneeded for {} (e.g. {first})", unneeded_for(first)),
+            });
+        }
+        for removal in &plan.drain_to_delete {
+            let destinations: BTreeMap<&str, usize> =
+                removal.moves.iter().fold(BTreeMap::new(), |mut d, m| {
+                    *d.entry(m.destination.as_str()).or_default() += 1;
+                    d
+                });
+            let destinations: Vec<String> = destinations
+                .iter()
+                .map(|(node, n)| format!("{n} to {node}"))
+                .collect();
+            lines.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::ScaleDown,
+                what: format!(
+                    "draining node {} of {} ({} used): {} pod(s) to move",
+                    removal.node,
+                    removal.group_id,
+                    percent(removal.utilization.value),
+                    removal.pods_to_evict.len()
+                ),
+                why: format!(
+                    "unneeded for {}; simulated destinations: {}",
+                    unneeded_for(&removal.node),
+                    names_with_more(&destinations, 3)
+                ),
+            });
+        }
+        self.timeline.extend(lines);
     }
 
     /// Failed instance creations, timed-out scale-ups and failed cloud calls, with the backoff
@@ -900,24 +1218,12 @@ impl<'p> Simulation<'p> {
     /// evictions and rollbacks.
     fn record_cluster_writes(&mut self, now: Timestamp, log: &ApiLog) {
         let mut evicted: BTreeMap<String, Vec<&Eviction>> = BTreeMap::new();
+        let mut tainted: Vec<&str> = Vec::new();
         let mut refused: BTreeMap<String, Vec<(&str, &str)>> = BTreeMap::new();
         for action in &log.actions {
             match action {
-                ClusterAction::Tainted {
-                    node,
-                    taint,
-                    cordon,
-                } if taint.key == TO_BE_DELETED => {
-                    self.timeline.push(TimelineEntry {
-                        at: now,
-                        kind: EntryKind::Drain,
-                        what: format!("node {node} tainted {TO_BE_DELETED}:{:?}", taint.effect),
-                        why: if *cordon {
-                            "cordoned too; no new pod lands on it before it goes".to_string()
-                        } else {
-                            "no new pod lands on it before it goes".to_string()
-                        },
-                    });
+                ClusterAction::Tainted { node, taint, .. } if taint.key == TO_BE_DELETED => {
+                    tainted.push(node);
                 }
                 ClusterAction::Untainted {
                     node, taint_key, ..
@@ -942,18 +1248,43 @@ impl<'p> Simulation<'p> {
                 }
             }
         }
+        if !tainted.is_empty() {
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Drain,
+                what: format!(
+                    "tainted {} node(s) {TO_BE_DELETED}:NoSchedule: {}",
+                    tainted.len(),
+                    names_with_more(&tainted, NAMES_SHOWN)
+                ),
+                why: "no new pod lands on them before they go".to_string(),
+            });
+        }
         for (node, evictions) in evicted {
-            let recreated = evictions.iter().filter(|e| e.replacement.is_some()).count();
-            let pods: Vec<&str> = evictions.iter().map(|e| e.pod.as_str()).collect();
-            let lost = evictions.len() - recreated;
+            self.evicted_this_loop += evictions.len();
             self.evictions += evictions.len();
-            let mut why = format!(
-                "{recreated} re-created by their controllers as pending pods: {}",
-                names_with_more(&pods, NAMES_SHOWN)
-            );
-            if lost > 0 {
-                why.push_str(&format!("; {lost} had no controller and are gone"));
+            let moved: Vec<&str> = evictions
+                .iter()
+                .filter(|e| e.replacement.is_some())
+                .map(|e| e.pod.as_str())
+                .collect();
+            let daemon = evictions.iter().filter(|e| e.daemonset).count();
+            let lost = evictions.len() - moved.len() - daemon;
+            let mut parts = Vec::new();
+            if !moved.is_empty() {
+                parts.push(format!(
+                    "{} re-created by their controllers as pending pods: {}",
+                    moved.len(),
+                    names_with_more(&moved, NAMES_SHOWN)
+                ));
             }
+            if daemon > 0 {
+                parts.push(format!("{daemon} DaemonSet pod(s) go with the node"));
+            }
+            if lost > 0 {
+                parts.push(format!("{lost} had no controller and are gone for good"));
+            }
+            let why = parts.join("; ");
             self.timeline.push(TimelineEntry {
                 at: now,
                 kind: EntryKind::Drain,
@@ -1120,11 +1451,13 @@ impl<'p> Simulation<'p> {
             .filter_map(|r| r.bound_at.map(|b| b.since(r.pending_since).as_secs_f64()))
             .collect();
         let pods = PodSummary {
-            created: workload.len(),
+            created: workload.iter().filter(|r| r.replaces.is_none()).count(),
             running: workload.iter().filter(|r| r.is_running()).count(),
             pending: workload.iter().filter(|r| r.is_pending()).count(),
             never_schedulable: self.never_schedulable(),
             wait_seconds: rounded_percentiles(Percentiles::of(&mut waits), 3),
+            evicted: self.evictions,
+            lost: workload.iter().filter(|r| r.is_lost()).count(),
         };
         let (node_hours, cost) = self.cloud.node_hours_and_cost(end);
         let mut decide: Vec<f64> = self.samples.iter().map(|s| s.decide_millis).collect();

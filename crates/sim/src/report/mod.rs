@@ -83,6 +83,10 @@ pub(crate) mod tests {
                 targets: vec![3, 0],
                 pending_pods: if i < 10 { 20 } else { 0 },
                 decide_millis: 0.5 + (i % 3) as f64,
+                unneeded_nodes: if i > 20 { 1 } else { 0 },
+                nodes_being_deleted: 0,
+                nodes_removed: 0,
+                pods_evicted: 0,
             })
             .collect();
         SimulationResult {
@@ -112,6 +116,8 @@ pub(crate) mod tests {
                         p99: 100.0,
                         max: 100.0,
                     },
+                    evicted: 0,
+                    lost: 0,
                 },
                 node_hours: 0.25,
                 cost: 0.05,
