@@ -463,6 +463,17 @@ impl<'p> Simulation<'p> {
         &self.options
     }
 
+    /// Why a node's removal was last reported blocked (the pod and rule, min size, ...), kept
+    /// while scale-down skips rechecking it.
+    pub fn last_blocked_reason(&self, node: &str) -> Option<&str> {
+        self.blocked.get(node).map(String::as_str)
+    }
+
+    /// The engine, with its memory across loops (backoff, deletions in progress, ...).
+    pub fn autoscaler(&self) -> &Autoscaler {
+        &self.autoscaler
+    }
+
     /// Plays the scenario up to and including the next engine loop and returns what that loop
     /// did; `None` once no loop is left before the end.
     pub fn next_loop(&mut self) -> Option<LoopReport> {

@@ -1,5 +1,6 @@
 //! The HTML report: one self-contained file (inline CSS and SVG, no script, nothing fetched) with
-//! the summary, charts of nodes per group, pending pods and decide time, and the timeline.
+//! the summary, charts of nodes per group, scale-down (unneeded nodes, removals in progress, nodes
+//! removed and pods evicted per loop), pending pods and decide time, and the timeline.
 
 use std::fmt::Write;
 
@@ -106,6 +107,19 @@ pub fn render_html(result: &SimulationResult) -> String {
         ),
         (total_nodes.to_string(), "nodes at end"),
         (
+            summary
+                .groups
+                .values()
+                .map(|g| g.nodes_removed)
+                .sum::<usize>()
+                .to_string(),
+            "nodes removed",
+        ),
+        (
+            format!("{} / {}", summary.pods.evicted, summary.pods.lost),
+            "pods evicted / lost",
+        ),
+        (
             format!("{} / {}", summary.pods.running, summary.pods.created),
             "pods running / created",
         ),
@@ -176,6 +190,60 @@ pub fn render_html(result: &SimulationResult) -> String {
         .collect();
     out.push_str("<h2>Nodes per group</h2>");
     out.push_str(&time_chart(&node_series, x_max, "nodes", Shape::Steps));
+
+    let at = |s: &crate::record::LoopSample| s.at.millis() as f64 / 1000.0;
+    let unneeded = Series {
+        name: "unneeded nodes",
+        color: "#0891b2",
+        points: result
+            .samples
+            .iter()
+            .map(|s| (at(s), s.unneeded_nodes as f64))
+            .collect(),
+    };
+    let deleting = Series {
+        name: "removals in progress",
+        color: "#db2777",
+        points: result
+            .samples
+            .iter()
+            .map(|s| (at(s), s.nodes_being_deleted as f64))
+            .collect(),
+    };
+    let removed_total: usize = result.samples.iter().map(|s| s.nodes_removed).sum();
+    let _ = write!(
+        out,
+        "<h2>Scale-down</h2><p class=\"sub\">nodes scale-down found unneeded (removable once unneeded for longer than the unneeded time) and removals under way (tainted, draining or being deleted) · {} node(s) removed · {} pod(s) evicted</p>",
+        removed_total, summary.pods.evicted
+    );
+    out.push_str(&time_chart(
+        &[unneeded, deleting],
+        x_max,
+        "nodes",
+        Shape::Steps,
+    ));
+    let removed = Series {
+        name: "nodes removed",
+        color: "#0d9488",
+        points: result
+            .samples
+            .iter()
+            .map(|s| (at(s), s.nodes_removed as f64))
+            .collect(),
+    };
+    out.push_str("<h2>Nodes removed per loop</h2>");
+    out.push_str(&time_chart(&[removed], x_max, "nodes", Shape::Bars));
+    let evicted = Series {
+        name: "pods evicted",
+        color: "#be185d",
+        points: result
+            .samples
+            .iter()
+            .map(|s| (at(s), s.pods_evicted as f64))
+            .collect(),
+    };
+    out.push_str("<h2>Pods evicted by drains per loop</h2>");
+    out.push_str(&time_chart(&[evicted], x_max, "pods", Shape::Bars));
 
     let pending = Series {
         name: "pending pods",
@@ -258,7 +326,8 @@ mod tests {
         assert!(!html.contains("href=\"http"));
         assert!(html.contains("web &lt;burst&gt;"));
         assert!(html.contains("Insufficient &lt;cpu&gt;"));
-        assert_eq!(html.matches("<svg").count(), 3);
+        assert_eq!(html.matches("<svg").count(), 6);
+        assert!(html.contains("Scale-down"));
         assert!(html.contains("1 failed"));
     }
 }
