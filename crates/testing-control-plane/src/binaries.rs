@@ -1,0 +1,190 @@
+//! Where the control-plane binaries are: the versioned cache that `scripts/control-plane/build.sh`
+//! fills, or a directory named by `FERROSCALE_CONTROL_PLANE_BIN`.
+//!
+//! The pinned versions come from the same `versions.env` file the build script sources, embedded at
+//! compile time, so the tests always look where the script put the binaries.
+
+use std::env;
+use std::path::{Path, PathBuf};
+
+use crate::Error;
+
+/// A directory holding all five binaries; overrides the cache (for binaries built some other way).
+pub const BIN_DIR_ENV: &str = "FERROSCALE_CONTROL_PLANE_BIN";
+/// The cache root, when not `$HOME/.cache/ferroscale/control-plane`; `build.sh` honours it too.
+pub const CACHE_DIR_ENV: &str = "FERROSCALE_CONTROL_PLANE_CACHE";
+
+const VERSIONS_ENV: &str = include_str!("../../../scripts/control-plane/versions.env");
+
+/// The versions pinned in `scripts/control-plane/versions.env`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedVersions {
+    /// Kubernetes release of kube-apiserver, kube-scheduler and kube-controller-manager (`v1.36.3`).
+    pub kubernetes: String,
+    /// etcd release (`v3.6.8`).
+    pub etcd: String,
+    /// kwok release (`v0.8.0`).
+    pub kwok: String,
+}
+
+impl PinnedVersions {
+    /// The versions this crate was compiled with.
+    pub fn pinned() -> Result<Self, Error> {
+        parse_versions(VERSIONS_ENV)
+    }
+}
+
+fn parse_versions(text: &str) -> Result<PinnedVersions, Error> {
+    let value_of = |name: &str| -> Result<String, Error> {
+        text.lines()
+            .map(str::trim)
+            .filter(|line| !line.starts_with('#'))
+            .find_map(|line| {
+                let (key, value) = line.split_once('=')?;
+                (key.trim() == name).then(|| value.trim().to_owned())
+            })
+            .filter(|value| !value.is_empty())
+            .ok_or_else(|| Error::Versions {
+                name: name.to_owned(),
+            })
+    };
+    Ok(PinnedVersions {
+        kubernetes: value_of("KUBERNETES_VERSION")?,
+        etcd: value_of("ETCD_VERSION")?,
+        kwok: value_of("KWOK_VERSION")?,
+    })
+}
+
+/// Paths of the binaries a control plane runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binaries {
+    pub etcd: PathBuf,
+    pub kube_apiserver: PathBuf,
+    pub kube_scheduler: PathBuf,
+    pub kube_controller_manager: PathBuf,
+    pub kwok: PathBuf,
+}
+
+impl Binaries {
+    /// Finds the binaries from `FERROSCALE_CONTROL_PLANE_BIN`, else in the versioned cache. Fails,
+    /// naming the missing file and the command that builds it, when any is absent: a test that needs
+    /// a control plane must not pass without one.
+    pub fn locate() -> Result<Self, Error> {
+        let versions = PinnedVersions::pinned()?;
+        let binaries = match env::var_os(BIN_DIR_ENV).filter(|dir| !dir.is_empty()) {
+            Some(dir) => Self::all_in(Path::new(&dir)),
+            None => Self::in_cache(&cache_root()?, &versions),
+        };
+        binaries.check_present(&versions)?;
+        Ok(binaries)
+    }
+
+    fn all_in(dir: &Path) -> Self {
+        Binaries {
+            etcd: dir.join("etcd"),
+            kube_apiserver: dir.join("kube-apiserver"),
+            kube_scheduler: dir.join("kube-scheduler"),
+            kube_controller_manager: dir.join("kube-controller-manager"),
+            kwok: dir.join("kwok"),
+        }
+    }
+
+    fn in_cache(root: &Path, versions: &PinnedVersions) -> Self {
+        let bin = |component: &str, version: &str| root.join(format!("{component}-{version}/bin"));
+        let kubernetes = bin("kubernetes", &versions.kubernetes);
+        Binaries {
+            etcd: bin("etcd", &versions.etcd).join("etcd"),
+            kube_apiserver: kubernetes.join("kube-apiserver"),
+            kube_scheduler: kubernetes.join("kube-scheduler"),
+            kube_controller_manager: kubernetes.join("kube-controller-manager"),
+            kwok: bin("kwok", &versions.kwok).join("kwok"),
+        }
+    }
+
+    fn check_present(&self, versions: &PinnedVersions) -> Result<(), Error> {
+        for path in [
+            &self.etcd,
+            &self.kube_apiserver,
+            &self.kube_scheduler,
+            &self.kube_controller_manager,
+            &self.kwok,
+        ] {
+            if !path.is_file() {
+                return Err(Error::MissingBinary {
+                    path: path.clone(),
+                    versions: format!(
+                        "Kubernetes {}, etcd {}, kwok {}",
+                        versions.kubernetes, versions.etcd, versions.kwok
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `$FERROSCALE_CONTROL_PLANE_CACHE`, else `$HOME/.cache/ferroscale/control-plane` (as build.sh).
+fn cache_root() -> Result<PathBuf, Error> {
+    if let Some(dir) = env::var_os(CACHE_DIR_ENV).filter(|dir| !dir.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    let home = env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .ok_or(Error::NoHome)?;
+    Ok(PathBuf::from(home).join(".cache/ferroscale/control-plane"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_versions_file_names_every_component() {
+        let versions = PinnedVersions::pinned().expect("versions.env parses");
+        assert!(versions.kubernetes.starts_with("v1."), "{versions:?}");
+        assert!(versions.etcd.starts_with("v3."), "{versions:?}");
+        assert!(versions.kwok.starts_with('v'), "{versions:?}");
+    }
+
+    #[test]
+    fn comments_are_skipped_and_a_missing_version_is_named() {
+        let text = "# KUBERNETES_VERSION=v0\nKUBERNETES_VERSION=v1.2.3\nETCD_VERSION=v3.4.5\n";
+        match parse_versions(text) {
+            Err(Error::Versions { name }) => assert_eq!(name, "KWOK_VERSION"),
+            other => panic!("expected a missing KWOK_VERSION, got {other:?}"),
+        }
+        let versions = parse_versions(&format!("{text}KWOK_VERSION=v0.1.0\n")).expect("complete");
+        assert_eq!(versions.kubernetes, "v1.2.3");
+    }
+
+    #[test]
+    fn cache_layout_matches_the_build_script() {
+        let versions = PinnedVersions {
+            kubernetes: "v1.2.3".into(),
+            etcd: "v3.4.5".into(),
+            kwok: "v0.6.7".into(),
+        };
+        let binaries = Binaries::in_cache(Path::new("/cache"), &versions);
+        assert_eq!(
+            binaries.kube_apiserver,
+            Path::new("/cache/kubernetes-v1.2.3/bin/kube-apiserver")
+        );
+        assert_eq!(binaries.etcd, Path::new("/cache/etcd-v3.4.5/bin/etcd"));
+        assert_eq!(binaries.kwok, Path::new("/cache/kwok-v0.6.7/bin/kwok"));
+    }
+
+    #[test]
+    fn a_missing_binary_fails_with_the_build_command() {
+        let empty = tempfile::tempdir().expect("temp dir");
+        let versions = PinnedVersions::pinned().expect("versions.env parses");
+        let error = Binaries::all_in(empty.path())
+            .check_present(&versions)
+            .expect_err("nothing is built in an empty directory");
+        let message = error.to_string();
+        assert!(
+            message.contains("scripts/control-plane/build.sh"),
+            "{message}"
+        );
+        assert!(message.contains("etcd"), "{message}");
+    }
+}

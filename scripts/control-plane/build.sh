@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes control plane that the integration tests run against: kube-apiserver,
+# kube-scheduler and kube-controller-manager, etcd, and kwok (the controller that plays the kubelet for
+# fake nodes and pods).
+#
+# Everything is built from published Go modules through the module proxy, at the versions pinned in
+# versions.env beside this script, into a cache outside the repository:
+#
+#   ${FERROSCALE_CONTROL_PLANE_CACHE:-$HOME/.cache/ferroscale/control-plane}/<component>-<version>/bin
+#
+# A component whose binaries are already there is skipped, so a second run costs nothing. A component
+# is moved into place only after its binaries have been built and have answered --version, so an
+# interrupted build never leaves a directory that looks finished.
+set -euo pipefail
+
+script_dir=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$script_dir/versions.env"
+
+cache_root=${FERROSCALE_CONTROL_PLANE_CACHE:-$HOME/.cache/ferroscale/control-plane}
+
+# The machines have 2 cores: two parallel package builds keep both busy without oversubscribing them.
+build_jobs=${FERROSCALE_CONTROL_PLANE_BUILD_JOBS:-2}
+
+# Never let the go command fetch another toolchain: only the installed Go is to be used.
+export GOTOOLCHAIN=local
+# Paths inside the binaries must not depend on where the module cache is.
+export GOFLAGS=-trimpath
+export CGO_ENABLED=0
+
+log() { printf 'control-plane: %s\n' "$*" >&2; }
+fail() { printf 'control-plane: FAILED: %s\n' "$*" >&2; exit 1; }
+
+command -v go >/dev/null || fail "the go command is missing; Go 1.26 or later is needed to build the control plane"
+go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
+[[ "$go_minor" =~ ^[0-9]+$ ]] && (( go_minor >= 26 )) \
+  || fail "Go $(go env GOVERSION) is too old; Kubernetes $KUBERNETES_VERSION needs Go 1.26 or later"
+
+mkdir -p "$cache_root"
+# Two runs at once (two terminals, CI plus a developer) would build the same thing twice; make the
+# second one wait and then find everything done.
+exec 9>"$cache_root/.build.lock"
+flock 9
+
+work_dir=$(mktemp -d "${TMPDIR:-/tmp}/ferroscale-control-plane-build.XXXXXX")
+trap 'rm -rf "$work_dir"' EXIT
+
+# component_dir NAME VERSION -> the cache directory of one component.
+component_dir() { printf '%s/%s-%s' "$cache_root" "$1" "$2"; }
+
+# is_built DIR BINARY... -> true when every binary is present and executable.
+is_built() {
+  local dir=$1; shift
+  local binary
+  for binary in "$@"; do
+    [[ -x "$dir/bin/$binary" ]] || return 1
+  done
+}
+
+# new_build_module NAME -> creates and prints a throw-away Go module directory to build in. The
+# products are main packages of other modules; building them from a module of our own lets us add
+# the replace directives that `go install pkg@version` would refuse.
+new_build_module() {
+  local dir="$work_dir/$1"
+  mkdir -p "$dir/bin"
+  printf 'module ferroscale.invalid/control-plane-build/%s\n\ngo 1.26.0\n' "$1" >"$dir/go.mod"
+  printf '%s' "$dir"
+}
+
+# verify_and_install NAME VERSION BUILD_DIR BINARY... -> runs `BINARY --version` for each binary, shows
+# what it says, and moves the binaries into the cache.
+verify_and_install() {
+  local name=$1 version=$2 build_dir=$3; shift 3
+  local binary output
+  for binary in "$@"; do
+    output=$("$build_dir/bin/$binary" --version 2>&1) \
+      || fail "$name: '$binary --version' did not run: $output"
+    log "$name: $binary --version: $(head -n 1 <<<"$output")"
+  done
+  local target
+  target=$(component_dir "$name" "$version")
+  rm -rf "$target"
+  mkdir -p "$target"
+  mv "$build_dir/bin" "$target/bin"
+  log "$name: installed in $target/bin"
+}
+
+# resolve_modules NAME VERSION MODULE_DIR PACKAGE@VERSION... -> adds the packages' modules and their
+# dependencies to the throw-away module. The go command lists every module it downloads; that goes to
+# a file and is shown only if resolving fails, so the progress lines stay readable.
+resolve_modules() {
+  local name=$1 version=$2 module=$3; shift 3
+  log "$name $version: resolving modules (downloads through the Go module proxy)"
+  if ! (cd "$module" && go get "$@") >"$module/go-get.log" 2>&1; then
+    cat "$module/go-get.log" >&2
+    fail "$name $version: resolving the module graph failed (go get $*)"
+  fi
+}
+
+build_kubernetes() {
+  local version=$KUBERNETES_VERSION
+  local dir
+  dir=$(component_dir kubernetes "$version")
+  if is_built "$dir" kube-apiserver kube-scheduler kube-controller-manager; then
+    log "kubernetes $version: already built in $dir/bin, skipped"
+    return
+  fi
+  log "kubernetes $version: building kube-apiserver, kube-scheduler and kube-controller-manager (the slowest part, about 10 minutes on 2 cores)"
+  local start=$SECONDS module
+  module=$(new_build_module kubernetes)
+
+  # k8s.io/kubernetes requires its staging modules (k8s.io/api, k8s.io/apiserver, ...) at v0.0.0 and
+  # replaces them with directories of its own repository. Pin each one to the release published
+  # alongside: Kubernetes v1.X.Y ships its staging modules as v0.X.Y.
+  local staging_version="v0.${version#v1.}"
+  local kubernetes_gomod
+  kubernetes_gomod=$(cd "$module" && go mod download -json "k8s.io/kubernetes@$version" \
+    | sed -n -E 's/^[[:space:]]*"GoMod": "(.*)",?$/\1/p') \
+    || fail "kubernetes $version: could not download k8s.io/kubernetes from the module proxy"
+  [[ -f "$kubernetes_gomod" ]] || fail "kubernetes $version: no go.mod for k8s.io/kubernetes@$version"
+  local staging_modules
+  staging_modules=$(sed -n -E 's#^[[:space:]]*(k8s\.io/[a-z0-9-]+) => \./staging/src/.*#\1#p' "$kubernetes_gomod")
+  [[ -n "$staging_modules" ]] || fail "kubernetes $version: found no staging modules in its go.mod"
+  {
+    printf '\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$version"
+    local staging
+    for staging in $staging_modules; do
+      printf '\t%s => %s %s\n' "$staging" "$staging" "$staging_version"
+    done
+    printf ')\n'
+  } >>"$module/go.mod"
+
+  resolve_modules kubernetes "$version" "$module" "k8s.io/kubernetes/cmd/kube-apiserver@$version" \
+    "k8s.io/kubernetes/cmd/kube-scheduler@$version" "k8s.io/kubernetes/cmd/kube-controller-manager@$version"
+
+  # The version the binaries report (and serve on /version) is normally stamped by Kubernetes' own
+  # release scripts; stamp the same variables so clients see the real release.
+  local minor=${version#v1.}
+  minor=${minor%%.*}
+  local stamp="" package
+  for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    stamp+=" -X $package.gitVersion=$version -X $package.gitMajor=1 -X $package.gitMinor=$minor"
+    stamp+=" -X $package.gitTreeState=clean -X $package.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  done
+  (cd "$module" && go build -p "$build_jobs" -ldflags "-s -w$stamp" -o bin/ \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
+      k8s.io/kubernetes/cmd/kube-controller-manager) \
+    || fail "kubernetes $version: go build of kube-apiserver/kube-scheduler/kube-controller-manager failed"
+  verify_and_install kubernetes "$version" "$module" kube-apiserver kube-scheduler kube-controller-manager
+  log "kubernetes $version: built in $((SECONDS - start))s"
+}
+
+build_etcd() {
+  local version=$ETCD_VERSION
+  local dir
+  dir=$(component_dir etcd "$version")
+  if is_built "$dir" etcd; then
+    log "etcd $version: already built in $dir/bin, skipped"
+    return
+  fi
+  log "etcd $version: building etcd"
+  local start=$SECONDS module
+  module=$(new_build_module etcd)
+  # The server module's own replace directives (to sibling directories of the etcd repository) are
+  # ignored for a dependency, and its requirements name real releases, so no replace is needed here.
+  resolve_modules etcd "$version" "$module" "go.etcd.io/etcd/server/v3@$version"
+  (cd "$module" && go build -p "$build_jobs" -ldflags "-s -w" -o bin/etcd go.etcd.io/etcd/server/v3) \
+    || fail "etcd $version: go build failed"
+  verify_and_install etcd "$version" "$module" etcd
+  log "etcd $version: built in $((SECONDS - start))s"
+}
+
+build_kwok() {
+  local version=$KWOK_VERSION
+  local dir
+  dir=$(component_dir kwok "$version")
+  if is_built "$dir" kwok; then
+    log "kwok $version: already built in $dir/bin, skipped"
+    return
+  fi
+  log "kwok $version: building the kwok controller"
+  local start=$SECONDS module
+  module=$(new_build_module kwok)
+  resolve_modules kwok "$version" "$module" "sigs.k8s.io/kwok/cmd/kwok@$version"
+  (cd "$module" && go build -p "$build_jobs" -ldflags "-s -w" -o bin/kwok sigs.k8s.io/kwok/cmd/kwok) \
+    || fail "kwok $version: go build failed"
+  verify_and_install kwok "$version" "$module" kwok
+  log "kwok $version: built in $((SECONDS - start))s"
+}
+
+total_start=$SECONDS
+log "building into $cache_root (Go $(go env GOVERSION), $build_jobs parallel jobs)"
+build_etcd
+build_kwok
+build_kubernetes
+log "all components ready in $((SECONDS - total_start))s:"
+log "  $(component_dir kubernetes "$KUBERNETES_VERSION")/bin"
+log "  $(component_dir etcd "$ETCD_VERSION")/bin"
+log "  $(component_dir kwok "$KWOK_VERSION")/bin"
