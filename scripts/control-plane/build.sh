@@ -31,6 +31,10 @@ export CGO_ENABLED=0
 log() { printf 'control-plane: %s\n' "$*" >&2; }
 fail() { printf 'control-plane: FAILED: %s\n' "$*" >&2; exit 1; }
 
+# Non-interactive shells (CI) may not have the Go install directory on PATH.
+if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then
+  PATH="/usr/local/go/bin:$PATH"
+fi
 command -v go >/dev/null || fail "the go command is missing; Go 1.26 or later is needed to build the control plane"
 go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
 [[ "$go_minor" =~ ^[0-9]+$ ]] && (( go_minor >= 26 )) \

@@ -71,11 +71,18 @@ impl Binaries {
     /// a control plane must not pass without one.
     pub fn locate() -> Result<Self, Error> {
         let versions = PinnedVersions::pinned()?;
-        let binaries = match env::var_os(BIN_DIR_ENV).filter(|dir| !dir.is_empty()) {
-            Some(dir) => Self::all_in(Path::new(&dir)),
-            None => Self::in_cache(&cache_root()?, &versions),
+        let (binaries, looked_in) = match env::var_os(BIN_DIR_ENV).filter(|dir| !dir.is_empty()) {
+            Some(dir) => (
+                Self::all_in(Path::new(&dir)),
+                format!("{BIN_DIR_ENV} is set, so only that directory was searched"),
+            ),
+            None => {
+                let root = cache_root()?;
+                let looked_in = format!("searched the cache {}", root.display());
+                (Self::in_cache(&root, &versions), looked_in)
+            }
         };
-        binaries.check_present(&versions)?;
+        binaries.check_present(&versions, &looked_in)?;
         Ok(binaries)
     }
 
@@ -101,7 +108,7 @@ impl Binaries {
         }
     }
 
-    fn check_present(&self, versions: &PinnedVersions) -> Result<(), Error> {
+    fn check_present(&self, versions: &PinnedVersions, looked_in: &str) -> Result<(), Error> {
         for path in [
             &self.etcd,
             &self.kube_apiserver,
@@ -116,6 +123,7 @@ impl Binaries {
                         "Kubernetes {}, etcd {}, kwok {}",
                         versions.kubernetes, versions.etcd, versions.kwok
                     ),
+                    looked_in: looked_in.to_owned(),
                 });
             }
         }
@@ -178,7 +186,7 @@ mod tests {
         let empty = tempfile::tempdir().expect("temp dir");
         let versions = PinnedVersions::pinned().expect("versions.env parses");
         let error = Binaries::all_in(empty.path())
-            .check_present(&versions)
+            .check_present(&versions, "test")
             .expect_err("nothing is built in an empty directory");
         let message = error.to_string();
         assert!(

@@ -24,6 +24,7 @@ mod pki;
 mod probe;
 mod process;
 
+use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -34,15 +35,23 @@ pub use control_plane::{
 pub use pki::{ADMIN_USER, PkiFiles};
 
 /// Why a control plane could not be started or restarted.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the same text as `Display`: tests end in `.expect(..)`, and the message (with the
+/// build command, or the end of a component's log) is what the reader of a failed test needs.
+#[derive(thiserror::Error)]
 pub enum Error {
     #[error(
-        "control-plane binary {path} is missing: run scripts/control-plane/build.sh to build the \
-         pinned {versions} into the cache (about 12 minutes cold on 2 cores), or set \
+        "control-plane binary {path} is missing ({looked_in}): run scripts/control-plane/build.sh to \
+         build the pinned {versions} into the cache (about 15 minutes cold on 2 cores), or set \
          FERROSCALE_CONTROL_PLANE_BIN to a directory holding etcd, kube-apiserver, kube-scheduler, \
          kube-controller-manager and kwok"
     )]
-    MissingBinary { path: PathBuf, versions: String },
+    MissingBinary {
+        path: PathBuf,
+        versions: String,
+        /// Which directory was searched and why: the cache, or FERROSCALE_CONTROL_PLANE_BIN.
+        looked_in: String,
+    },
 
     #[error("scripts/control-plane/versions.env has no value for {name}")]
     Versions { name: String },
@@ -90,6 +99,12 @@ pub enum Error {
 
     #[error("the API server is {0}")]
     ApiServerState(&'static str),
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, formatter)
+    }
 }
 
 impl Error {

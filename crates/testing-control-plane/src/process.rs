@@ -162,3 +162,102 @@ pub(crate) fn log_tail(path: &Path) -> String {
         _ => text.into_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn shell(dir: &Path, script: &str) -> Launch {
+        Launch {
+            component: "test-shell",
+            program: PathBuf::from("/bin/sh"),
+            args: vec!["-c".to_owned(), script.to_owned()],
+            log: dir.join("test-shell.log"),
+        }
+    }
+
+    #[test]
+    fn a_component_that_exits_during_start_up_is_reported_with_its_log() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut running = shell(dir.path(), "echo 'listen tcp: bind failed' >&2; exit 3")
+            .spawn()
+            .expect("spawn");
+        let error = running
+            .wait_ready(Duration::from_secs(30), || Err("not yet".to_owned()))
+            .expect_err("the process exited");
+        let message = error.to_string();
+        assert!(message.contains("test-shell exited"), "{message}");
+        assert!(message.contains("bind failed"), "{message}");
+        running.kill();
+    }
+
+    #[test]
+    fn a_component_that_never_answers_times_out_with_the_last_probe_problem() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut running = shell(dir.path(), "echo starting; exec sleep 30")
+            .spawn()
+            .expect("spawn");
+        let error = running
+            .wait_ready(Duration::from_millis(300), || {
+                Err("connection refused".to_owned())
+            })
+            .expect_err("never ready");
+        let message = error.to_string();
+        assert!(message.contains("not ready"), "{message}");
+        assert!(message.contains("connection refused"), "{message}");
+        assert!(message.contains("starting"), "{message}");
+        running.kill();
+    }
+
+    #[test]
+    fn killing_a_component_also_kills_what_it_started() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let pid_file = dir.path().join("grandchild.pid");
+        let script = format!("sleep 60 & echo $! > {}; wait", pid_file.display());
+        let running = shell(dir.path(), &script).spawn().expect("spawn");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let grandchild = loop {
+            if let Some(pid) = fs::read_to_string(&pid_file)
+                .ok()
+                .and_then(|text| text.trim().parse::<u32>().ok())
+            {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "the shell never started sleep");
+            thread::sleep(Duration::from_millis(20));
+        };
+        running.kill();
+        // The orphaned sleep is reaped by init; until then it may linger as a zombie.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let state = fs::read_to_string(format!("/proc/{grandchild}/stat")).ok();
+            let alive = state.is_some_and(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .and_then(|rest| rest.split_whitespace().next())
+                    != Some("Z")
+            });
+            if !alive {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the component's child {grandchild} survived the kill"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn log_tail_starts_at_a_line_boundary_and_keeps_the_end() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = dir.path().join("long.log");
+        let text: String = (0..2_000).map(|line| format!("line {line}\n")).collect();
+        fs::write(&log, text).expect("write log");
+        let tail = log_tail(&log);
+        assert!(tail.starts_with("line "), "{:?}", &tail[..20]);
+        assert!(tail.ends_with("line 1999\n"));
+        assert!(tail.len() as u64 <= LOG_TAIL_BYTES);
+    }
+}
