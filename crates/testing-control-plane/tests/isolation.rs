@@ -1,6 +1,6 @@
 //! Two control planes started side by side (as parallel tests do) do not share ports, data or
-//! credentials, and stopping one releases its port and deletes its directory while the other keeps
-//! serving.
+//! credentials; stopping one releases its port and deletes its directory while the other keeps
+//! serving; and an API server stopped for a while comes back with its data.
 
 use std::collections::BTreeMap;
 use std::net::TcpStream;
@@ -126,4 +126,43 @@ async fn parallel_instances_are_isolated_and_stop_releases_everything() {
             .iter()
             .all(|map| map.metadata.name.as_deref() != Some("only-in-the-first"))
     );
+
+    // An API server that is away for a while comes back with its data.
+    let kept = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("kept-across-the-outage".to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    second_maps
+        .create(&PostParams::default(), &kept)
+        .await
+        .expect("create in the second");
+    let second_port = port_of(&second.server_url());
+    let second = tokio::task::spawn_blocking(move || second.stop_apiserver().map(|()| second))
+        .await
+        .expect("stop thread")
+        .expect("the API server stops");
+    assert!(
+        TcpStream::connect(("127.0.0.1", second_port)).is_err(),
+        "the stopped API server still accepts connections"
+    );
+    assert!(
+        second_maps.get("kept-across-the-outage").await.is_err(),
+        "a request succeeded while the API server was stopped"
+    );
+    assert!(
+        second.stop_apiserver().is_err(),
+        "stopping a stopped API server is reported"
+    );
+    let second = tokio::task::spawn_blocking(move || second.start_apiserver().map(|()| second))
+        .await
+        .expect("start thread")
+        .expect("the API server starts again");
+    second_maps
+        .get("kept-across-the-outage")
+        .await
+        .expect("the object survives the outage, and the client reconnects");
+    drop(second);
 }
