@@ -2,7 +2,7 @@
 //!
 //! `simulate` plays a scenario file against the real decision engine in simulated time and reports
 //! what it decided; `explain` stops at one engine loop and says, pod by pod and group by group, why
-//! a scale-up did or did not happen. Exit status: 0 when every expectation holds, 1 when one fails,
+//! a scale-up did or did not happen, and node by node why scale-down removes it or not. Exit status: 0 when every expectation holds, 1 when one fails,
 //! 2 for an invalid scenario, invalid flags or any other error.
 
 mod source;
@@ -35,7 +35,8 @@ const EXIT_INVALID: u8 = 2;
     long_about = "Ferroscale: a Kubernetes cluster autoscaler.\n\n\
         Try a configuration before it meets a real cluster: `simulate` plays a scenario file (node \
         groups, a timed workload, expectations) against the real decision engine in accelerated, \
-        simulated time; `explain` says why pending pods did or did not trigger a scale-up.",
+        simulated time; `explain` says why pending pods did or did not trigger a scale-up and why \
+        each node is or is not removed by scale-down.",
     after_help = "Examples:\n  \
         ferroscale simulate                          run the bundled default scenario\n  \
         ferroscale simulate burst.yaml --report r.html\n  \
@@ -55,12 +56,16 @@ enum Command {
     /// is printed), 2 for an invalid scenario or invalid flags (the error names file, line and
     /// field).
     Simulate(SimulateArgs),
-    /// Explain why each pending pod did or did not trigger a scale-up at one engine loop.
+    /// Explain one engine loop: why each pending pod did or did not trigger a scale-up, and why
+    /// each node is or is not removed by scale-down.
     ///
     /// Plays the scenario up to the first loop with pending pods (or the first loop at or after
-    /// --at) and prints, for groups of pods with the same outcome, the reason per node group: the
-    /// scheduler filter that rejected the pod on the group's template, or why the group was
-    /// skipped (maximum size, backoff, ...).
+    /// --at; the last loop when no loop had pending pods) and prints, for groups of pods with the
+    /// same outcome, the reason per node group: the scheduler filter that rejected the pod on the
+    /// group's template, or why the group was skipped (maximum size, backoff, ...). Then, for
+    /// groups of nodes with the same verdict: removed now (empty or drained), unneeded and for how
+    /// long, or not removable and why (utilization, the blocking pod and its rule, min size,
+    /// cooldown).
     Explain(ExplainArgs),
 }
 

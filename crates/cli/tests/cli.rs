@@ -235,6 +235,75 @@ fn explain_says_why_pods_triggered_a_scale_up() {
     assert!(text.contains("triggered a scale-up of general"), "{text}");
 }
 
+/// Three nodes: `g-0` runs a replicated pod using most of it, `g-1` a bare pod (no controller),
+/// `g-2` nothing.
+const SCALE_DOWN: &str = r#"apiVersion: ferroscale/v1alpha1
+kind: Scenario
+name: scale-down
+duration: 20m
+options:
+  scale-down-unneeded-time: 10m
+nodeGroups:
+  - id: g
+    minSize: 0
+    maxSize: 5
+    initialSize: 3
+    template:
+      status:
+        allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
+events:
+  - at: 0s
+    create:
+      bind: {nodePrefix: g-, firstIndex: 0}
+      pod:
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: busy
+          namespace: default
+          ownerReferences:
+            - {apiVersion: apps/v1, kind: ReplicaSet, name: busy-1, uid: rs-busy, controller: true}
+        spec:
+          containers: [{name: c, resources: {requests: {cpu: "3", memory: 1Gi}}}]
+  - at: 0s
+    create:
+      bind: {nodePrefix: g-, firstIndex: 1}
+      pod:
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: bare, namespace: default}
+        spec:
+          containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+"#;
+
+#[test]
+fn explain_says_why_each_node_is_or_is_not_removed() {
+    let path = scenario_file("explain-scale-down", SCALE_DOWN);
+    let output = ferroscale(&["explain", path.to_str().unwrap_or_default(), "--at", "5m"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("Scale-down: "), "{text}");
+    // The busy node: above the threshold, with its utilization.
+    assert!(text.contains("not removable: NotUnderutilized"), "{text}");
+    assert!(text.contains("  g-0: g, cpu 75%"), "{text}");
+    // The node with a bare pod: the pod and the rule that keep it.
+    assert!(
+        text.contains("  g-1: g, cpu 25%, memory 6%, pod default/bare breaks rule NotReplicated"),
+        "{text}"
+    );
+    // The empty node: unneeded, how long, and how long it must be.
+    assert!(
+        text.contains("  g-2: g, cpu 0%, memory 0%, empty, unneeded for 5m; removable once unneeded for more than 10m"),
+        "{text}"
+    );
+
+    // Later, the empty node is being removed or gone, and the others stay for the same reasons.
+    let output = ferroscale(&["explain", path.to_str().unwrap_or_default(), "--at", "15m"]);
+    let text = stdout(&output);
+    assert!(!text.contains("  g-2:"), "{text}");
+    assert!(text.contains("pod default/bare"), "{text}");
+}
+
 #[test]
 fn help_lists_the_subcommands() {
     let output = ferroscale(&["--help"]);

@@ -259,3 +259,119 @@ impl ClusterApi for SimClusterApi<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroscale_model::{LabelSelector, OwnerRef, PodDisruptionBudget, Resources};
+    use futures::executor::block_on;
+
+    fn owned_pod(name: &str, kind: &str, owner: &str) -> Pod {
+        let mut pod = Pod::new("default", name);
+        pod.requests = Resources::new(100, 0);
+        pod.labels.insert("app".into(), owner.into());
+        pod.owner_references.push(OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: owner.into(),
+            uid: format!("uid-{owner}"),
+            controller: true,
+        });
+        pod
+    }
+
+    fn cluster() -> Cluster {
+        let mut cluster = Cluster::new(Vec::new());
+        let mut node = Node::new("n1", Resources::new(4000, 8 << 30));
+        node.allocatable.pods = 110;
+        cluster.add_node(node, None);
+        cluster.set_pdbs(vec![PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "web".into(),
+            selector: Some(LabelSelector::from_labels([("app", "web")])),
+            max_unavailable: Some(ferroscale_model::IntOrPercent::Int(1)),
+            ..PodDisruptionBudget::default()
+        }]);
+        for i in 0..3 {
+            let pod = owned_pod(&format!("web-{i}"), "ReplicaSet", "web");
+            cluster.add_pod(pod, Timestamp::from_secs(0), None);
+        }
+        cluster.add_pod(
+            owned_pod("db-0", "StatefulSet", "db"),
+            Timestamp::from_secs(0),
+            None,
+        );
+        cluster.add_pod(Pod::new("default", "bare"), Timestamp::from_secs(0), None);
+        cluster.schedule(Timestamp::from_secs(0));
+        cluster
+    }
+
+    #[test]
+    fn gather_implies_controllers_from_their_pods_and_computes_budgets() {
+        let cluster = cluster();
+        let objects = gather_objects(&cluster);
+        assert_eq!(objects.nodes.len(), 1);
+        assert_eq!(objects.pods.len(), 5);
+        let replicas: Vec<(&str, &str, Option<i32>)> = objects
+            .controllers
+            .iter()
+            .map(|c| (c.kind.as_str(), c.name.as_str(), c.replicas))
+            .collect();
+        assert_eq!(
+            replicas,
+            [
+                ("ReplicaSet", "web", Some(3)),
+                ("StatefulSet", "db", Some(1))
+            ]
+        );
+        assert_eq!(objects.pdbs[0].disruptions_allowed, Some(1));
+    }
+
+    #[test]
+    fn writes_are_applied_and_logged() {
+        let mut cluster = cluster();
+        let api = SimClusterApi::new(&mut cluster, Timestamp::from_secs(60));
+        let taint = Taint::new(
+            ferroscale_model::taints::TO_BE_DELETED,
+            "60",
+            ferroscale_model::TaintEffect::NoSchedule,
+        );
+        block_on(api.taint_node("n1", taint, true)).unwrap();
+        assert!(
+            block_on(api.taint_node(
+                "nope",
+                Taint::new("k", "v", ferroscale_model::TaintEffect::NoSchedule),
+                false
+            ))
+            .is_err()
+        );
+        block_on(api.evict_pod("default", "web-0", 30)).unwrap();
+        // The budget allows one disruption; the re-created pod is still pending.
+        let refused = block_on(api.evict_pod("default", "web-1", 30));
+        assert!(matches!(
+            refused,
+            Err(EvictionError::DisruptionBudget { .. })
+        ));
+        assert!(matches!(
+            block_on(api.evict_pod("default", "gone", 30)),
+            Err(EvictionError::NotFound { .. })
+        ));
+        assert!(
+            block_on(api.pod_status("default", "web-0"))
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(block_on(api.pods_on_node("n1")).unwrap().len(), 4);
+        let log = api.into_log();
+        assert!(matches!(
+            &log.actions[0],
+            ClusterAction::Tainted { cordon: true, .. }
+        ));
+        assert!(matches!(&log.actions[1], ClusterAction::Evicted(e) if e.replacement.is_some()));
+        assert!(matches!(
+            &log.actions[2],
+            ClusterAction::EvictionRefused { .. }
+        ));
+        assert_eq!(cluster.pending_count(), 1);
+    }
+}

@@ -678,7 +678,7 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferroscale_model::Resources;
+    use ferroscale_model::{IntOrPercent, Resources};
 
     fn node(name: &str, cpu: i64) -> Node {
         let mut n = Node::new(name, Resources::new(cpu, 8 << 30));
@@ -790,6 +790,137 @@ mod tests {
         assert!(c.uncordon("n1"));
         c.schedule(Timestamp::from_secs(1));
         assert_eq!(c.pending_count(), 0);
+    }
+
+    fn owned(name: &str, kind: &str) -> Pod {
+        let mut p = pod(name, 100);
+        p.owner_references.push(ferroscale_model::OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: "owner".into(),
+            uid: "owner-uid".into(),
+            controller: true,
+        });
+        p
+    }
+
+    fn pdb(
+        min_available: Option<IntOrPercent>,
+        max_unavailable: Option<IntOrPercent>,
+    ) -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "web".into(),
+            selector: Some(LabelSelector::from_labels([("app", "web")])),
+            min_available,
+            max_unavailable,
+            ..PodDisruptionBudget::default()
+        }
+    }
+
+    /// Four bound web pods owned by a ReplicaSet, on two nodes.
+    fn four_web_pods(budget: PodDisruptionBudget) -> Cluster {
+        let mut c = Cluster::new(Vec::new());
+        c.set_pdbs(vec![budget]);
+        c.add_node(node("n1", 4000), None);
+        c.add_node(node("n2", 4000), None);
+        for i in 0..4 {
+            c.add_pod(
+                owned(&format!("web-{i}"), "ReplicaSet"),
+                Timestamp::from_secs(0),
+                None,
+            );
+        }
+        c.schedule(Timestamp::from_secs(0));
+        assert_eq!(c.pending_count(), 0);
+        c
+    }
+
+    #[test]
+    fn disruptions_allowed_follow_min_available_and_max_unavailable() {
+        let c = four_web_pods(pdb(Some(IntOrPercent::Int(3)), None));
+        assert_eq!(c.pdbs_with_status()[0].disruptions_allowed, Some(1));
+        let c = four_web_pods(pdb(Some(IntOrPercent::Percent(50)), None));
+        assert_eq!(c.pdbs_with_status()[0].disruptions_allowed, Some(2));
+        let c = four_web_pods(pdb(None, Some(IntOrPercent::Percent(10))));
+        // 10 % of 4 rounds up to one pod.
+        assert_eq!(c.pdbs_with_status()[0].disruptions_allowed, Some(1));
+        let c = four_web_pods(pdb(None, Some(IntOrPercent::Int(0))));
+        assert_eq!(c.pdbs_with_status()[0].disruptions_allowed, Some(0));
+    }
+
+    #[test]
+    fn evictions_are_refused_once_the_budget_is_spent_and_allowed_again_when_pods_run() {
+        let mut c = four_web_pods(pdb(None, Some(IntOrPercent::Int(1))));
+        let now = Timestamp::from_secs(10);
+        let first = c.evict("default", "web-0", now).unwrap();
+        // The ReplicaSet re-creates the pod as a new pending pod.
+        let replacement = first.replacement.clone().unwrap();
+        assert_ne!(replacement, "default/web-0");
+        assert_eq!(c.pending_count(), 1);
+        // While the replacement is pending the budget is spent.
+        assert!(matches!(
+            c.evict("default", "web-1", now),
+            Err(EvictionRefusal::DisruptionBudget { allowed: 0, .. })
+        ));
+        // Once it runs again, one more disruption is allowed.
+        c.schedule(Timestamp::from_secs(11));
+        assert_eq!(c.pending_count(), 0);
+        assert!(
+            c.evict("default", "web-1", Timestamp::from_secs(12))
+                .is_ok()
+        );
+        assert_eq!(
+            c.evict("default", "web-0", now),
+            Err(EvictionRefusal::NotFound)
+        );
+        assert!(c.pods().iter().all(|r| !r.is_lost()));
+    }
+
+    #[test]
+    fn evicted_pods_without_a_controller_are_lost_and_stateful_pods_keep_their_name() {
+        let mut c = Cluster::new(Vec::new());
+        c.add_node(node("n1", 4000), None);
+        c.add_pod(pod("bare", 100), Timestamp::from_secs(0), None);
+        let mut db = owned("db-0", "StatefulSet");
+        db.labels.insert("app".into(), "db".into());
+        c.add_pod(db, Timestamp::from_secs(0), None);
+        c.schedule(Timestamp::from_secs(0));
+        let bare = c.evict("default", "bare", Timestamp::from_secs(5)).unwrap();
+        assert_eq!(bare.replacement, None);
+        let db = c.evict("default", "db-0", Timestamp::from_secs(5)).unwrap();
+        assert_eq!(db.replacement.as_deref(), Some("default/db-0"));
+        let lost: Vec<_> = c.pods().iter().filter(|r| r.is_lost()).collect();
+        assert_eq!(lost.len(), 1);
+        assert_eq!(lost[0].pod.name, "bare");
+        assert!(
+            c.live_pod("default", "db-0")
+                .is_some_and(|r| r.is_pending())
+        );
+    }
+
+    #[test]
+    fn taints_keep_new_pods_away_until_removed() {
+        let mut c = Cluster::new(Vec::new());
+        c.add_node(node("n1", 4000), None);
+        let taint = Taint::new(
+            ferroscale_model::taints::TO_BE_DELETED,
+            "0",
+            ferroscale_model::TaintEffect::NoSchedule,
+        );
+        assert!(c.taint("n1", taint, true));
+        assert!(c.node("n1").is_some_and(|n| n.node.unschedulable));
+        c.add_pod(pod("a", 100), Timestamp::from_secs(0), None);
+        c.schedule(Timestamp::from_secs(0));
+        assert_eq!(c.unschedulable_pods().len(), 1);
+        assert!(c.untaint("n1", ferroscale_model::taints::TO_BE_DELETED, true));
+        c.schedule(Timestamp::from_secs(1));
+        assert_eq!(c.pending_count(), 0);
+        assert!(!c.taint(
+            "nope",
+            Taint::new("k", "v", ferroscale_model::TaintEffect::NoSchedule),
+            false
+        ));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, Stopwatch};
 use ferroscale_core::cloud::NodeGroup;
 use ferroscale_core::cluster_state::InstanceToDelete;
-use ferroscale_core::events::{Event, reasons};
+use ferroscale_core::events::{EventObject, reasons};
 use ferroscale_core::options::{AutoscalingOptions, ExpanderName, OptionError};
 use ferroscale_core::scale_down::{
     ScaleDownPlan, UnneededNode, UnremovableNode, UnremovableReason,
@@ -799,7 +799,7 @@ impl<'p> Simulation<'p> {
                 why: failed.reason.clone(),
             });
         }
-        self.record_events(now, &outcome.events);
+        self.record_events(now, outcome);
 
         self.update_peaks();
         let targets = self
@@ -1230,6 +1230,7 @@ impl<'p> Simulation<'p> {
     fn record_cluster_writes(&mut self, now: Timestamp, log: &ApiLog) {
         let mut evicted: BTreeMap<String, Vec<&Eviction>> = BTreeMap::new();
         let mut tainted: Vec<&str> = Vec::new();
+        let mut untainted: Vec<&str> = Vec::new();
         let mut refused: BTreeMap<String, Vec<(&str, &str)>> = BTreeMap::new();
         for action in &log.actions {
             match action {
@@ -1239,12 +1240,7 @@ impl<'p> Simulation<'p> {
                 ClusterAction::Untainted {
                     node, taint_key, ..
                 } if taint_key == TO_BE_DELETED => {
-                    self.timeline.push(TimelineEntry {
-                        at: now,
-                        kind: EntryKind::ScaleDownFailure,
-                        what: format!("node {node} untainted: its removal was rolled back"),
-                        why: "the node stays and takes pods again".to_string(),
-                    });
+                    untainted.push(node);
                 }
                 ClusterAction::Tainted { .. } | ClusterAction::Untainted { .. } => {}
                 ClusterAction::Evicted(eviction) => {
@@ -1258,6 +1254,18 @@ impl<'p> Simulation<'p> {
                         .push((pod.as_str(), reason.as_str()));
                 }
             }
+        }
+        if !untainted.is_empty() {
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::ScaleDownFailure,
+                what: format!(
+                    "untainted {} node(s): their removal was rolled back: {}",
+                    untainted.len(),
+                    names_with_more(&untainted, NAMES_SHOWN)
+                ),
+                why: "the nodes stay and take pods again".to_string(),
+            });
         }
         if !tainted.is_empty() {
             self.timeline.push(TimelineEntry {
@@ -1318,12 +1326,18 @@ impl<'p> Simulation<'p> {
     }
 
     /// Engine events the timeline does not show otherwise: scale-down failures and node removals.
-    fn record_events(&mut self, now: Timestamp, events: &[Event]) {
-        for event in events {
+    fn record_events(&mut self, now: Timestamp, outcome: &LoopOutcome) {
+        for event in &outcome.events {
             let kind = match event.reason {
                 reasons::SCALE_DOWN_FAILED => EntryKind::ScaleDownFailure,
                 _ => continue,
             };
+            // Failed deletions of nodes already have their line.
+            if let EventObject::Node(node) = &event.object
+                && outcome.failed_deletions.iter().any(|f| f.node == *node)
+            {
+                continue;
+            }
             self.timeline.push(TimelineEntry {
                 at: now,
                 kind,

@@ -449,3 +449,87 @@ proptest! {
         let _ = parse(&text);
     }
 }
+
+const SCALE_DOWN_FEATURES: &str = r#"apiVersion: ferroscale/v1alpha1
+kind: Scenario
+duration: 1h
+nodeGroups:
+  - id: g
+    minSize: 0
+    maxSize: 10
+    failures:
+      instanceCreation: {from: 5m, to: 10m, errorClass: OutOfResources}
+      deleteNodes: [{from: 20m, to: 25m}]
+    template: {}
+events:
+  - at: 0s
+    create:
+      count: 5
+      bind: {nodePrefix: g-, firstIndex: 2, podsPerNode: 2}
+      pod: {apiVersion: v1, kind: Pod, metadata: {name: web}}
+  - at: 30m
+    removeNode: {node: g-3}
+expect:
+  - {at: end, group: g, nodesRemoved: {min: 1, max: 2}}
+  - {at: end, nodesRemoved: {max: 3}}
+  - {at: end, lostPods: 0}
+"#;
+
+#[test]
+fn scale_down_features_parse() {
+    let s = parse(SCALE_DOWN_FEATURES).unwrap_or_else(|e| panic!("{e}"));
+    let failures = &s.node_groups[0].failures;
+    assert_eq!(failures.len(), 2);
+    assert!(
+        failures
+            .iter()
+            .any(|w| w.operation == CloudOperation::InstanceCreation
+                && w.error_class == ErrorClass::OutOfResources
+                && w.from == Duration::from_secs(300))
+    );
+    let ScenarioAction::Create {
+        bind: Some(bind), ..
+    } = &s.events[0].action
+    else {
+        panic!("create with bind: {:?}", s.events[0].action);
+    };
+    // Copies 0-1 on g-2, 2-3 on g-3, 4 on g-4.
+    let nodes: Vec<String> = (0..5).map(|i| bind.node_for(i)).collect();
+    assert_eq!(nodes, ["g-2", "g-2", "g-3", "g-3", "g-4"]);
+    assert!(matches!(&s.events[1].action, ScenarioAction::RemoveNode { node } if node == "g-3"));
+    assert_eq!(
+        s.expect[0].check,
+        Check::NodesRemoved {
+            group: Some("g".into()),
+            min: 1,
+            max: 2
+        }
+    );
+    assert_eq!(
+        s.expect[1].check,
+        Check::NodesRemoved {
+            group: None,
+            min: 0,
+            max: 3
+        }
+    );
+    assert_eq!(s.expect[2].check, Check::LostPods(0));
+}
+
+#[test]
+fn bad_bind_is_refused() {
+    let text = SCALE_DOWN_FEATURES.replace("podsPerNode: 2", "podsPerNode: 0");
+    assert_error(
+        &text,
+        "events[0].create.bind.podsPerNode",
+        "podsPerNode",
+        "at least 1",
+    );
+    let text = SCALE_DOWN_FEATURES.replace("nodePrefix: g-,", "nodePrefix: \"\",");
+    assert_error(
+        &text,
+        "events[0].create.bind.nodePrefix",
+        "nodePrefix",
+        "must not be empty",
+    );
+}
