@@ -1,0 +1,589 @@
+//! Watch caches that hold the cluster already converted into the model.
+//!
+//! One kube-runtime watcher per kind (with kube-runtime's default backoff, so a failed watch or an
+//! API server restart is retried and re-listed without anyone noticing but the log). Each watch
+//! event is converted into the model the moment it arrives and the converted object is kept, keyed
+//! by uid; [`ClusterCaches`] hands those out without converting or listing anything again. This is
+//! why there is no kube-runtime reflector here: a reflector keeps the raw objects (managed fields
+//! and all), and we never need them again once converted.
+//!
+//! An object that does not convert (a quantity the model cannot hold, an unknown operator, ...) is
+//! kept out of the model with a warning naming the object, the field and the value, and counted in
+//! [`ClusterCaches::conversion_failures`]; every other object keeps flowing.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use ferroscale_core::kubernetes::{ClusterObjects, WorkloadController};
+use ferroscale_model::{DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass};
+use ferroscale_objects::{
+    ConvertError, PriorityClasses, daemonset_from_k8s, namespace_from_k8s, node_from_k8s,
+    pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
+};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1 as apps;
+use k8s_openapi::api::batch::v1 as batch;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::api::scheduling::v1 as scheduling;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, watcher as watch_stream};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use thiserror::Error;
+use tokio::task::JoinHandle;
+
+/// The priority expander reads this key of its ConfigMap.
+const PRIORITY_EXPANDER_KEY: &str = "priorities";
+
+/// Where the caches look for the autoscaler's own objects.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// `--namespace`: where the priority expander's ConfigMap lives.
+    pub autoscaler_namespace: String,
+    /// Name of the priority expander's ConfigMap (upstream: `cluster-autoscaler-priority-expander`).
+    pub priority_expander_configmap: String,
+}
+
+impl CacheConfig {
+    /// The upstream ConfigMap name in `namespace`.
+    pub fn new(autoscaler_namespace: impl Into<String>) -> CacheConfig {
+        CacheConfig {
+            autoscaler_namespace: autoscaler_namespace.into(),
+            priority_expander_configmap: "cluster-autoscaler-priority-expander".to_string(),
+        }
+    }
+}
+
+/// The caches did not finish their first list in time.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("watch caches not synced within {timeout:?}; still waiting for: {pending}")]
+pub struct NotSynced {
+    pub timeout: Duration,
+    /// The kinds that have not completed their first list, comma-separated.
+    pub pending: String,
+}
+
+/// Converted objects of one kind, keyed by uid.
+#[derive(Debug)]
+struct KindStore<M> {
+    kind: &'static str,
+    state: RwLock<StoreState<M>>,
+}
+
+#[derive(Debug)]
+struct StoreState<M> {
+    objects: BTreeMap<String, M>,
+    /// Objects kept out because they did not convert: uid → the conversion error.
+    rejected: BTreeMap<String, String>,
+    /// While the watcher re-lists (after start or a lost watch): the new contents, swapped in whole
+    /// at the end so that objects deleted while the watch was down disappear.
+    relisting: Option<(BTreeMap<String, M>, BTreeMap<String, String>)>,
+    /// The first list completed.
+    synced: bool,
+}
+
+impl<M> KindStore<M> {
+    fn new(kind: &'static str) -> KindStore<M> {
+        KindStore {
+            kind,
+            state: RwLock::new(StoreState {
+                objects: BTreeMap::new(),
+                rejected: BTreeMap::new(),
+                relisting: None,
+                synced: false,
+            }),
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, StoreState<M>> {
+        // A panic while holding the lock cannot leave a half-applied event (each is one insert or
+        // remove), so the data behind a poisoned lock is still consistent.
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, StoreState<M>> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies one watch event; `convert` runs outside the lock.
+    fn apply<K>(&self, event: Event<K>, convert: impl Fn(&K) -> Result<M, ConvertError>)
+    where
+        K: Resource,
+    {
+        match event {
+            Event::Init => self.write().relisting = Some((BTreeMap::new(), BTreeMap::new())),
+            Event::InitApply(object) => {
+                let key = object_key(&object);
+                let converted = self.convert_logged(&object, &convert);
+                let mut state = self.write();
+                if let Some((objects, rejected)) = state.relisting.as_mut() {
+                    match converted {
+                        Ok(model) => {
+                            objects.insert(key, model);
+                        }
+                        Err(error) => {
+                            rejected.insert(key, error);
+                        }
+                    }
+                }
+            }
+            Event::InitDone => {
+                let mut state = self.write();
+                if let Some((objects, rejected)) = state.relisting.take() {
+                    state.objects = objects;
+                    state.rejected = rejected;
+                }
+                state.synced = true;
+                tracing::debug!(
+                    kind = self.kind,
+                    objects = state.objects.len(),
+                    "watch cache listed"
+                );
+            }
+            Event::Apply(object) => {
+                let key = object_key(&object);
+                let converted = self.convert_logged(&object, &convert);
+                let mut state = self.write();
+                match converted {
+                    Ok(model) => {
+                        state.rejected.remove(&key);
+                        state.objects.insert(key, model);
+                    }
+                    Err(error) => {
+                        // A stale model of an object that changed is worse than none.
+                        state.objects.remove(&key);
+                        state.rejected.insert(key, error);
+                    }
+                }
+            }
+            Event::Delete(object) => {
+                let key = object_key(&object);
+                let mut state = self.write();
+                state.objects.remove(&key);
+                state.rejected.remove(&key);
+            }
+        }
+    }
+
+    fn convert_logged<K: Resource>(
+        &self,
+        object: &K,
+        convert: &impl Fn(&K) -> Result<M, ConvertError>,
+    ) -> Result<M, String> {
+        convert(object).map_err(|error| {
+            tracing::warn!(
+                kind = self.kind,
+                object = %error.object,
+                field = %error.field,
+                value = %error.value,
+                "{error}; the object is left out of the model"
+            );
+            error.to_string()
+        })
+    }
+
+    fn values(&self) -> Vec<M>
+    where
+        M: Clone,
+    {
+        self.read().objects.values().cloned().collect()
+    }
+}
+
+/// The uid, or `namespace/name` for the odd object without one (never from a real API server).
+fn object_key<K: Resource>(object: &K) -> String {
+    let meta = object.meta();
+    match meta.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => uid.to_string(),
+        _ => format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
+/// Every cache, shared between the watcher tasks and the readers.
+#[derive(Debug)]
+struct Stores {
+    nodes: KindStore<Arc<Node>>,
+    pods: KindStore<Arc<Pod>>,
+    pdbs: KindStore<PodDisruptionBudget>,
+    daemonsets: KindStore<DaemonSet>,
+    replica_sets: KindStore<WorkloadController>,
+    stateful_sets: KindStore<WorkloadController>,
+    jobs: KindStore<WorkloadController>,
+    replication_controllers: KindStore<WorkloadController>,
+    namespaces: KindStore<Namespace>,
+    priority_class_objects: KindStore<PriorityClass>,
+    /// `data.priorities` of the priority expander's ConfigMap (`None` without that key).
+    priority_expander: KindStore<Option<String>>,
+    /// Name → value, rebuilt whenever a PriorityClass changes; pods are converted with it.
+    priority_classes: RwLock<PriorityClasses>,
+}
+
+impl Stores {
+    fn new() -> Stores {
+        Stores {
+            nodes: KindStore::new("Node"),
+            pods: KindStore::new("Pod"),
+            pdbs: KindStore::new("PodDisruptionBudget"),
+            daemonsets: KindStore::new("DaemonSet"),
+            replica_sets: KindStore::new("ReplicaSet"),
+            stateful_sets: KindStore::new("StatefulSet"),
+            jobs: KindStore::new("Job"),
+            replication_controllers: KindStore::new("ReplicationController"),
+            namespaces: KindStore::new("Namespace"),
+            priority_class_objects: KindStore::new("PriorityClass"),
+            priority_expander: KindStore::new("ConfigMap"),
+            priority_classes: RwLock::new(PriorityClasses::default()),
+        }
+    }
+
+    /// `(kind, synced, rejected)` for every store.
+    fn summaries(&self) -> Vec<(&'static str, bool, usize)> {
+        fn summary<M>(store: &KindStore<M>) -> (&'static str, bool, usize) {
+            let state = store.read();
+            (store.kind, state.synced, state.rejected.len())
+        }
+        vec![
+            summary(&self.nodes),
+            summary(&self.pods),
+            summary(&self.pdbs),
+            summary(&self.daemonsets),
+            summary(&self.replica_sets),
+            summary(&self.stateful_sets),
+            summary(&self.jobs),
+            summary(&self.replication_controllers),
+            summary(&self.namespaces),
+            summary(&self.priority_class_objects),
+            summary(&self.priority_expander),
+        ]
+    }
+
+    fn priority_classes(&self) -> RwLockReadGuard<'_, PriorityClasses> {
+        self.priority_classes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn rebuild_priority_classes(&self) {
+        let classes = self.priority_class_objects.values();
+        let rebuilt = PriorityClasses::new(classes.iter());
+        *self
+            .priority_classes
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = rebuilt;
+    }
+}
+
+/// Aborts the watcher tasks when the last handle to the caches goes.
+#[derive(Debug)]
+struct WatcherTasks(Vec<JoinHandle<()>>);
+
+impl Drop for WatcherTasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// The cluster as the watchers last saw it, converted into the model. Cheap to clone; the watchers
+/// stop when the last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct ClusterCaches {
+    stores: Arc<Stores>,
+    _tasks: Arc<WatcherTasks>,
+}
+
+impl ClusterCaches {
+    /// Starts one watcher per kind on the current tokio runtime. Returns at once; see
+    /// [`ClusterCaches::wait_until_ready`].
+    pub fn start(client: Client, config: &CacheConfig) -> ClusterCaches {
+        let stores = Arc::new(Stores::new());
+        let all = watcher::Config::default();
+        let mut tasks = Vec::new();
+
+        tasks.push(spawn_watch(
+            Api::<core::Node>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.nodes,
+            |_, node| node_from_k8s(node).map(Arc::new),
+        ));
+        tasks.push(spawn_watch(
+            Api::<core::Pod>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.pods,
+            |stores, pod| pod_from_k8s(pod, &stores.priority_classes()).map(Arc::new),
+        ));
+        tasks.push(spawn_watch(
+            Api::<policy::PodDisruptionBudget>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.pdbs,
+            |_, pdb| pdb_from_k8s(pdb),
+        ));
+        tasks.push(spawn_watch(
+            Api::<apps::DaemonSet>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.daemonsets,
+            |stores, daemonset| daemonset_from_k8s(daemonset, &stores.priority_classes()),
+        ));
+        tasks.push(spawn_watch(
+            Api::<apps::ReplicaSet>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.replica_sets,
+            |_, rs| Ok(controller(rs, rs.spec.as_ref().and_then(|s| s.replicas))),
+        ));
+        tasks.push(spawn_watch(
+            Api::<apps::StatefulSet>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.stateful_sets,
+            |_, ss| Ok(controller(ss, ss.spec.as_ref().and_then(|s| s.replicas))),
+        ));
+        tasks.push(spawn_watch(
+            Api::<batch::Job>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.jobs,
+            |_, job| {
+                Ok(controller(
+                    job,
+                    job.spec.as_ref().and_then(|s| s.parallelism),
+                ))
+            },
+        ));
+        tasks.push(spawn_watch(
+            Api::<core::ReplicationController>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.replication_controllers,
+            |_, rc| Ok(controller(rc, rc.spec.as_ref().and_then(|s| s.replicas))),
+        ));
+        tasks.push(spawn_watch(
+            Api::<core::Namespace>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.namespaces,
+            |_, namespace| Ok(namespace_from_k8s(namespace)),
+        ));
+        tasks.push(spawn_watch_then(
+            Api::<scheduling::PriorityClass>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.priority_class_objects,
+            |_, class| priority_class_from_k8s(class),
+            Stores::rebuild_priority_classes,
+        ));
+        tasks.push(spawn_watch(
+            Api::<core::ConfigMap>::namespaced(client, &config.autoscaler_namespace),
+            watcher::Config::default().fields(&format!(
+                "metadata.name={}",
+                config.priority_expander_configmap
+            )),
+            &stores,
+            |s| &s.priority_expander,
+            |_, configmap| {
+                Ok(configmap
+                    .data
+                    .as_ref()
+                    .and_then(|data| data.get(PRIORITY_EXPANDER_KEY))
+                    .cloned())
+            },
+        ));
+
+        ClusterCaches {
+            stores,
+            _tasks: Arc::new(WatcherTasks(tasks)),
+        }
+    }
+
+    /// Every watcher has completed its first list (later re-lists keep serving the previous
+    /// contents until they complete, so this stays true).
+    pub fn synced(&self) -> bool {
+        self.stores.summaries().iter().all(|(_, synced, _)| *synced)
+    }
+
+    /// Waits until [`ClusterCaches::synced`], or fails after `timeout` naming the kinds still
+    /// missing.
+    pub async fn wait_until_ready(&self, timeout: Duration) -> Result<(), NotSynced> {
+        let poll = async {
+            while !self.synced() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(timeout, poll)
+            .await
+            .map_err(|_| NotSynced {
+                timeout,
+                pending: self
+                    .stores
+                    .summaries()
+                    .iter()
+                    .filter(|(_, synced, _)| !synced)
+                    .map(|(kind, _, _)| *kind)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// How many objects currently in the cluster are left out of the model because they did not
+    /// convert (each was logged when its event arrived).
+    pub fn conversion_failures(&self) -> usize {
+        self.stores.summaries().iter().map(|(_, _, n)| n).sum()
+    }
+
+    /// Everything one loop needs, from the caches.
+    pub fn objects(&self) -> ClusterObjects {
+        let stores = &self.stores;
+        let daemonsets = stores.daemonsets.values();
+        let mut controllers: Vec<WorkloadController> = daemonsets
+            .iter()
+            .map(|ds| WorkloadController {
+                kind: "DaemonSet".to_string(),
+                namespace: ds.namespace.clone(),
+                name: ds.name.clone(),
+                uid: ds.uid.clone(),
+                replicas: None,
+            })
+            .collect();
+        for store in [
+            &stores.replica_sets,
+            &stores.stateful_sets,
+            &stores.jobs,
+            &stores.replication_controllers,
+        ] {
+            controllers.extend(store.values());
+        }
+        ClusterObjects {
+            nodes: stores.nodes.values(),
+            pods: stores.pods.values(),
+            pdbs: stores.pdbs.values(),
+            daemonsets,
+            controllers,
+            namespaces: stores.namespaces.values(),
+            priority_expander_config: stores
+                .priority_expander
+                .values()
+                .into_iter()
+                .find_map(|priorities| priorities),
+        }
+    }
+
+    /// A node by name, from the cache.
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        let state = self.stores.nodes.read();
+        state.objects.values().find(|n| n.name == name).cloned()
+    }
+
+    /// The pods bound to `node`, from the cache.
+    pub fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
+        let state = self.stores.pods.read();
+        state
+            .objects
+            .values()
+            .filter(|p| p.node_name.as_deref() == Some(node))
+            .cloned()
+            .collect()
+    }
+
+    /// Uids of the named pods (`namespace/name`) and nodes that the caches know, for events.
+    pub(crate) fn uids(
+        &self,
+        pods: &[&str],
+        nodes: &[&str],
+    ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let mut pod_uids = BTreeMap::new();
+        if !pods.is_empty() {
+            let state = self.stores.pods.read();
+            for pod in state.objects.values() {
+                let key = pod.key();
+                if pods.contains(&key.as_str()) {
+                    pod_uids.insert(key, pod.uid.clone());
+                }
+            }
+        }
+        let mut node_uids = BTreeMap::new();
+        if !nodes.is_empty() {
+            let state = self.stores.nodes.read();
+            for node in state.objects.values() {
+                if nodes.contains(&node.name.as_str()) {
+                    node_uids.insert(node.name.clone(), node.uid.clone());
+                }
+            }
+        }
+        (pod_uids, node_uids)
+    }
+
+    /// Converts a pod read outside the watch (a live GET) with the cached priority classes.
+    pub(crate) fn convert_pod(&self, pod: &core::Pod) -> Result<Pod, ConvertError> {
+        pod_from_k8s(pod, &self.stores.priority_classes())
+    }
+}
+
+/// A workload controller as the drain rules see it.
+fn controller<K: Resource<DynamicType = ()>>(
+    object: &K,
+    replicas: Option<i32>,
+) -> WorkloadController {
+    WorkloadController {
+        kind: K::kind(&()).into_owned(),
+        namespace: object.namespace().unwrap_or_default(),
+        name: object.name_any(),
+        uid: object.uid().unwrap_or_default(),
+        replicas,
+    }
+}
+
+fn spawn_watch<K, M>(
+    api: Api<K>,
+    config: watcher::Config,
+    stores: &Arc<Stores>,
+    store: fn(&Stores) -> &KindStore<M>,
+    convert: fn(&Stores, &K) -> Result<M, ConvertError>,
+) -> JoinHandle<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    M: Send + Sync + 'static,
+{
+    spawn_watch_then(api, config, stores, store, convert, |_| {})
+}
+
+/// Runs one watcher until aborted, applying each event to its store and then calling `after`.
+fn spawn_watch_then<K, M>(
+    api: Api<K>,
+    config: watcher::Config,
+    stores: &Arc<Stores>,
+    store: fn(&Stores) -> &KindStore<M>,
+    convert: fn(&Stores, &K) -> Result<M, ConvertError>,
+    after: fn(&Stores),
+) -> JoinHandle<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    M: Send + Sync + 'static,
+{
+    let stores = Arc::clone(stores);
+    tokio::spawn(async move {
+        let kind = store(&stores).kind;
+        let mut events = std::pin::pin!(watch_stream(api, config).default_backoff());
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(event) => {
+                    store(&stores).apply(event, |object| convert(&stores, object));
+                    after(&stores);
+                }
+                // The backoff delays the retry; the watcher re-lists or resumes by itself.
+                Err(error) => tracing::warn!(kind, %error, "watch failed; retrying"),
+            }
+        }
+    })
+}

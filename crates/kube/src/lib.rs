@@ -1,0 +1,31 @@
+//! The live-cluster side of Ferroscale: everything that talks to a real Kubernetes API server.
+//!
+//! - [`caches`]: kube-runtime watchers that keep nodes, pods, PDBs, DaemonSets, workload
+//!   controllers, namespaces, PriorityClasses and the priority expander's ConfigMap converted into
+//!   the model, ready for Gather without relisting or reconverting.
+//! - [`cluster`]: [`KubeCluster`], the engine's `ClusterApi` over the API server: reads from the
+//!   caches, and the engine's few writes (node taints and cordoning, evictions, events, the status
+//!   ConfigMap).
+//! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease, compatible with client-go's.
+//!
+//! # What this crate must never do
+//!
+//! - **Decide anything.** No autoscaling decision lives here: which node to taint, which pod to
+//!   evict, which events to record, what the status says, all come from the engine (the pure
+//!   Decide step in `ferroscale-core`). This crate only reads the cluster into the model and
+//!   carries the engine's orders out, faithfully and with retries where upstream retries.
+//! - **Delete Node objects.** Removing a Node object of a terminated instance is the cloud node
+//!   controller's job (spec 3.8); the autoscaler only deletes instances through the cloud provider.
+//!   The only deletions here are of the status ConfigMap (at shutdown) and pods, through evictions
+//!   that respect PodDisruptionBudgets.
+//! - **Interpret raw objects past the boundary.** Objects are converted once, by
+//!   `ferroscale-objects`, when their watch event arrives; an object that does not convert is
+//!   left out with a warning, never half-used.
+
+pub mod caches;
+pub mod cluster;
+pub mod leader;
+
+pub use caches::{CacheConfig, ClusterCaches, NotSynced};
+pub use cluster::{COMPONENT, KubeCluster, KubeClusterConfig};
+pub use leader::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
