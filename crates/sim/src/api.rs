@@ -98,8 +98,9 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
     }
 }
 
-/// Workload controllers exist as long as they own pods (the simulator has no Deployments or
-/// ReplicaSets of its own); their replicas are the number of live pods they own. DaemonSets come
+/// Workload controllers exist as long as they own pods and the scenario has not deleted them (the
+/// simulator has no Deployments or ReplicaSets of its own); their replicas are the number of live
+/// pods they own. DaemonSets come
 /// from the scenario's objects.
 fn implied_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadController> {
     let mut by_owner: HashMap<(&str, &str, &str), (usize, i32)> = HashMap::new();
@@ -108,7 +109,7 @@ fn implied_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadCont
         let Some(owner) = pod.controller() else {
             continue;
         };
-        if !WORKLOAD_KINDS.contains(&owner.kind.as_str()) {
+        if !WORKLOAD_KINDS.contains(&owner.kind.as_str()) || cluster.controller_deleted(pod) {
             continue;
         }
         let key = (

@@ -145,6 +145,9 @@ pub struct Cluster {
     live_by_key: HashMap<String, PodIndex>,
     /// Re-creations so far, for unique names of re-created pods.
     recreated: usize,
+    /// Controllers deleted by the scenario (kind, namespace, name): they no longer exist and no
+    /// longer re-create their pods.
+    deleted_controllers: HashSet<(String, String, String)>,
 }
 
 impl Cluster {
@@ -185,6 +188,26 @@ impl Cluster {
 
     pub fn namespaces(&self) -> &[Namespace] {
         &self.namespaces
+    }
+
+    /// Deletes a workload controller, orphaning its pods.
+    pub fn delete_controller(&mut self, kind: &str, namespace: &str, name: &str) {
+        self.deleted_controllers.insert((
+            kind.to_string(),
+            namespace.to_string(),
+            name.to_string(),
+        ));
+    }
+
+    /// Whether the pod's controller was deleted by the scenario.
+    pub fn controller_deleted(&self, pod: &Pod) -> bool {
+        pod.controller().is_some_and(|c| {
+            self.deleted_controllers.contains(&(
+                c.kind.clone(),
+                pod.namespace.clone(),
+                c.name.clone(),
+            ))
+        })
     }
 
     /// Live pods: bound and pending, not deleted.
@@ -425,7 +448,8 @@ impl Cluster {
         self.remove_live_pod(index, now);
         let recreates = pod
             .controller()
-            .is_some_and(|c| RECREATING_CONTROLLERS.contains(&c.kind.as_str()));
+            .is_some_and(|c| RECREATING_CONTROLLERS.contains(&c.kind.as_str()))
+            && !self.controller_deleted(&pod);
         let replacement = if recreates {
             let mut copy = (*pod).clone();
             let stateful = pod.controller().is_some_and(|c| c.kind == "StatefulSet");

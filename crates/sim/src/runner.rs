@@ -605,6 +605,17 @@ impl<'p> Simulation<'p> {
                         if known { "" } else { "no such node" }.into(),
                     )
                 }
+                ScenarioAction::DeleteController {
+                    kind,
+                    namespace,
+                    name,
+                } => {
+                    self.cluster.delete_controller(kind, namespace, name);
+                    (
+                        format!("deleted {kind} {namespace}/{name}, orphaning its pods"),
+                        "nothing re-creates them if they are evicted".to_string(),
+                    )
+                }
                 ScenarioAction::RemoveNode { node } => {
                     let lost = self
                         .cluster

@@ -387,3 +387,28 @@ fn pods_without_a_controller_keep_their_node() {
     );
     assert_eq!(result.summary.pods.evicted, 0);
 }
+
+#[test]
+fn pods_whose_controller_was_deleted_are_not_drained() {
+    // Two half-empty nodes whose pods could be packed onto one, but their ReplicaSet is deleted
+    // (orphaning them) before scale-down gets to them: draining would lose them.
+    let text = failing_group_scenario(
+        "      deleteNodes: []",
+        0,
+        2,
+        &format!(
+            "events:\n{}  - at: 1m\n    deleteController: {{kind: ReplicaSet, name: web-1}}\n",
+            web_pods("0s", 2)
+        ),
+    );
+    let simulation = play(&parse(&text));
+    assert_eq!(simulation.cluster().node_count(), 2);
+    assert_no_pod_lost(simulation.cluster());
+    let result = simulation.into_result();
+    assert_eq!(result.summary.pods.evicted, 0);
+    let blocked = entries(&result, EntryKind::ScaleDownBlocked);
+    assert!(
+        blocked.iter().any(|b| b.contains("ControllerNotFound")),
+        "{blocked:?}"
+    );
+}

@@ -121,6 +121,13 @@ pub enum ScenarioAction {
     RemoveNode {
         node: String,
     },
+    /// A workload controller is deleted with `--cascade=orphan`: its pods keep running, but
+    /// nothing re-creates them and the controller no longer exists for scale-down.
+    DeleteController {
+        kind: String,
+        namespace: String,
+        name: String,
+    },
 }
 
 /// Binds created copies to existing nodes `<node_prefix><index>`: copy `i` goes to index
@@ -135,7 +142,9 @@ pub struct PodPlacement {
 impl PodPlacement {
     /// The node copy `copy` is bound to.
     pub fn node_for(&self, copy: usize) -> String {
-        let index = self.first_index + copy / self.pods_per_node.max(1);
+        let index = self
+            .first_index
+            .saturating_add(copy / self.pods_per_node.max(1));
         format!("{}{index}", self.node_prefix)
     }
 }
@@ -625,6 +634,13 @@ impl Validator<'_> {
                 node: remove.node.clone(),
             });
         }
+        if let Some(controller) = &raw.delete_controller {
+            actions.push(ScenarioAction::DeleteController {
+                kind: controller.kind.clone(),
+                namespace: controller.namespace.clone(),
+                name: controller.name.clone(),
+            });
+        }
         let mut actions = actions.into_iter();
         match (actions.next(), actions.next()) {
             (Some(action), None) => Ok(ScenarioEvent {
@@ -633,7 +649,7 @@ impl Validator<'_> {
             }),
             _ => Err(self.error(
                 format!("events[{i}]"),
-                "each event needs exactly one of create, delete, cordon, uncordon or removeNode",
+                "each event needs exactly one of create, delete, cordon, uncordon, removeNode or deleteController",
             )),
         }
     }

@@ -127,6 +127,20 @@ pub(super) struct RawEvent {
     pub cordon: Option<RawNodeRef>,
     pub uncordon: Option<RawNodeRef>,
     pub remove_node: Option<RawNodeRef>,
+    pub delete_controller: Option<RawControllerRef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawControllerRef {
+    pub kind: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    pub name: String,
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
 }
 
 #[derive(Debug, Deserialize)]

@@ -469,6 +469,8 @@ events:
       pod: {apiVersion: v1, kind: Pod, metadata: {name: web}}
   - at: 30m
     removeNode: {node: g-3}
+  - at: 31m
+    deleteController: {kind: ReplicaSet, name: web-1}
 expect:
   - {at: end, group: g, nodesRemoved: {min: 1, max: 2}}
   - {at: end, nodesRemoved: {max: 3}}
@@ -497,6 +499,11 @@ fn scale_down_features_parse() {
     let nodes: Vec<String> = (0..5).map(|i| bind.node_for(i)).collect();
     assert_eq!(nodes, ["g-2", "g-2", "g-3", "g-3", "g-4"]);
     assert!(matches!(&s.events[1].action, ScenarioAction::RemoveNode { node } if node == "g-3"));
+    assert!(matches!(
+        &s.events[2].action,
+        ScenarioAction::DeleteController { kind, namespace, name }
+            if kind == "ReplicaSet" && namespace == "default" && name == "web-1"
+    ));
     assert_eq!(
         s.expect[0].check,
         Check::NodesRemoved {
