@@ -1,0 +1,537 @@
+//! Node templates of the kwok provider (spec 7.3): reading them from YAML, grouping them into node
+//! groups with their bounds, preparing them as fake kwok nodes, and stamping out new Node objects.
+
+use std::collections::BTreeMap;
+
+use ferroscale_core::cloud::NodeTemplate;
+use ferroscale_model::{Pod, PodPhase, Resources};
+use ferroscale_objects::node_from_k8s;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
+use thiserror::Error;
+
+use crate::config::{GroupingKey, KwokConfig};
+
+/// Prefix of every prepared template's name.
+pub const TEMPLATE_NAME_PREFIX: &str = "kwok-fake-";
+/// The annotation kwok looks for to play the kubelet of a node.
+pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+pub const KWOK_NODE_ANNOTATION_VALUE: &str = "fake";
+/// The group a node created by this provider belongs to.
+pub const GROUP_NAME_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/name";
+pub const MIN_COUNT_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/min-count";
+pub const MAX_COUNT_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/max-count";
+pub const DESIRED_COUNT_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/desired-count";
+pub const DEFAULT_MAX_COUNT: usize = 200;
+/// Keeps ordinary pods off the fake nodes unless they tolerate it (unless `nodes.skipTaint`).
+pub const KWOK_TAINT_KEY: &str = "kwok-provider";
+/// The prefix of every providerID this provider manages.
+pub const PROVIDER_ID_PREFIX: &str = "kwok:";
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+/// Node names are DNS subdomains; the group name is followed by `-` and five characters.
+const MAX_GROUP_NAME_LEN: usize = 253 - 6;
+
+/// Templates that cannot be used. Every variant names the object (document or node), the field and
+/// the value.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum TemplateError {
+    #[error("{origin}: document {document}: {reason}")]
+    Document {
+        origin: String,
+        document: usize,
+        reason: String,
+    },
+    #[error("{origin}: node {node}: field {field}: invalid value {value:?}: {reason}")]
+    Invalid {
+        origin: String,
+        node: String,
+        field: String,
+        value: String,
+        reason: String,
+    },
+    #[error("{origin}: no template node carries the grouping {key}")]
+    NoGroups { origin: String, key: String },
+}
+
+/// One node group as the templates describe it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSpec {
+    pub id: String,
+    pub min_size: usize,
+    pub max_size: usize,
+    pub desired_size: usize,
+    /// The prepared template (fake-node annotations, providerID, taint).
+    pub template: Node,
+}
+
+/// Reads Node templates: one or more YAML documents, each a `Node` or a `List` of Nodes.
+pub fn parse_template_nodes(text: &str, origin: &str) -> Result<Vec<Node>, TemplateError> {
+    use serde::Deserialize;
+    let mut nodes = Vec::new();
+    for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let document_number = index + 1;
+        let doc_error = |reason: String| TemplateError::Document {
+            origin: origin.to_string(),
+            document: document_number,
+            reason,
+        };
+        let value = serde_yaml_ng::Value::deserialize(document)
+            .map_err(|e| doc_error(format!("not YAML: {e}")))?;
+        if value.is_null() {
+            continue;
+        }
+        let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+        match kind {
+            "Node" => nodes.push(node_from_value(value, "").map_err(doc_error)?),
+            "List" | "NodeList" => {
+                let Some(items) = value.get("items").and_then(|i| i.as_sequence()) else {
+                    return Err(doc_error(format!("a {kind} needs an items sequence")));
+                };
+                for (item_index, item) in items.iter().enumerate() {
+                    let item_kind = item.get("kind").and_then(|k| k.as_str()).unwrap_or("Node");
+                    if item_kind != "Node" {
+                        return Err(doc_error(format!(
+                            "items[{item_index}].kind: invalid value {item_kind:?}: only Node templates are allowed"
+                        )));
+                    }
+                    let prefix = format!("items[{item_index}].");
+                    nodes.push(node_from_value(item.clone(), &prefix).map_err(doc_error)?);
+                }
+            }
+            other => {
+                return Err(doc_error(format!(
+                    "kind: invalid value {other:?}: expected Node or List"
+                )));
+            }
+        }
+    }
+    Ok(nodes)
+}
+
+fn node_from_value(value: serde_yaml_ng::Value, path_prefix: &str) -> Result<Node, String> {
+    let node: Node = serde_path_to_error::deserialize(value)
+        .map_err(|e| format!("{path_prefix}{}: {}", e.path(), e.inner()))?;
+    if node.metadata.name.as_deref().unwrap_or("").is_empty() {
+        return Err(format!(
+            "{path_prefix}metadata.name: a template needs a name"
+        ));
+    }
+    Ok(node)
+}
+
+fn node_name(node: &Node) -> String {
+    node.metadata.name.clone().unwrap_or_default()
+}
+
+/// Whether `name` can start a Node name (`<name>-xxxxx` must be a DNS subdomain).
+fn valid_group_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_GROUP_NAME_LEN
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+}
+
+fn count_annotation(
+    origin: &str,
+    node: &Node,
+    key: &str,
+    default: usize,
+) -> Result<usize, TemplateError> {
+    let Some(value) = node.metadata.annotations.as_ref().and_then(|a| a.get(key)) else {
+        return Ok(default);
+    };
+    value.trim().parse().map_err(|_| TemplateError::Invalid {
+        origin: origin.to_string(),
+        node: node_name(node),
+        field: format!("metadata.annotations[{key}]"),
+        value: value.clone(),
+        reason: "expected a non-negative integer".to_string(),
+    })
+}
+
+/// One group per distinct grouping value, in order of first appearance; the first node with a
+/// value is the group's template. Nodes without the grouping key are not templates.
+pub fn group_specs(
+    nodes: &[Node],
+    config: &KwokConfig,
+    origin: &str,
+) -> Result<Vec<GroupSpec>, TemplateError> {
+    let mut groups: Vec<GroupSpec> = Vec::new();
+    for node in nodes {
+        let Some(group) = config.grouping.value_in(
+            node.metadata.labels.as_ref(),
+            node.metadata.annotations.as_ref(),
+        ) else {
+            tracing::debug!(
+                node = %node_name(node),
+                key = %config.grouping.describe(),
+                "template node has no grouping key; skipped"
+            );
+            continue;
+        };
+        if groups.iter().any(|g| g.id == group) {
+            continue;
+        }
+        let field = match &config.grouping {
+            GroupingKey::Label(key) => format!("metadata.labels[{key}]"),
+            GroupingKey::Annotation(key) => format!("metadata.annotations[{key}]"),
+        };
+        let invalid = |value: String, reason: &str| TemplateError::Invalid {
+            origin: origin.to_string(),
+            node: node_name(node),
+            field: field.clone(),
+            value,
+            reason: reason.to_string(),
+        };
+        if !valid_group_name(group) {
+            return Err(invalid(
+                group.to_string(),
+                "a group name must be lower-case letters, digits, '-' or '.', start with a letter or digit, and be at most 247 characters (new nodes are named <group>-<5 characters>)",
+            ));
+        }
+        let min_size = count_annotation(origin, node, MIN_COUNT_ANNOTATION, 0)?;
+        let max_size = count_annotation(origin, node, MAX_COUNT_ANNOTATION, DEFAULT_MAX_COUNT)?;
+        let desired_size = count_annotation(origin, node, DESIRED_COUNT_ANNOTATION, min_size)?;
+        let bounds_error = |key: &str, value: usize, reason: &str| TemplateError::Invalid {
+            origin: origin.to_string(),
+            node: node_name(node),
+            field: format!("metadata.annotations[{key}]"),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        };
+        if max_size < min_size {
+            return Err(bounds_error(
+                MAX_COUNT_ANNOTATION,
+                max_size,
+                &format!("below the min-count {min_size}"),
+            ));
+        }
+        if desired_size < min_size || desired_size > max_size {
+            return Err(bounds_error(
+                DESIRED_COUNT_ANNOTATION,
+                desired_size,
+                &format!("outside the bounds {min_size}:{max_size}"),
+            ));
+        }
+        groups.push(GroupSpec {
+            id: group.to_string(),
+            min_size,
+            max_size,
+            desired_size,
+            template: prepare_template(node, group, config.skip_taint),
+        });
+    }
+    if groups.is_empty() {
+        return Err(TemplateError::NoGroups {
+            origin: origin.to_string(),
+            key: config.grouping.describe(),
+        });
+    }
+    Ok(groups)
+}
+
+/// Turns a template node into a fake kwok node of `group`: renamed, annotated for kwok and for
+/// this provider, given a kwok providerID and a fake kubelet version, and tainted unless
+/// `skip_taint`. Server-owned metadata and status conditions are dropped.
+pub fn prepare_template(node: &Node, group: &str, skip_taint: bool) -> Node {
+    let name = format!("{TEMPLATE_NAME_PREFIX}{}", node_name(node));
+    let mut template = node.clone();
+    let meta = &mut template.metadata;
+    meta.name = Some(name.clone());
+    meta.uid = None;
+    meta.resource_version = None;
+    meta.creation_timestamp = None;
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.generate_name = None;
+    let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(
+        KWOK_NODE_ANNOTATION.to_string(),
+        KWOK_NODE_ANNOTATION_VALUE.to_string(),
+    );
+    annotations.insert(GROUP_NAME_ANNOTATION.to_string(), group.to_string());
+    let spec = template.spec.get_or_insert_with(NodeSpec::default);
+    spec.provider_id = Some(format!("{PROVIDER_ID_PREFIX}{name}"));
+    if !skip_taint {
+        let taints = spec.taints.get_or_insert_with(Vec::new);
+        if !taints.iter().any(|t| t.key == KWOK_TAINT_KEY) {
+            taints.push(Taint {
+                key: KWOK_TAINT_KEY.to_string(),
+                value: Some("true".to_string()),
+                effect: "NoSchedule".to_string(),
+                time_added: None,
+            });
+        }
+    }
+    let status = template.status.get_or_insert_with(NodeStatus::default);
+    status.conditions = None;
+    status
+        .node_info
+        .get_or_insert_with(NodeSystemInfo::default)
+        .kubelet_version = "fake".to_string();
+    template
+}
+
+/// A new Node of the group named `name`, from its prepared template.
+pub fn node_from_template(template: &Node, name: &str) -> Node {
+    let mut node = template.clone();
+    node.metadata.name = Some(name.to_string());
+    node.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(HOSTNAME_LABEL.to_string(), name.to_string());
+    node.spec.get_or_insert_with(NodeSpec::default).provider_id =
+        Some(format!("{PROVIDER_ID_PREFIX}{name}"));
+    node
+}
+
+/// The template node info the engine simulates: the prepared node plus the kube-proxy mirror pod
+/// every kwok node is assumed to run (100m CPU).
+pub fn template_node_info(template: &Node) -> Result<NodeTemplate, String> {
+    let node = node_from_k8s(template).map_err(|e| e.to_string())?;
+    let mut kube_proxy = Pod::new("kube-system", format!("kube-proxy-{}", node.name));
+    kube_proxy.annotations.insert(
+        ferroscale_model::pod::MIRROR_POD.to_string(),
+        "kube-proxy".to_string(),
+    );
+    kube_proxy.node_name = Some(node.name.clone());
+    kube_proxy.phase = PodPhase::Running;
+    kube_proxy.requests = Resources::new(100, 0);
+    kube_proxy.priority = Some(2_000_001_000);
+    Ok(NodeTemplate {
+        node,
+        pods: vec![kube_proxy],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{GpuSettings, ReadNodesFrom};
+
+    fn config(grouping: GroupingKey, skip_taint: bool) -> KwokConfig {
+        KwokConfig {
+            read_nodes_from: ReadNodesFrom::ConfigMap,
+            grouping,
+            skip_taint,
+            gpu: GpuSettings::default(),
+            templates_configmap: "kwok-provider-templates".into(),
+        }
+    }
+
+    const LIST: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: small-1
+    labels: {pool: small, kubernetes.io/hostname: small-1}
+    annotations:
+      cluster-autoscaler.kwok.nodegroup/min-count: "1"
+      cluster-autoscaler.kwok.nodegroup/max-count: "5"
+  status:
+    capacity: {cpu: "2", memory: 4Gi, pods: "110"}
+    allocatable: {cpu: "2", memory: 4Gi, pods: "110"}
+    conditions: [{type: Ready, status: "True"}]
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: small-2
+    labels: {pool: small}
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: large-1
+    labels: {pool: large}
+  status:
+    allocatable: {cpu: "16", memory: 64Gi}
+- apiVersion: v1
+  kind: Node
+  metadata: {name: ungrouped}
+"#;
+
+    #[test]
+    fn list_templates_become_one_group_per_value_with_bounds() {
+        let nodes = parse_template_nodes(LIST, "templates").unwrap();
+        assert_eq!(nodes.len(), 4);
+        let groups = group_specs(
+            &nodes,
+            &config(GroupingKey::Label("pool".into()), false),
+            "t",
+        )
+        .unwrap();
+        let summary: Vec<_> = groups
+            .iter()
+            .map(|g| (g.id.as_str(), g.min_size, g.max_size, g.desired_size))
+            .collect();
+        assert_eq!(summary, vec![("small", 1, 5, 1), ("large", 0, 200, 0)]);
+        assert_eq!(
+            groups[0].template.metadata.name.as_deref(),
+            Some("kwok-fake-small-1")
+        );
+    }
+
+    #[test]
+    fn several_node_documents_are_templates_too() {
+        let text = "kind: Node\nmetadata: {name: a, annotations: {g: one}}\n---\nkind: Node\nmetadata: {name: b, annotations: {g: two}}\n---\n";
+        let nodes = parse_template_nodes(text, "t").unwrap();
+        let groups = group_specs(
+            &nodes,
+            &config(GroupingKey::Annotation("g".into()), false),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            groups.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(),
+            vec!["one", "two"]
+        );
+    }
+
+    #[test]
+    fn prepared_template_is_a_fake_kwok_node() {
+        let nodes = parse_template_nodes(LIST, "t").unwrap();
+        let tainted = prepare_template(&nodes[0], "small", false);
+        let annotations = tainted.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations[KWOK_NODE_ANNOTATION], "fake");
+        assert_eq!(annotations[GROUP_NAME_ANNOTATION], "small");
+        let spec = tainted.spec.clone().unwrap();
+        assert_eq!(spec.provider_id.as_deref(), Some("kwok:kwok-fake-small-1"));
+        let taints = spec.taints.unwrap();
+        assert_eq!(taints.len(), 1);
+        assert_eq!(
+            (
+                taints[0].key.as_str(),
+                taints[0].value.as_deref(),
+                taints[0].effect.as_str()
+            ),
+            ("kwok-provider", Some("true"), "NoSchedule")
+        );
+        let status = tainted.status.clone().unwrap();
+        assert_eq!(status.node_info.unwrap().kubelet_version, "fake");
+        assert!(status.conditions.is_none(), "kwok reports readiness itself");
+        let untainted = prepare_template(&nodes[0], "small", true);
+        assert!(
+            untainted
+                .spec
+                .unwrap()
+                .taints
+                .unwrap_or_default()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn new_nodes_take_their_name_everywhere() {
+        let nodes = parse_template_nodes(LIST, "t").unwrap();
+        let template = prepare_template(&nodes[0], "small", false);
+        let node = node_from_template(&template, "small-abcde");
+        assert_eq!(node.metadata.name.as_deref(), Some("small-abcde"));
+        assert_eq!(node.metadata.labels.unwrap()[HOSTNAME_LABEL], "small-abcde");
+        assert_eq!(
+            node.spec.unwrap().provider_id.as_deref(),
+            Some("kwok:small-abcde")
+        );
+    }
+
+    #[test]
+    fn template_node_info_carries_kube_proxy() {
+        let nodes = parse_template_nodes(LIST, "t").unwrap();
+        let info = template_node_info(&prepare_template(&nodes[0], "small", false)).unwrap();
+        assert_eq!(info.node.name, "kwok-fake-small-1");
+        assert_eq!(info.node.allocatable.get("cpu"), 2000);
+        assert_eq!(info.pods.len(), 1);
+        assert!(info.pods[0].is_mirror_pod());
+        assert_eq!(info.pods[0].requests.get("cpu"), 100);
+        assert!(info.node.taints.iter().any(|t| t.key == KWOK_TAINT_KEY));
+    }
+
+    #[test]
+    fn bad_bounds_name_node_annotation_and_value() {
+        let text = "kind: Node\nmetadata:\n  name: n1\n  labels: {pool: p}\n  annotations: {cluster-autoscaler.kwok.nodegroup/max-count: lots}\n";
+        let nodes = parse_template_nodes(text, "t").unwrap();
+        let err = group_specs(
+            &nodes,
+            &config(GroupingKey::Label("pool".into()), false),
+            "cm",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("cm")
+                && err.contains("n1")
+                && err.contains(MAX_COUNT_ANNOTATION)
+                && err.contains("\"lots\""),
+            "{err}"
+        );
+        let inverted = "kind: Node\nmetadata:\n  name: n1\n  labels: {pool: p}\n  annotations: {cluster-autoscaler.kwok.nodegroup/min-count: '3', cluster-autoscaler.kwok.nodegroup/max-count: '2'}\n";
+        let nodes = parse_template_nodes(inverted, "t").unwrap();
+        let err = group_specs(
+            &nodes,
+            &config(GroupingKey::Label("pool".into()), false),
+            "cm",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("below the min-count 3"), "{err}");
+    }
+
+    #[test]
+    fn group_names_must_make_valid_node_names() {
+        let text = "kind: Node\nmetadata:\n  name: n1\n  labels: {pool: Big_Pool}\n";
+        let nodes = parse_template_nodes(text, "t").unwrap();
+        let err = group_specs(
+            &nodes,
+            &config(GroupingKey::Label("pool".into()), false),
+            "cm",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("\"Big_Pool\"") && err.contains("metadata.labels[pool]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn malformed_templates_are_errors_naming_the_document() {
+        for (text, expected) in [
+            ("kind: Pod\nmetadata: {name: p}\n", "\"Pod\""),
+            ("kind: List\nitems: 3\n", "items"),
+            (
+                "kind: List\nitems: [{kind: Pod, metadata: {name: p}}]\n",
+                "items[0].kind",
+            ),
+            (
+                "kind: Node\nmetadata: {name: n}\nstatus: {capacity: {cpu: [1]}}\n",
+                "status.capacity",
+            ),
+            ("kind: Node\nmetadata: {labels: {a: b}}\n", "metadata.name"),
+            (
+                "kind: Node\nmetadata: {name: a}\n---\nkind: Node\n  bad: [\n",
+                "document 2",
+            ),
+        ] {
+            let err = parse_template_nodes(text, "templates.yaml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("templates.yaml") && err.contains(expected),
+                "{text:?}: {err}"
+            );
+        }
+        let nodes = parse_template_nodes("kind: Node\nmetadata: {name: x}\n", "t").unwrap();
+        let err = group_specs(
+            &nodes,
+            &config(GroupingKey::Label("pool".into()), false),
+            "cm",
+        )
+        .unwrap_err();
+        assert!(matches!(err, TemplateError::NoGroups { .. }), "{err}");
+    }
+}
