@@ -1,0 +1,16 @@
+//! Observability of a live autoscaler: the Prometheus metrics with the upstream names and labels
+//! (spec 5.1), the liveness rule behind `/health-check` (spec 1.4), and the small HTTP server that
+//! serves both.
+//!
+//! - [`AutoscalerMetrics`]: the registry; [`AutoscalerMetrics::record_loop`] fills it from one
+//!   [`ferroscale_core::autoscaler::LoopOutcome`].
+//! - [`HealthCheck`]: a pure state machine; time is passed in.
+//! - [`serve`]: `/metrics` and `/health-check` on a TCP listener.
+
+pub mod health;
+pub mod registry;
+pub mod server;
+
+pub use health::{HealthCheck, HealthLimits, HealthStatus};
+pub use registry::{AutoscalerMetrics, MetricsError};
+pub use server::{ServerError, bind, parse_address, serve};
