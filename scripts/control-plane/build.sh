@@ -109,7 +109,7 @@ build_kubernetes() {
     log "kubernetes $version: already built in $dir/bin, skipped"
     return
   fi
-  log "kubernetes $version: building kube-apiserver, kube-scheduler and kube-controller-manager (the slowest part, about 10 minutes on 2 cores)"
+  log "kubernetes $version: building kube-apiserver, kube-scheduler and kube-controller-manager (the slowest part, about 8 minutes on 2 cores)"
   local start=$SECONDS module
   module=$(new_build_module kubernetes)
 

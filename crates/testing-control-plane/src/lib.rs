@@ -42,7 +42,7 @@ pub use pki::{ADMIN_USER, PkiFiles};
 pub enum Error {
     #[error(
         "control-plane binary {path} is missing ({looked_in}): run scripts/control-plane/build.sh to \
-         build the pinned {versions} into the cache (about 15 minutes cold on 2 cores), or set \
+         build the pinned {versions} into the cache (about 13 minutes cold on 2 cores), or set \
          FERROSCALE_CONTROL_PLANE_BIN to a directory holding etcd, kube-apiserver, kube-scheduler, \
          kube-controller-manager and kwok"
     )]
