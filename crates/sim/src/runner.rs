@@ -939,7 +939,7 @@ impl<'p> Simulation<'p> {
                 blocked.insert(node.node.clone(), line);
             }
         }
-        let mut changed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut changed: BTreeMap<String, Vec<(&str, &str)>> = BTreeMap::new();
         for (node, line) in &blocked {
             if self.blocked.get(node) != Some(line) {
                 let reason = plan
@@ -955,18 +955,34 @@ impl<'p> Simulation<'p> {
                 changed
                     .entry(reason)
                     .or_default()
-                    .push(format!("{node}: {line}"));
+                    .push((node.as_str(), line.as_str()));
             }
         }
+        let mut lines = Vec::new();
         for (reason, mut details) in changed {
-            details.sort_by(|a, b| natural_order(a, b));
-            self.timeline.push(TimelineEntry {
+            details.sort_by(|a, b| natural_order(a.0, b.0));
+            let same_detail = details.windows(2).all(|w| w[0].1 == w[1].1);
+            let why = match details.first() {
+                Some((_, line)) if same_detail => {
+                    let names: Vec<&str> = details.iter().map(|d| d.0).collect();
+                    format!("{line}: {}", names_with_more(&names, NAMES_SHOWN))
+                }
+                _ => {
+                    let items: Vec<String> = details
+                        .iter()
+                        .map(|(node, line)| format!("{node}: {line}"))
+                        .collect();
+                    names_with_more(&items, 3)
+                }
+            };
+            lines.push(TimelineEntry {
                 at: now,
                 kind: EntryKind::ScaleDownBlocked,
                 what: format!("{} node(s) cannot be removed: {reason}", details.len()),
-                why: names_with_more(&details, 3),
+                why,
             });
         }
+        self.timeline.extend(lines);
         self.blocked = blocked;
 
         // Cooldown transitions.
