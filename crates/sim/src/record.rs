@@ -198,6 +198,8 @@ pub struct SimulationResult {
     pub timeline: Vec<TimelineEntry>,
     /// Remarks on what this run does not model, and scenario warnings.
     pub notes: Vec<String>,
+    /// `data.status` of the status ConfigMap the engine last wrote (spec 4.9), if any.
+    pub final_status: Option<String>,
 }
 
 #[cfg(test)]

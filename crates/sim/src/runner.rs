@@ -252,6 +252,8 @@ pub struct Simulation<'p> {
     in_cooldown: bool,
     removed_this_loop: usize,
     evicted_this_loop: usize,
+    /// The status ConfigMap's content as last written.
+    final_status: Option<String>,
     progress: Option<ProgressReporter<'p>>,
 }
 
@@ -438,6 +440,7 @@ impl<'p> Simulation<'p> {
             in_cooldown: false,
             removed_this_loop: 0,
             evicted_this_loop: 0,
+            final_status: None,
             progress: None,
         }
     }
@@ -767,6 +770,9 @@ impl<'p> Simulation<'p> {
                 .run_once(&self.provider, &api, now, &stopwatch),
         );
         let log = api.into_log();
+        if let Some(status) = &log.status {
+            self.final_status = Some(status.status_yaml.clone());
+        }
         self.record_loop(now, &outcome, &log);
         LoopReport {
             at: now,
@@ -1536,6 +1542,7 @@ impl<'p> Simulation<'p> {
             samples: self.samples,
             timeline: self.timeline,
             notes: self.notes,
+            final_status: self.final_status,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The HTML report: one self-contained file (inline CSS and SVG, no script, nothing fetched) with
 //! the summary, charts of nodes per group, scale-down (unneeded nodes, removals in progress, nodes
-//! removed and pods evicted per loop), pending pods and decide time, and the timeline.
+//! removed and pods evicted per loop), pending pods and decide time, the status ConfigMap as last
+//! written, and the timeline.
 
 use std::fmt::Write;
 
@@ -34,6 +35,7 @@ td.t { white-space: nowrap; font-variant-numeric: tabular-nums; color: #374151; 
 .ok { color: #15803d; font-weight: 600; } .fail { color: #b91c1c; font-weight: 600; }
 .why { color: #4b5563; }
 table.timeline td:nth-child(2) { width: 42%; }
+pre.status { background: #f9fafb; border: 1px solid #e5e7eb; padding: 8px 12px; font-size: 12px; overflow-x: auto; max-height: 480px; }
 "#;
 
 /// Escapes text for HTML element content and attribute values.
@@ -288,6 +290,14 @@ pub fn render_html(result: &SimulationResult) -> String {
     }
     out.push_str("</table>");
 
+    if let Some(status) = &result.final_status {
+        let _ = write!(
+            out,
+            "<h2>Status ConfigMap at the end</h2><p class=\"sub\">data.status of cluster-autoscaler-status as the engine last wrote it</p><pre class=\"status\">{}</pre>",
+            escape(status)
+        );
+    }
+
     let _ = write!(out, "<h2>Timeline</h2>");
     if result.timeline.len() > MAX_TIMELINE_ROWS {
         let _ = write!(
@@ -328,6 +338,7 @@ mod tests {
         assert!(html.contains("Insufficient &lt;cpu&gt;"));
         assert_eq!(html.matches("<svg").count(), 6);
         assert!(html.contains("Scale-down"));
+        assert!(html.contains("<pre class=\"status\">clusterWide:"));
         assert!(html.contains("1 failed"));
     }
 }
