@@ -169,3 +169,50 @@ fn a_pod_that_became_unevictable_after_tainting_keeps_its_node() {
     assert!(!n1.unschedulable, "the node is uncordoned");
     assert!(!cluster.events_with(reasons::SCALE_DOWN_FAILED).is_empty());
 }
+
+/// A node whose cloud deletion failed is rolled back and then left alone for
+/// --unremovable-node-recheck-timeout (5 m), instead of being tainted and drained again every loop.
+#[test]
+fn a_failed_cloud_deletion_is_not_retried_every_loop() {
+    let (log, cloud, cluster) = cluster_with_one_node();
+    cluster.add_pod(pod_on("base", "n0", 3000));
+    let spare = node("n1", 4000, 16 << 30);
+    cloud.add_instance("pool", &spare);
+    cluster.add_node(spare);
+    *cloud.group("pool").fail_delete.lock().expect("lock") = true;
+    let mut options = AutoscalingOptions::default();
+    options.set("scale-down-unneeded-time", "0s").expect("flag");
+    let mut autoscaler = Autoscaler::new(options, 5);
+
+    let start = t(20_000);
+    let mut now = start;
+    let mut first_failure = None;
+    while now.since(start) < Duration::from_secs(4 * 60) {
+        let outcome = run(&mut autoscaler, &cloud, &cluster, now);
+        if first_failure.is_none() && !outcome.failed_deletions.is_empty() {
+            first_failure = Some(now);
+        }
+        now = now + Duration::from_secs(10);
+    }
+    let first_failure = first_failure.expect("the empty node's deletion was attempted and failed");
+    assert!(first_failure.since(start) < Duration::from_secs(60));
+    // One attempt in these four minutes, not one per loop.
+    assert_eq!(calls(&log, "cloud.delete_nodes").len(), 1);
+    assert_eq!(
+        calls(&log, "kube.taint n1 ToBeDeletedByClusterAutoscaler").len(),
+        1
+    );
+    assert!(
+        !cluster
+            .node("n1")
+            .expect("n1")
+            .has_taint(ferroscale_model::taints::TO_BE_DELETED)
+    );
+
+    // After the recheck timeout the node is considered again.
+    while now.since(first_failure) < Duration::from_secs(7 * 60) {
+        run(&mut autoscaler, &cloud, &cluster, now);
+        now = now + Duration::from_secs(10);
+    }
+    assert!(calls(&log, "cloud.delete_nodes").len() >= 2);
+}

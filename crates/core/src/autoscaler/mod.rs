@@ -311,6 +311,15 @@ impl Autoscaler {
                     .group_last_failure
                     .insert(failed.group_id.clone(), now);
             }
+            // A node whose removal failed is not tried again at once: upstream would re-taint and
+            // re-drain it in the very next loop, evicting the pods that came back after the
+            // rollback, every scan interval. It waits out --unremovable-node-recheck-timeout like a
+            // node whose removal simulation failed, and its unneeded timer starts over.
+            self.scale_down_state.unneeded_since.remove(&failed.node);
+            self.scale_down_state.unremovable_until.insert(
+                failed.node.clone(),
+                now + self.options.unremovable_node_recheck_timeout,
+            );
         }
     }
 
