@@ -216,3 +216,58 @@ fn a_failed_cloud_deletion_is_not_retried_every_loop() {
     }
     assert!(calls(&log, "cloud.delete_nodes").len() >= 2);
 }
+
+/// A refused cloud deletion starts --scale-down-delay-after-failure (3 m): the next node is not
+/// drained until it has passed.
+#[test]
+fn a_failed_cloud_deletion_pauses_draining_other_nodes() {
+    let (log, cloud, cluster) = cluster_with_one_node();
+    cluster.add_pod(pod_on("base", "n0", 2000));
+    for name in ["n1", "n2"] {
+        let n = node(name, 4000, 16 << 30);
+        cloud.add_instance("pool", &n);
+        cluster.add_node(n);
+        cluster.add_pod(pod_on(&format!("web-{name}"), name, 500));
+    }
+    cluster
+        .state()
+        .controllers
+        .push(ferroscale_core::kubernetes::WorkloadController {
+            kind: "ReplicaSet".into(),
+            namespace: "default".into(),
+            name: "web".into(),
+            uid: "uid-rs-web".into(),
+            replicas: Some(3),
+        });
+    *cloud.group("pool").fail_delete.lock().expect("lock") = true;
+    let mut options = AutoscalingOptions::default();
+    options.set("scale-down-unneeded-time", "0s").expect("flag");
+    let mut autoscaler = Autoscaler::new(options, 9);
+
+    let start = t(30_000);
+    let mut now = start;
+    let mut first_failure = None;
+    while first_failure.is_none() && now.since(start) < Duration::from_secs(120) {
+        let outcome = run(&mut autoscaler, &cloud, &cluster, now);
+        if !outcome.failed_deletions.is_empty() {
+            first_failure = Some(now);
+        }
+        now = now + Duration::from_secs(10);
+    }
+    let first_failure = first_failure.expect("a drained node's deletion failed");
+    while now.since(first_failure) < Duration::from_secs(170) {
+        run(&mut autoscaler, &cloud, &cluster, now);
+        now = now + Duration::from_secs(10);
+    }
+    let deletion_taints = |log: &CallLog| {
+        calls(log, "kube.taint")
+            .into_iter()
+            .filter(|c| c.contains("ToBeDeletedByClusterAutoscaler"))
+            .count()
+    };
+    assert_eq!(
+        deletion_taints(&log),
+        1,
+        "no other node is drained during the cooldown"
+    );
+}

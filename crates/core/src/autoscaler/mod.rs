@@ -306,10 +306,10 @@ impl Autoscaler {
         }
         for failed in &progress.failed {
             if failed.cloud_error {
-                // A refused cloud deletion delays only its own group (local delay mode).
-                self.scale_down_state
-                    .group_last_failure
-                    .insert(failed.group_id.clone(), now);
+                // A refused cloud deletion starts --scale-down-delay-after-failure: for its group in
+                // the local delay mode (as upstream), and, unlike upstream, globally too, so a cloud
+                // that keeps refusing deletions does not get node after node drained for nothing.
+                self.scale_down_state.record_failure(&failed.group_id, now);
             }
             // A node whose removal failed is not tried again at once: upstream would re-taint and
             // re-drain it in the very next loop, evicting the pods that came back after the
