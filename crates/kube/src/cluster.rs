@@ -75,13 +75,28 @@ impl std::fmt::Debug for KubeCluster {
 }
 
 impl KubeCluster {
-    /// Uses `caches` for reads; they should have been started with the same client and namespace.
-    pub fn new(client: Client, caches: ClusterCaches, config: KubeClusterConfig) -> KubeCluster {
-        KubeCluster {
+    /// Connects with `kube_config` and uses `caches` (started against the same cluster and
+    /// namespace) for reads.
+    ///
+    /// The client built here does not retry on its own: kube-rs by default retries HTTP 429 up to
+    /// 15 times with backoff, and a PodDisruptionBudget refusing an eviction *is* a 429, so one
+    /// eviction call would block the drain for many minutes instead of returning
+    /// [`EvictionError::DisruptionBudget`]. The engine owns retries (every 10 s for evictions,
+    /// spec 3.8) and this type retries node-update conflicts itself.
+    pub fn new(
+        kube_config: &kube::Config,
+        caches: ClusterCaches,
+        config: KubeClusterConfig,
+    ) -> Result<KubeCluster, ClusterError> {
+        let mut kube_config = kube_config.clone();
+        kube_config.default_retry = false;
+        let client = Client::try_from(kube_config)
+            .map_err(|e| ClusterError::Api(format!("building the Kubernetes client: {e}")))?;
+        Ok(KubeCluster {
             client,
             caches,
             config,
-        }
+        })
     }
 
     pub fn caches(&self) -> &ClusterCaches {

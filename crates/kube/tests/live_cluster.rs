@@ -36,12 +36,11 @@ const WAIT_LIMIT: Duration = Duration::from_secs(90);
 const NAMESPACE: &str = "apps";
 const AUTOSCALER_NAMESPACE: &str = "kube-system";
 
-async fn client_for(control_plane: &ControlPlane) -> Client {
+async fn config_for(control_plane: &ControlPlane) -> Config {
     let kubeconfig = Kubeconfig::read_from(control_plane.kubeconfig_path()).expect("kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .expect("client configuration");
-    Client::try_from(config).expect("client")
+        .expect("client configuration")
 }
 
 /// Polls `check` until it returns `Some`, failing with `what` after [`WAIT_LIMIT`].
@@ -156,28 +155,40 @@ async fn live_cluster_caches_and_actuation() {
         .await
         .expect("start-up task")
         .expect("control plane");
-    let client = client_for(&control_plane).await;
+    eprintln!("control plane started");
+    let kube_config = config_for(&control_plane).await;
+    let client = Client::try_from(kube_config.clone()).expect("client");
     let caches = ClusterCaches::start(client.clone(), &CacheConfig::new(AUTOSCALER_NAMESPACE));
     caches
         .wait_until_ready(WAIT_LIMIT)
         .await
         .expect("caches sync");
     let cluster = KubeCluster::new(
-        client.clone(),
+        &kube_config,
         caches,
         KubeClusterConfig::new(AUTOSCALER_NAMESPACE),
-    );
+    )
+    .expect("cluster client");
     let fixture = Fixture {
         control_plane,
         client,
         cluster,
     };
 
+    // Progress on stderr, so a slow or stuck step can be told from the others.
+    let started = std::time::Instant::now();
+    let step = |name: &str| eprintln!("[{:>6.1?}] {name}", started.elapsed());
+    step("caches follow the cluster");
     caches_follow_the_cluster(&fixture).await;
+    step("taint and cordon");
     taint_and_cordon_round_trip(&fixture).await;
+    step("evictions");
     evictions_respect_disruption_budgets(&fixture).await;
+    step("events and status");
     events_and_status_configmap(&fixture).await;
+    step("API server restart");
     caches_recover_after_apiserver_restart(&fixture).await;
+    step("done");
 }
 
 async fn caches_follow_the_cluster(fixture: &Fixture) {
@@ -522,7 +533,14 @@ async fn evictions_respect_disruption_budgets(fixture: &Fixture) {
     )
     .await;
 
-    let refused = cluster.evict_pod(NAMESPACE, "guarded", 30).await;
+    // The refusal comes back as an answer, not after minutes of client-side 429 retries (the
+    // bound is a hang detector, far above a normal call).
+    let refused = tokio::time::timeout(
+        Duration::from_secs(30),
+        cluster.evict_pod(NAMESPACE, "guarded", 30),
+    )
+    .await
+    .expect("a refused eviction returns instead of being retried by the client");
     assert!(
         matches!(refused, Err(EvictionError::DisruptionBudget { ref pod, .. }) if pod == "apps/guarded"),
         "expected a PDB refusal, got {refused:?}"
