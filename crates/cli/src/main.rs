@@ -4,7 +4,12 @@
 //! what it decided; `explain` stops at one engine loop and says, pod by pod and group by group, why
 //! a scale-up did or did not happen, and node by node why scale-down removes it or not. Exit status: 0 when every expectation holds, 1 when one fails,
 //! 2 for an invalid scenario, invalid flags or any other error.
+//!
+//! `run` is the autoscaler against a live cluster, with the upstream flags (see `run.rs` and
+//! `flags.rs`); it is never the default, so `ferroscale` alone keeps asking for a subcommand.
 
+mod flags;
+mod run;
 mod source;
 
 use std::io::{IsTerminal, Write};
@@ -67,6 +72,16 @@ enum Command {
     /// long, or not removable and why (utilization, the blocking pod and its rule, min size,
     /// cooldown).
     Explain(ExplainArgs),
+    /// Run the autoscaler against a live cluster (upstream flag syntax; `run --help` lists them).
+    #[command(disable_help_flag = true)]
+    Run(RunArgs),
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Upstream Cluster Autoscaler flags, e.g. --cloud-provider=kwok --scan-interval=10s.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "FLAGS")]
+    flags: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -140,6 +155,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Explain(args) => explain_command(args),
+        Command::Run(args) => run_command(&args.flags),
     };
     match outcome {
         Ok(code) => code,
@@ -150,6 +166,20 @@ fn main() -> ExitCode {
                 eprintln!("error: {error:#}");
             }
             ExitCode::from(EXIT_INVALID)
+        }
+    }
+}
+
+fn run_command(arguments: &[String]) -> anyhow::Result<ExitCode> {
+    match flags::parse_run_flags(arguments) {
+        Ok(flags::RunCommand::Help) => {
+            println!("{}", flags::RUN_USAGE);
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(flags::RunCommand::Run(parsed)) => run::run(*parsed).map(|()| ExitCode::SUCCESS),
+        Err(problems) => {
+            eprintln!("error: {}", problems.replace('\n', "\nerror: "));
+            Ok(ExitCode::from(EXIT_INVALID))
         }
     }
 }

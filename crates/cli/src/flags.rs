@@ -1,0 +1,597 @@
+//! The flags of `ferroscale run`, in upstream syntax: `--flag=value`, `--flag value`, a single dash
+//! too, bare `--flag` for booleans, repeated flags for lists. Engine flags go through
+//! `AutoscalingOptions::set`; the flags of the process itself (provider, API access, HTTP address,
+//! leader election, logging, liveness) are parsed here. Known upstream flags that Ferroscale does
+//! not implement, and unknown flags, are refused all at once, by name.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ferroscale_core::{AutoscalingOptions, OptionError};
+use ferroscale_metrics::HealthLimits;
+use ferroscale_model::parse_go_duration;
+
+/// Upstream flags that Ferroscale does not implement: refused rather than silently ignored, so
+/// nobody believes a setting is in effect when it is not.
+pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
+    "add-dir-header",
+    "alsologtostderr",
+    "async-node-groups",
+    "aws-use-static-instance-list",
+    "bulk-mig-instances-listing-enabled",
+    "capacity-buffer-controller-enabled",
+    "capacity-buffer-pod-dry-run-enabled",
+    "capacity-buffer-pod-injection-enabled",
+    "capacity-quotas-enabled",
+    "check-capacity-batch-processing",
+    "check-capacity-processor-instance",
+    "check-capacity-provisioning-request-batch-timebox",
+    "check-capacity-provisioning-request-max-batch-size",
+    "cloud-provider-gce-l7lb-src-cidrs",
+    "cloud-provider-gce-lb-src-cidrs",
+    "cluster-name",
+    "cluster-snapshot-parallelism",
+    "clusterapi-cloud-config-authoritative",
+    "debugging-snapshot-enabled",
+    "drain-priority-config",
+    "dynamic-node-delete-delay-after-taint-enabled",
+    "emit-per-nodegroup-metrics",
+    "enable-csi-node-aware-scheduling",
+    "enable-dynamic-resource-allocation",
+    "enable-graceful-degradation",
+    "enable-proactive-scaleup",
+    "enable-provisioning-requests",
+    "fastpath-binpacking-enabled",
+    "feature-gates",
+    "frequent-loops-enabled",
+    "gce-concurrent-refreshes",
+    "gce-mig-instances-min-refresh-wait-time",
+    "grpc-expander-cert",
+    "grpc-expander-url",
+    "kube-api-content-type",
+    "kube-client-burst",
+    "kube-client-qps",
+    "kubernetes",
+    "log-backtrace-at",
+    "log-dir",
+    "log-file",
+    "log-file-max-size",
+    "log-flush-frequency",
+    "logging-format",
+    "max-node-skip-eval-time-tracker-enabled",
+    "node-deletion-batcher-interval",
+    "node-info-cache-expire-time",
+    "node-removal-latency-tracking-enabled",
+    "one-output",
+    "pending-pods-batching-timeout",
+    "pod-injection-limit",
+    "predicate-parallelism",
+    "profiling",
+    "provisioning-request-initial-backoff-time",
+    "provisioning-request-max-backoff-cache-size",
+    "provisioning-request-max-backoff-time",
+    "regional",
+    "salvo-scale-up",
+    "salvo-scale-up-budget",
+    "scale-down-candidates-pool-min-count",
+    "scale-down-candidates-pool-ratio",
+    "scale-down-non-empty-candidates-count",
+    "scaleup-simulation-for-skipped-node-groups-enabled",
+    "scheduler-config-file",
+    "scheduler-verbosity",
+    "skip-headers",
+    "skip-log-headers",
+    "stderrthreshold",
+    "user-agent",
+    "vmodule",
+];
+
+/// Providers upstream has that Ferroscale plans but has not built.
+const PLANNED_PROVIDERS: &[&str] = &["externalgrpc", "clusterapi", "exoscale"];
+
+/// The cloud provider to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloudProviderKind {
+    Kwok,
+}
+
+/// Leader election settings (`--leader-elect*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElectionFlags {
+    pub enabled: bool,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+    pub resource_name: String,
+}
+
+/// One static group of `--nodes=<min>:<max>:<name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticNodeGroup {
+    pub min: usize,
+    pub max: usize,
+    pub name: String,
+}
+
+/// Everything `ferroscale run` was told.
+#[derive(Debug, Clone)]
+pub struct RunFlags {
+    pub options: AutoscalingOptions,
+    pub cloud_provider: CloudProviderKind,
+    pub cloud_config: Option<PathBuf>,
+    pub kubeconfig: Option<PathBuf>,
+    pub address: SocketAddr,
+    pub leader_election: LeaderElectionFlags,
+    /// `--v`: 1 decisions and errors, 5 every provider call.
+    pub verbosity: u8,
+    pub health: HealthLimits,
+    pub static_node_groups: Vec<StaticNodeGroup>,
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub enum RunCommand {
+    Run(Box<RunFlags>),
+    Help,
+}
+
+/// Flags parsed here rather than by the engine's options.
+fn is_process_flag(flag: &str) -> bool {
+    matches!(
+        flag,
+        "address"
+            | "cloud-config"
+            | "kubeconfig"
+            | "v"
+            | "logtostderr"
+            | "leader-elect-lease-duration"
+            | "leader-elect-renew-deadline"
+            | "leader-elect-retry-period"
+            | "leader-elect-resource-name"
+            | "leader-elect-resource-namespace"
+            | "leader-elect-resource-lock"
+            | "max-inactivity"
+            | "max-failing-time"
+            | "max-startup-time"
+    )
+}
+
+/// Whether a flag is a boolean (a bare `--flag` means true and never takes the next argument).
+fn is_boolean(flag: &str) -> bool {
+    if flag == "logtostderr" {
+        return true;
+    }
+    if is_process_flag(flag) {
+        return false;
+    }
+    // A boolean engine flag accepts "true" and refuses anything that is not a boolean; string
+    // flags accept both, numeric and duration flags refuse both.
+    let mut probe = AutoscalingOptions::default();
+    probe.set(flag, "true").is_ok() && probe.set(flag, "not-a-boolean").is_err()
+}
+
+fn known_flag(flag: &str) -> bool {
+    is_process_flag(flag)
+        || !matches!(
+            AutoscalingOptions::default().set(flag, ""),
+            Err(OptionError::UnknownFlag { .. })
+        )
+}
+
+fn duration(flag: &str, value: &str) -> Result<Duration, String> {
+    parse_go_duration(value).map_err(|e| format!("invalid value {value:?} for flag --{flag}: {e}"))
+}
+
+fn parse_static_group(value: &str) -> Result<StaticNodeGroup, String> {
+    let invalid = |reason: &str| format!("invalid value {value:?} for flag --nodes: {reason}");
+    let mut parts = value.splitn(3, ':');
+    let (Some(min), Some(max), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(invalid("expected <min>:<max>:<name>"));
+    };
+    let min: usize = min
+        .trim()
+        .parse()
+        .map_err(|_| invalid("minimum is not a non-negative integer"))?;
+    let max: usize = max
+        .trim()
+        .parse()
+        .map_err(|_| invalid("maximum is not a non-negative integer"))?;
+    if max < min {
+        return Err(invalid("maximum must not be below the minimum"));
+    }
+    if name.trim().is_empty() {
+        return Err(invalid("the group name is empty"));
+    }
+    Ok(StaticNodeGroup {
+        min,
+        max,
+        name: name.trim().to_string(),
+    })
+}
+
+/// Splits the arguments into (flag, value) pairs in upstream syntax.
+fn split_arguments(args: &[String]) -> Result<Vec<(String, String)>, Vec<String>> {
+    let mut pairs = Vec::new();
+    let mut errors = Vec::new();
+    let mut index = 0;
+    while index < args.len() {
+        let argument = &args[index];
+        index += 1;
+        let Some(stripped) = argument
+            .strip_prefix("--")
+            .or_else(|| argument.strip_prefix('-'))
+            .filter(|s| !s.is_empty())
+        else {
+            errors.push(format!(
+                "unexpected argument {argument:?}: `ferroscale run` takes only flags"
+            ));
+            continue;
+        };
+        if let Some((flag, value)) = stripped.split_once('=') {
+            pairs.push((flag.to_string(), value.to_string()));
+        } else if matches!(stripped, "help" | "h") || is_boolean(stripped) || !known_flag(stripped)
+        {
+            // Unknown flags are reported later by name; do not swallow the next argument for them.
+            pairs.push((stripped.to_string(), "true".to_string()));
+        } else if let Some(value) = args.get(index) {
+            pairs.push((stripped.to_string(), value.clone()));
+            index += 1;
+        } else {
+            errors.push(format!("flag needs an argument: --{stripped}"));
+        }
+    }
+    if errors.is_empty() {
+        Ok(pairs)
+    } else {
+        Err(errors)
+    }
+}
+
+/// Parses the arguments after `run`. The error lists every problem found, one per line.
+pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
+    let pairs = split_arguments(args).map_err(|errors| errors.join("\n"))?;
+    if pairs.iter().any(|(flag, _)| flag == "help" || flag == "h") {
+        return Ok(RunCommand::Help);
+    }
+    let mut options = AutoscalingOptions::default();
+    let mut errors = Vec::new();
+    let mut unsupported = Vec::new();
+    let mut unknown = Vec::new();
+    let mut cloud_config = None;
+    let mut kubeconfig = None;
+    let mut address_text = ":8085".to_string();
+    let mut leader_election = LeaderElectionFlags {
+        enabled: true,
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+        resource_name: "cluster-autoscaler".to_string(),
+    };
+    let mut verbosity = 0u8;
+    let mut health = HealthLimits::default();
+    let mut static_node_groups = Vec::new();
+
+    for (flag, value) in &pairs {
+        let mut record = |result: Result<(), String>| {
+            if let Err(e) = result {
+                errors.push(e);
+            }
+        };
+        match flag.as_str() {
+            "address" => address_text = value.clone(),
+            "cloud-config" => {
+                cloud_config = Some(PathBuf::from(value)).filter(|p| !p.as_os_str().is_empty())
+            }
+            "kubeconfig" => {
+                kubeconfig = Some(PathBuf::from(value)).filter(|p| !p.as_os_str().is_empty())
+            }
+            "v" => record(value.trim().parse().map(|v| verbosity = v).map_err(|_| {
+                format!(
+                    "invalid value {value:?} for flag --v: expected a small non-negative integer"
+                )
+            })),
+            // Logs always go to standard error; only the default is accepted.
+            "logtostderr" => {
+                if !matches!(value.as_str(), "true" | "1" | "t" | "T" | "TRUE" | "True") {
+                    errors.push(format!("--logtostderr={value} is not supported: Ferroscale always logs to standard error"));
+                }
+            }
+            "leader-elect-lease-duration" => {
+                record(duration(flag, value).map(|d| leader_election.lease_duration = d))
+            }
+            "leader-elect-renew-deadline" => {
+                record(duration(flag, value).map(|d| leader_election.renew_deadline = d))
+            }
+            "leader-elect-retry-period" => {
+                record(duration(flag, value).map(|d| leader_election.retry_period = d))
+            }
+            "leader-elect-resource-name" => leader_election.resource_name = value.clone(),
+            // Upstream creates the lock in --namespace whatever this says (spec 1.1 step 3).
+            "leader-elect-resource-namespace" => {}
+            "leader-elect-resource-lock" => {
+                if value != "leases" {
+                    errors.push(format!("invalid value {value:?} for flag --leader-elect-resource-lock: only leases is supported"));
+                }
+            }
+            "max-inactivity" => record(duration(flag, value).map(|d| health.max_inactivity = d)),
+            "max-failing-time" => {
+                record(duration(flag, value).map(|d| health.max_failing_time = d))
+            }
+            "max-startup-time" => {
+                record(duration(flag, value).map(|d| health.max_startup_time = d))
+            }
+            "nodes" => match parse_static_group(value) {
+                Ok(group) => {
+                    static_node_groups.push(group);
+                    record(options.set(flag, value).map_err(|e| e.to_string()));
+                }
+                Err(e) => errors.push(e),
+            },
+            other if UNSUPPORTED_UPSTREAM_FLAGS.contains(&other) => {
+                unsupported.push(format!("--{other}"))
+            }
+            other => match options.set(other, value) {
+                Ok(()) => {}
+                Err(OptionError::UnknownFlag { flag }) => unknown.push(format!("--{flag}")),
+                Err(e) => errors.push(e.to_string()),
+            },
+        }
+    }
+    if !unsupported.is_empty() {
+        errors.push(format!(
+            "upstream flags not implemented by Ferroscale: {}",
+            unsupported.join(", ")
+        ));
+    }
+    if !unknown.is_empty() {
+        errors.push(format!("unknown flags: {}", unknown.join(", ")));
+    }
+    if let Err(e) = options.validate() {
+        errors.push(e.to_string());
+    }
+    leader_election.enabled = options.leader_elect;
+    let cloud_provider = match options.cloud_provider.as_str() {
+        "kwok" => Some(CloudProviderKind::Kwok),
+        "" => {
+            errors.push("--cloud-provider is required (built: kwok)".to_string());
+            None
+        }
+        planned if PLANNED_PROVIDERS.contains(&planned) => {
+            errors.push(format!(
+                "--cloud-provider={planned}: not built yet (built: kwok)"
+            ));
+            None
+        }
+        other => {
+            errors.push(format!(
+                "--cloud-provider={other}: not supported by Ferroscale (built: kwok)"
+            ));
+            None
+        }
+    };
+    let address = match ferroscale_metrics::parse_address(&address_text) {
+        Ok(address) => Some(address),
+        Err(e) => {
+            errors.push(e.to_string());
+            None
+        }
+    };
+    match (errors.is_empty(), cloud_provider, address) {
+        (true, Some(cloud_provider), Some(address)) => Ok(RunCommand::Run(Box::new(RunFlags {
+            options,
+            cloud_provider,
+            cloud_config,
+            kubeconfig,
+            address,
+            leader_election,
+            verbosity,
+            health,
+            static_node_groups,
+        }))),
+        _ => Err(errors.join("\n")),
+    }
+}
+
+pub const RUN_USAGE: &str = "\
+Usage: ferroscale run --cloud-provider=kwok [FLAGS]
+
+Runs the autoscaler against the cluster: every --scan-interval one loop of scale-up and
+scale-down decisions, carried out through the cloud provider and the Kubernetes API.
+Flags use the upstream Cluster Autoscaler's names and syntax (--flag=value or --flag value;
+repeat a flag for lists), for example:
+
+  --cloud-provider=kwok            the provider (externalgrpc, clusterapi, exoscale: not built yet)
+  --cloud-config=FILE              provider configuration (kwok: instead of its ConfigMap)
+  --kubeconfig=FILE                API access (default: in-cluster service account)
+  --namespace=kube-system          status ConfigMap, leader-election Lease
+  --address=:8085                  /metrics and /health-check
+  --scan-interval=10s              loop period
+  --leader-elect=true              and --leader-elect-lease-duration, -renew-deadline,
+                                   -retry-period, -resource-name
+  --v=1                            1: decisions and errors, 5: every provider call
+  --dry-run                        decide and report, change nothing
+
+Every engine flag of docs/flags (expander, scale-down-*, max-nodes-total, ...) is accepted.
+Upstream flags Ferroscale does not implement are refused by name.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &[&str]) -> Vec<String> {
+        text.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn parse(text: &[&str]) -> Result<RunFlags, String> {
+        match parse_run_flags(&args(text))? {
+            RunCommand::Run(flags) => Ok(*flags),
+            RunCommand::Help => Err("help".into()),
+        }
+    }
+
+    #[test]
+    fn upstream_syntax_forms_are_all_accepted() {
+        let flags = parse(&[
+            "--cloud-provider=kwok",
+            "--scan-interval",
+            "30s",
+            "-expander=priority,least-waste",
+            "--balance-similar-node-groups",
+            "--balancing-ignore-label=a",
+            "--balancing-ignore-label",
+            "b",
+            "--dry-run=true",
+            "--leader-elect=false",
+            "--leader-elect-lease-duration=20s",
+            "--v=5",
+            "--address=127.0.0.1:9999",
+            "--max-inactivity=5m",
+            "--nodes=0:10:pool-a",
+            "--logtostderr",
+        ])
+        .unwrap();
+        assert_eq!(flags.cloud_provider, CloudProviderKind::Kwok);
+        assert_eq!(flags.options.scan_interval, Duration::from_secs(30));
+        assert!(flags.options.balance_similar_node_groups);
+        assert_eq!(flags.options.balancing_ignore_labels, vec!["a", "b"]);
+        assert!(flags.options.dry_run);
+        assert!(!flags.leader_election.enabled);
+        assert_eq!(
+            flags.leader_election.lease_duration,
+            Duration::from_secs(20)
+        );
+        assert_eq!(flags.verbosity, 5);
+        assert_eq!(flags.address, "127.0.0.1:9999".parse().unwrap());
+        assert_eq!(flags.health.max_inactivity, Duration::from_secs(300));
+        assert_eq!(
+            flags.static_node_groups,
+            vec![StaticNodeGroup {
+                min: 0,
+                max: 10,
+                name: "pool-a".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn defaults_are_upstream_defaults() {
+        let flags = parse(&["--cloud-provider", "kwok"]).unwrap();
+        assert_eq!(flags.address, "0.0.0.0:8085".parse().unwrap());
+        assert!(flags.leader_election.enabled);
+        assert_eq!(flags.leader_election.resource_name, "cluster-autoscaler");
+        assert_eq!(flags.options.namespace, "kube-system");
+        assert_eq!(flags.health, HealthLimits::default());
+    }
+
+    #[test]
+    fn unsupported_and_unknown_flags_are_named_together() {
+        let err = parse(&[
+            "--cloud-provider=kwok",
+            "--profiling",
+            "--kube-client-qps=50",
+            "--no-such-flag=1",
+            "--also-not-a-flag",
+        ])
+        .unwrap_err();
+        assert!(
+            err.contains("not implemented by Ferroscale: --profiling, --kube-client-qps"),
+            "{err}"
+        );
+        assert!(
+            err.contains("unknown flags: --no-such-flag, --also-not-a-flag"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn providers_are_checked() {
+        for (provider, expected) in [
+            ("externalgrpc", "not built yet"),
+            ("clusterapi", "not built yet"),
+            ("exoscale", "not built yet"),
+            ("gce", "not supported"),
+        ] {
+            let err = parse(&[&format!("--cloud-provider={provider}")]).unwrap_err();
+            assert!(err.contains(provider) && err.contains(expected), "{err}");
+        }
+        let err = parse(&["--scan-interval=10s"]).unwrap_err();
+        assert!(err.contains("--cloud-provider is required"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_flag_and_value() {
+        for (argument, expected) in [
+            ("--scan-interval=soon", "\"soon\""),
+            ("--nodes=5:1:g", "\"5:1:g\""),
+            ("--nodes=1:5", "<min>:<max>:<name>"),
+            ("--address=8085", "\"8085\""),
+            ("--v=loud", "\"loud\""),
+            ("--leader-elect-retry-period=2", "\"2\""),
+            ("--leader-elect-resource-lock=endpoints", "\"endpoints\""),
+        ] {
+            let err = parse(&["--cloud-provider=kwok", argument]).unwrap_err();
+            assert!(err.contains(expected), "{argument}: {err}");
+        }
+        let err = parse(&["--cloud-provider=kwok", "--scan-interval"]).unwrap_err();
+        assert!(err.contains("needs an argument: --scan-interval"), "{err}");
+        let err = parse(&["--cloud-provider=kwok", "stray"]).unwrap_err();
+        assert!(err.contains("\"stray\""), "{err}");
+    }
+
+    #[test]
+    fn a_bare_boolean_does_not_swallow_the_next_flag() {
+        let flags = parse(&["--dry-run", "--cloud-provider", "kwok"]).unwrap();
+        assert!(flags.options.dry_run);
+        assert!(matches!(
+            parse_run_flags(&args(&["--help"])),
+            Ok(RunCommand::Help)
+        ));
+    }
+
+    /// Every plain manifest and the chart's metadata parse as YAML, and the Deployment's
+    /// arguments are flags `ferroscale run` accepts. (The chart's templates are Go templates, not
+    /// YAML, until Helm renders them.)
+    #[test]
+    fn deploy_manifests_parse_and_their_flags_are_accepted() {
+        let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+        let mut files = vec![
+            deploy.join("helm/ferroscale/Chart.yaml"),
+            deploy.join("helm/ferroscale/values.yaml"),
+        ];
+        let mut manifests: Vec<_> = std::fs::read_dir(deploy.join("manifests"))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        manifests.sort();
+        assert!(manifests.len() >= 3, "{manifests:?}");
+        files.extend(manifests);
+        let mut deployment_args = None;
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            for document in serde_yaml_ng::Deserializer::from_str(&text) {
+                use serde::Deserialize;
+                let value = serde_yaml_ng::Value::deserialize(document)
+                    .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                if value.get("kind").and_then(|k| k.as_str()) == Some("Deployment") {
+                    let args = &value["spec"]["template"]["spec"]["containers"][0]["args"];
+                    deployment_args = Some(
+                        args.as_sequence()
+                            .unwrap()
+                            .iter()
+                            .map(|a| a.as_str().unwrap().to_string())
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
+        }
+        let args = deployment_args.expect("a Deployment in deploy/manifests");
+        assert_eq!(args.first().map(String::as_str), Some("run"));
+        let flags = match parse_run_flags(&args[1..]) {
+            Ok(RunCommand::Run(flags)) => flags,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(flags.cloud_provider, CloudProviderKind::Kwok);
+        assert_eq!(flags.address.port(), 8085);
+    }
+}

@@ -1,0 +1,297 @@
+//! `ferroscale run`: the autoscaler against a live cluster. Wiring only — every decision is the
+//! engine's (`Autoscaler::run_once`); this module builds the cloud provider, the watch caches and
+//! `KubeCluster`, serves `/metrics` and `/health-check`, holds the leader-election Lease, runs one
+//! iteration every `--scan-interval`, and shuts down cleanly on SIGTERM or SIGINT (spec 1.1-1.5).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow};
+use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, Stopwatch};
+use ferroscale_core::cloud::CloudProvider;
+use ferroscale_core::kubernetes::ClusterApi;
+use ferroscale_kube::{
+    CacheConfig, ClusterCaches, KubeCluster, KubeClusterConfig, LeaderElectionConfig, LeaderElector,
+};
+use ferroscale_metrics::{AutoscalerMetrics, HealthCheck};
+use ferroscale_model::Timestamp;
+use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
+use tokio::sync::Notify;
+
+use crate::flags::{CloudProviderKind, RunFlags};
+
+/// How long the watch caches may take for their first list before start-up fails.
+const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn system_now() -> Timestamp {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    Timestamp(millis)
+}
+
+/// Wall-clock time of the engine's pure planning calls.
+struct WallStopwatch(Instant);
+
+impl Stopwatch for WallStopwatch {
+    fn elapsed_millis(&self) -> f64 {
+        self.0.elapsed().as_secs_f64() * 1000.0
+    }
+}
+
+/// `--v` to a tracing filter: 0 warnings, 1-4 decisions and errors, 5+ every provider call.
+/// `RUST_LOG`, when set, wins.
+pub fn init_logging(verbosity: u8) {
+    let level = match verbosity {
+        0 => "warn",
+        1..=4 => "info",
+        5..=8 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // A second initialisation (tests) is harmless; keep the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Runs until a signal or a fatal error.
+pub fn run(flags: RunFlags) -> anyhow::Result<()> {
+    init_logging(flags.verbosity);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run_async(flags))
+}
+
+async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
+    let options = flags.options.clone();
+    let metrics = AutoscalerMetrics::new().context("building the metrics registry")?;
+    metrics.set_limits(&options);
+    let health = Arc::new(Mutex::new(HealthCheck::new(flags.health)));
+    let listener = ferroscale_metrics::bind(flags.address).await?;
+    tracing::info!(address = %flags.address, "serving /metrics and /health-check");
+    let server = tokio::spawn(ferroscale_metrics::serve(
+        listener,
+        metrics.clone(),
+        Arc::clone(&health),
+        Arc::new(system_now),
+    ));
+
+    let shutdown = Arc::new(Notify::new());
+    let stopping = Arc::new(AtomicBool::new(false));
+    tokio::spawn(wait_for_signal(
+        Arc::clone(&shutdown),
+        Arc::clone(&stopping),
+    ));
+
+    let environment = KwokEnvironment::from_process();
+    let client_config = environment
+        .client_config(flags.kubeconfig.as_deref())
+        .await?;
+    let client =
+        kube::Client::try_from(client_config.clone()).context("building the Kubernetes client")?;
+
+    if !flags.static_node_groups.is_empty() {
+        tracing::warn!("--nodes is ignored by the kwok provider: its groups come from templates");
+    }
+    if !options.node_group_auto_discovery.is_empty() {
+        tracing::warn!("--node-group-auto-discovery is ignored by the kwok provider");
+    }
+    let provider: Arc<dyn CloudProvider> = match flags.cloud_provider {
+        CloudProviderKind::Kwok => {
+            // The provider's ConfigMaps live in the pod's namespace; outside a pod, --namespace.
+            let namespace = environment
+                .namespace
+                .clone()
+                .unwrap_or_else(|| options.namespace.clone());
+            let source = match &flags.cloud_config {
+                Some(path) => ConfigSource::File(path.clone()),
+                None => ConfigSource::ConfigMap {
+                    namespace: namespace.clone(),
+                    name: environment.configmap.clone(),
+                },
+            };
+            let provider = KwokProvider::build(client.clone(), &source, Some(&namespace))
+                .await
+                .context("building the kwok cloud provider")?;
+            tracing::info!(groups = provider.groups().len(), "kwok provider ready");
+            Arc::new(provider)
+        }
+    };
+
+    let caches = ClusterCaches::start(client.clone(), &CacheConfig::new(&options.namespace));
+    tokio::select! {
+        synced = caches.wait_until_ready(CACHE_SYNC_TIMEOUT) => synced?,
+        () = shutdown.notified() => return Ok(()),
+    }
+    let mut cluster_config = KubeClusterConfig::new(&options.namespace);
+    cluster_config.status_configmap = options.status_config_map_name.clone();
+    let cluster = KubeCluster::new(&client_config, caches, cluster_config)
+        .context("building the cluster API")?;
+
+    let seed = u64::try_from(system_now().0).unwrap_or_default();
+    let mut autoscaler = Autoscaler::new(options.clone(), seed);
+    let work = autoscale(
+        &mut autoscaler,
+        provider.as_ref(),
+        &cluster,
+        &metrics,
+        &health,
+        &shutdown,
+        &stopping,
+    );
+    let result = if flags.leader_election.enabled {
+        let mut election = LeaderElectionConfig::new(&options.namespace);
+        election.lease_name = flags.leader_election.resource_name.clone();
+        election.lease_duration = flags.leader_election.lease_duration;
+        election.renew_deadline = flags.leader_election.renew_deadline;
+        election.retry_period = flags.leader_election.retry_period;
+        let elector = LeaderElector::new(client.clone(), election);
+        tracing::info!(identity = elector.identity(), "waiting for leadership");
+        let led = tokio::select! {
+            led = elector.run_while_leader(work) => led,
+            () = wait_until_stopping_before_leading(&shutdown, &stopping, &elector) => Ok(()),
+        };
+        if let Err(error) = elector.release().await {
+            tracing::warn!(%error, "releasing the lease");
+        }
+        // Losing the lease ends the process with an error, as upstream does.
+        led.map_err(|lost| anyhow!(lost))
+    } else {
+        work.await;
+        Ok(())
+    };
+    if let Err(error) = autoscaler.shutdown(provider.as_ref(), &cluster).await {
+        tracing::warn!(%error, "shutdown clean-up");
+    }
+    server.abort();
+    result
+}
+
+/// Before leadership is acquired a signal ends the process at once; once leading, the loop
+/// itself finishes its iteration and returns.
+async fn wait_until_stopping_before_leading(
+    shutdown: &Notify,
+    stopping: &AtomicBool,
+    elector: &LeaderElector,
+) {
+    loop {
+        shutdown.notified().await;
+        if stopping.load(Ordering::SeqCst) && !elector.is_leader() {
+            return;
+        }
+    }
+}
+
+async fn wait_for_signal(shutdown: Arc<Notify>, stopping: Arc<AtomicBool>) {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {},
+                    _ = terminate.recv() => {},
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; SIGINT only");
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("signal received: finishing the current iteration and shutting down");
+    stopping.store(true, Ordering::SeqCst);
+    shutdown.notify_waiters();
+}
+
+/// The main loop: one iteration per `--scan-interval` (measured from each iteration's start) until
+/// a signal arrives; an iteration in progress always completes.
+async fn autoscale(
+    autoscaler: &mut Autoscaler,
+    provider: &dyn CloudProvider,
+    cluster: &dyn ClusterApi,
+    metrics: &AutoscalerMetrics,
+    health: &Mutex<HealthCheck>,
+    shutdown: &Notify,
+    stopping: &AtomicBool,
+) {
+    let scan_interval = autoscaler.options().scan_interval;
+    let lock_health = || {
+        health
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    };
+    lock_health().start_monitoring(system_now());
+    while !stopping.load(Ordering::SeqCst) {
+        let started = Instant::now();
+        let now = system_now();
+        lock_health().record_activity(now);
+        let outcome = autoscaler
+            .run_once(provider, cluster, now, &WallStopwatch(Instant::now()))
+            .await;
+        let took = started.elapsed();
+        metrics.record_loop(&outcome, autoscaler.options(), took);
+        if outcome.error.is_none() {
+            lock_health().record_success(system_now());
+        }
+        log_outcome(&outcome, took);
+        let wait = scan_interval.saturating_sub(took);
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = shutdown.notified() => {}
+        }
+    }
+}
+
+/// `--v=1`: what was decided and what failed.
+fn log_outcome(outcome: &LoopOutcome, took: Duration) {
+    if let Some(error) = &outcome.error {
+        tracing::error!(%error, "iteration failed");
+        return;
+    }
+    if let Some(reason) = &outcome.ended_early {
+        tracing::info!(?reason, "iteration ended early");
+    }
+    for action in &outcome.planned_actions {
+        if outcome.dry_run {
+            tracing::info!(?action, "dry run: would act");
+        } else {
+            tracing::info!(?action, "acted");
+        }
+    }
+    for (action, error) in &outcome.action_errors {
+        tracing::error!(?action, %error, "action failed");
+    }
+    if let Some(execution) = &outcome.scale_up_execution {
+        for (increase, error) in &execution.failed {
+            tracing::error!(group = %increase.group_id, %error, "scale-up failed");
+        }
+    }
+    for failed in &outcome.failed_deletions {
+        tracing::error!(node = %failed.node, group = %failed.group_id, reason = %failed.reason, "node deletion abandoned");
+    }
+    for deleted in &outcome.deleted_nodes {
+        tracing::info!(node = %deleted.node, group = %deleted.group_id, "node removed");
+    }
+    if let Some(error) = &outcome.status_error {
+        tracing::error!(%error, "writing the status ConfigMap");
+    }
+    tracing::debug!(
+        took_ms = took.as_millis() as u64,
+        decide_ms = outcome.decide_millis,
+        pending = outcome.pending_pods.len(),
+        "iteration done"
+    );
+}
