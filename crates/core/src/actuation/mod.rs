@@ -282,6 +282,29 @@ impl ActuationProgress {
         });
     }
 
+    /// A deletion that will not happen: `ScaleDownFailed` on the node, a report, and the failure
+    /// the loop records.
+    fn fail(&mut self, at: Timestamp, deletion: &NodeDeletion, reason: String, cloud_error: bool) {
+        self.events.push(Event::warning(
+            EventObject::Node(deletion.node.name.clone()),
+            reasons::SCALE_DOWN_FAILED,
+            reason.clone(),
+        ));
+        self.report(
+            at,
+            deletion,
+            ActuationStep::Failed {
+                reason: reason.clone(),
+            },
+        );
+        self.failed.push(FailedDeletion {
+            node: deletion.node.name.clone(),
+            group_id: deletion.group_id.clone(),
+            reason,
+            cloud_error,
+        });
+    }
+
     fn extend(&mut self, other: ActuationProgress) {
         self.reports.extend(other.reports);
         self.events.extend(other.events);
@@ -380,24 +403,7 @@ impl DeletionTracker {
             for (request, error) in &errors {
                 let reason =
                     format!("failed to mark the node as toBeDeleted/unschedulable: {error}");
-                progress.events.push(Event::warning(
-                    EventObject::Node(request.node.name.clone()),
-                    reasons::SCALE_DOWN_FAILED,
-                    reason.clone(),
-                ));
-                progress.report(
-                    now,
-                    request,
-                    ActuationStep::Failed {
-                        reason: reason.clone(),
-                    },
-                );
-                progress.failed.push(FailedDeletion {
-                    node: request.node.name.clone(),
-                    group_id: request.group_id.clone(),
-                    reason,
-                    cloud_error: false,
-                });
+                progress.fail(now, request, reason, false);
             }
             for request in tainted {
                 let reason = "another node of the batch could not be tainted".to_string();
@@ -616,24 +622,7 @@ impl DeletionTracker {
                     options.cordon_node_before_terminating,
                 )
                 .await;
-            progress.events.push(Event::warning(
-                EventObject::Node(request.node.name.clone()),
-                reasons::SCALE_DOWN_FAILED,
-                reason.clone(),
-            ));
-            progress.report(
-                now,
-                request,
-                ActuationStep::Failed {
-                    reason: reason.clone(),
-                },
-            );
-            progress.failed.push(FailedDeletion {
-                node: request.node.name.clone(),
-                group_id: request.group_id.clone(),
-                reason: reason.clone(),
-                cloud_error: *cloud_error,
-            });
+            progress.fail(now, request, reason.clone(), *cloud_error);
         }
 
         let finished: HashSet<usize> = deleted

@@ -299,6 +299,26 @@ impl Autoscaler {
     }
 
     /// Records what actuation did in the registry and the scale-down state.
+    /// Act on a plan of group increases (scale-up or min-size enforcement): resize through the
+    /// cloud, then register each success as a scale-up request and a scale-down cooldown start.
+    async fn execute_increases(
+        &mut self,
+        plan: &ScaleUpPlan,
+        groups: &[Arc<dyn NodeGroup>],
+        now: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> ScaleUpExecution {
+        let execution = execute_scale_up(plan, groups, &mut self.backoff, now, &self.options).await;
+        for increase in &execution.succeeded {
+            self.registry
+                .register_scale_up(&increase.group_id, increase.delta(), now);
+            self.scale_down_state
+                .record_scale_up(&increase.group_id, now);
+        }
+        events.extend(execution.events.iter().cloned());
+        execution
+    }
+
     fn absorb(&mut self, progress: &ActuationProgress, now: Timestamp) {
         for done in &progress.completed {
             self.registry
@@ -728,21 +748,9 @@ impl Autoscaler {
             });
         }
         if !dry_run {
-            let execution = execute_scale_up(
-                &plan,
-                &gathered.groups,
-                &mut self.backoff,
-                now,
-                &self.options,
-            )
-            .await;
-            for increase in &execution.succeeded {
-                self.registry
-                    .register_scale_up(&increase.group_id, increase.delta(), now);
-                self.scale_down_state
-                    .record_scale_up(&increase.group_id, now);
-            }
-            events.extend(execution.events.iter().cloned());
+            let execution = self
+                .execute_increases(&plan, &gathered.groups, now, events)
+                .await;
             outcome.scale_up_execution = Some(execution);
         }
         let skip_scale_down = plan.skip_scale_down_this_loop;
@@ -800,21 +808,9 @@ impl Autoscaler {
                 });
             }
             if !dry_run {
-                let execution = execute_scale_up(
-                    &min_plan,
-                    &gathered.groups,
-                    &mut self.backoff,
-                    now,
-                    &self.options,
-                )
-                .await;
-                for increase in &execution.succeeded {
-                    self.registry
-                        .register_scale_up(&increase.group_id, increase.delta(), now);
-                    self.scale_down_state
-                        .record_scale_up(&increase.group_id, now);
-                }
-                events.extend(execution.events.iter().cloned());
+                let execution = self
+                    .execute_increases(&min_plan, &gathered.groups, now, events)
+                    .await;
                 outcome.min_size_execution = Some(execution);
             }
             outcome.min_size_enforcement = Some(min_plan);
