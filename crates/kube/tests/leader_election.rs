@@ -98,10 +98,24 @@ async fn one_candidate_leads_and_the_other_takes_over_when_it_stops() {
 
     // B leads in run_while_leader; someone overwrites the lease (as a rival that won it would).
     // B must notice and report lost leadership rather than keep working.
+    // The guarded work signals when it starts, i.e. once B has (re)acquired the lease and is
+    // renewing it: only then is the lease taken away, otherwise B would merely wait to acquire.
+    let (working_tx, working_rx) = tokio::sync::oneshot::channel::<()>();
     let leading_second = {
         let second = Arc::clone(&second);
-        tokio::spawn(async move { second.run_while_leader(std::future::pending::<()>()).await })
+        tokio::spawn(async move {
+            second
+                .run_while_leader(async move {
+                    let _ = working_tx.send(());
+                    std::future::pending::<()>().await
+                })
+                .await
+        })
     };
+    tokio::time::timeout(WAIT_LIMIT, working_rx)
+        .await
+        .expect("B started working as leader")
+        .expect("B's work signalled");
     let mut lease = leases.get("cluster-autoscaler").await.expect("lease");
     if let Some(spec) = lease.spec.as_mut() {
         spec.holder_identity = Some("usurper".to_string());
