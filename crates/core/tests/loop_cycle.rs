@@ -5,36 +5,11 @@ mod loop_fakes;
 
 use std::time::Duration;
 
-use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, NoStopwatch};
+use ferroscale_core::autoscaler::Autoscaler;
 use ferroscale_core::events::reasons;
 use ferroscale_core::options::AutoscalingOptions;
 use ferroscale_model::pod::SAFE_TO_EVICT;
-use ferroscale_model::{ConditionStatus, Pod, PodCondition, Resources, Timestamp};
-use futures::executor::block_on;
 use loop_fakes::*;
-
-fn run(
-    autoscaler: &mut Autoscaler,
-    cloud: &FakeCloud,
-    cluster: &FakeCluster,
-    now: Timestamp,
-) -> LoopOutcome {
-    block_on(autoscaler.run_once(cloud, cluster, now, &NoStopwatch))
-}
-
-fn pending_pod(name: &str, cpu_milli: i64, created: Timestamp) -> Pod {
-    let mut pod = pod_on(name, "x", cpu_milli);
-    pod.node_name = None;
-    pod.phase = ferroscale_model::PodPhase::Pending;
-    pod.creation_time = created;
-    pod.requests = Resources::new(cpu_milli, 1 << 30);
-    pod.scheduled_condition = Some(PodCondition {
-        status: ConditionStatus::False,
-        reason: "Unschedulable".into(),
-        last_transition: Some(created),
-    });
-    pod
-}
 
 fn cluster_with_one_node() -> (CallLog, FakeCloud, FakeCluster) {
     let log = CallLog::default();

@@ -3,38 +3,13 @@
 
 mod loop_fakes;
 
-use ferroscale_core::autoscaler::{Autoscaler, EarlyEnd, LoopOutcome, NoStopwatch, PlannedAction};
+use ferroscale_core::autoscaler::{Autoscaler, EarlyEnd, LoopOutcome, PlannedAction};
 use ferroscale_core::events::reasons;
 use ferroscale_core::options::AutoscalingOptions;
 use ferroscale_model::taints::TO_BE_DELETED;
-use ferroscale_model::{
-    ConditionStatus, Pod, PodCondition, Resources, Taint, TaintEffect, Timestamp,
-};
+use ferroscale_model::{ConditionStatus, Taint, TaintEffect};
 use futures::executor::block_on;
 use loop_fakes::*;
-
-fn run(
-    autoscaler: &mut Autoscaler,
-    cloud: &FakeCloud,
-    cluster: &FakeCluster,
-    now: Timestamp,
-) -> LoopOutcome {
-    block_on(autoscaler.run_once(cloud, cluster, now, &NoStopwatch))
-}
-
-fn pending_pod(name: &str, cpu_milli: i64, created: Timestamp) -> Pod {
-    let mut pod = pod_on(name, "x", cpu_milli);
-    pod.node_name = None;
-    pod.phase = ferroscale_model::PodPhase::Pending;
-    pod.creation_time = created;
-    pod.requests = Resources::new(cpu_milli, 1 << 30);
-    pod.scheduled_condition = Some(PodCondition {
-        status: ConditionStatus::False,
-        reason: "Unschedulable".into(),
-        last_transition: Some(created),
-    });
-    pod
-}
 
 /// A cloud with group `pool` (0..10) holding `ready` Ready nodes and `unready` NotReady nodes, all
 /// old enough to be past their start-up time.

@@ -405,3 +405,37 @@ pub fn calls(log: &CallLog, prefix: &str) -> Vec<String> {
 pub fn t(secs: i64) -> Timestamp {
     Timestamp::from_secs(secs)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Driving the loop
+// ---------------------------------------------------------------------------------------------
+
+/// One `run_once` at `now`, without measuring Decide time.
+pub fn run(
+    autoscaler: &mut ferroscale_core::autoscaler::Autoscaler,
+    cloud: &FakeCloud,
+    cluster: &FakeCluster,
+    now: Timestamp,
+) -> ferroscale_core::autoscaler::LoopOutcome {
+    futures::executor::block_on(autoscaler.run_once(
+        cloud,
+        cluster,
+        now,
+        &ferroscale_core::autoscaler::NoStopwatch,
+    ))
+}
+
+/// A pod of ReplicaSet `web` that the scheduler marked unschedulable at `created`.
+pub fn pending_pod(name: &str, cpu_milli: i64, created: Timestamp) -> Pod {
+    let mut pod = pod_on(name, "x", cpu_milli);
+    pod.node_name = None;
+    pod.phase = PodPhase::Pending;
+    pod.creation_time = created;
+    pod.requests = Resources::new(cpu_milli, 1 << 30);
+    pod.scheduled_condition = Some(ferroscale_model::PodCondition {
+        status: ferroscale_model::ConditionStatus::False,
+        reason: "Unschedulable".into(),
+        last_transition: Some(created),
+    });
+    pod
+}
