@@ -273,3 +273,30 @@ async fn answers_and_errors_arrive_as_the_server_sent_them() {
     assert_eq!(missing.code(), Code::Unknown);
     assert_eq!(missing.message(), "node group not found");
 }
+
+#[test]
+fn descriptor_set_describes_the_service_under_the_upstream_file_name() {
+    use prost::Message;
+    let set =
+        prost_types::FileDescriptorSet::decode(ferroscale_externalgrpc_proto::FILE_DESCRIPTOR_SET)
+            .unwrap();
+    let schema = set
+        .file
+        .iter()
+        .find(|file| file.name() == "cloudprovider/externalgrpc/protos/externalgrpc.proto")
+        .expect("the schema file is in the set");
+    assert_eq!(
+        schema.package(),
+        "clusterautoscaler.cloudprovider.v1.externalgrpc"
+    );
+    let service = &schema.service[0];
+    assert_eq!(service.name(), "CloudProvider");
+    assert_eq!(service.method.len(), 15);
+    // The imports travel along, so a reflection client can resolve every type.
+    for import in &schema.dependency {
+        assert!(
+            set.file.iter().any(|file| file.name() == import),
+            "{import}"
+        );
+    }
+}
