@@ -5,6 +5,7 @@ mod loop_fakes;
 
 use std::time::Duration;
 
+use ferroscale_core::actuation::ActuationStep;
 use ferroscale_core::autoscaler::Autoscaler;
 use ferroscale_core::events::reasons;
 use ferroscale_core::options::AutoscalingOptions;
@@ -31,7 +32,11 @@ fn a_scale_up_then_scale_down_cycle_over_several_iterations() {
 
     // Scale-up.
     let mut now = t(100);
-    run(&mut autoscaler, &cloud, &cluster, now);
+    let scaled = run(&mut autoscaler, &cloud, &cluster, now);
+    assert!(
+        scaled.acted(),
+        "a scale-up makes the next loop start at once"
+    );
     assert_eq!(
         calls(&log, "cloud.increase_size"),
         vec!["cloud.increase_size pool 1"]
@@ -50,20 +55,32 @@ fn a_scale_up_then_scale_down_cycle_over_several_iterations() {
         burst.phase = ferroscale_model::PodPhase::Running;
         burst.scheduled_condition = None;
     }
-    run(&mut autoscaler, &cloud, &cluster, now);
+    let bound = run(&mut autoscaler, &cloud, &cluster, now);
+    assert!(
+        !bound.acted(),
+        "a loop that changed nothing waits for the scan interval"
+    );
 
     // The burst ends; the new node is empty and, after the cooldowns, removed.
     cluster.state().pods.remove("default/burst");
     let mut deleted_at = None;
+    let mut deletions_started = 0;
     for _ in 0..200 {
         now = now + Duration::from_secs(10);
         let outcome = run(&mut autoscaler, &cloud, &cluster, now);
+        let tainted = outcome
+            .actuation
+            .iter()
+            .any(|report| matches!(report.step, ActuationStep::Tainted));
+        assert_eq!(outcome.acted(), tainted, "only starting a deletion counts");
+        deletions_started += usize::from(tainted);
         if !outcome.deleted_nodes.is_empty() {
             deleted_at = Some(now);
             break;
         }
     }
     let deleted_at = deleted_at.expect("the empty node is eventually deleted");
+    assert_eq!(deletions_started, 1);
     assert_eq!(
         calls(&log, "cloud.delete_nodes"),
         vec!["cloud.delete_nodes pool n-new"]

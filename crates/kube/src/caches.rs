@@ -17,7 +17,9 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use ferroscale_core::kubernetes::{ClusterObjects, WorkloadController};
-use ferroscale_model::{DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass};
+use ferroscale_model::{
+    DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass, Timestamp,
+};
 use ferroscale_objects::{
     ConvertError, PriorityClasses, daemonset_from_k8s, namespace_from_k8s, node_from_k8s,
     pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
@@ -223,6 +225,9 @@ struct Stores {
     priority_expander: KindStore<Option<String>>,
     /// Name → value, rebuilt whenever a PriorityClass changes; pods are converted with it.
     priority_classes: RwLock<PriorityClasses>,
+    /// Signalled when the pod watch reports a pod the scheduler has just found no node for; holds
+    /// at most one wake-up until the loop takes it.
+    unschedulable_pod: tokio::sync::Notify,
 }
 
 impl Stores {
@@ -239,6 +244,7 @@ impl Stores {
             namespaces: KindStore::new("Namespace"),
             priority_class_objects: KindStore::new("PriorityClass"),
             priority_expander: KindStore::new("ConfigMap"),
+            unschedulable_pod: tokio::sync::Notify::new(),
             priority_classes: RwLock::new(PriorityClasses::default()),
         }
     }
@@ -320,7 +326,13 @@ impl ClusterCaches {
             all.clone(),
             &stores,
             |s| &s.pods,
-            |stores, pod| pod_from_k8s(pod, &stores.priority_classes()).map(Arc::new),
+            |stores, pod| {
+                let pod = pod_from_k8s(pod, &stores.priority_classes())?;
+                if is_freshly_unschedulable(&pod, system_now()) {
+                    stores.unschedulable_pod.notify_one();
+                }
+                Ok(Arc::new(pod))
+            },
         ));
         tasks.push(spawn_watch(
             Api::<policy::PodDisruptionBudget>::all(client.clone()),
@@ -524,10 +536,42 @@ impl ClusterCaches {
         (pod_uids, node_uids)
     }
 
+    /// Completes when the pod watch has reported an unbound pod that the scheduler marked
+    /// `Unschedulable` less than [`FRESH_UNSCHEDULABLE`] ago (spec 1.2). A report that arrives
+    /// while nobody waits is kept, one at most, for the next call.
+    pub async fn unschedulable_pod_seen(&self) {
+        self.stores.unschedulable_pod.notified().await;
+    }
+
     /// Converts a pod read outside the watch (a live GET) with the cached priority classes.
     pub(crate) fn convert_pod(&self, pod: &core::Pod) -> Result<Pod, ConvertError> {
         pod_from_k8s(pod, &self.stores.priority_classes())
     }
+}
+
+/// How recent a pod's `PodScheduled=False/Unschedulable` transition must be to wake the loop:
+/// older ones were already seen by an earlier iteration (spec 1.2).
+pub const FRESH_UNSCHEDULABLE: Duration = Duration::from_secs(10);
+
+fn system_now() -> Timestamp {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    Timestamp(millis)
+}
+
+/// An unbound, live pod whose scheduling failed within [`FRESH_UNSCHEDULABLE`] of `now`. A
+/// condition without a transition time counts as fresh: waking once too often costs one loop.
+fn is_freshly_unschedulable(pod: &Pod, now: Timestamp) -> bool {
+    if pod.is_bound() || pod.is_terminal() || !pod.is_marked_unschedulable() {
+        return false;
+    }
+    let changed = pod
+        .scheduled_condition
+        .as_ref()
+        .and_then(|condition| condition.last_transition);
+    changed.is_none_or(|changed| now.since(changed) < FRESH_UNSCHEDULABLE)
 }
 
 /// A workload controller as the drain rules see it.
@@ -586,4 +630,44 @@ where
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroscale_model::{ConditionStatus, PodCondition, PodPhase};
+
+    fn unschedulable(changed: Option<Timestamp>) -> Pod {
+        Pod {
+            scheduled_condition: Some(PodCondition {
+                status: ConditionStatus::False,
+                reason: "Unschedulable".to_string(),
+                last_transition: changed,
+            }),
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn only_a_recent_unschedulable_verdict_on_a_live_unbound_pod_wakes_the_loop() {
+        let now = Timestamp::from_secs(1_000);
+        assert!(is_freshly_unschedulable(
+            &unschedulable(Some(Timestamp::from_secs(995))),
+            now
+        ));
+        assert!(is_freshly_unschedulable(&unschedulable(None), now));
+        assert!(
+            !is_freshly_unschedulable(&unschedulable(Some(Timestamp::from_secs(985))), now),
+            "a verdict older than 10 s was seen by an earlier loop"
+        );
+        let mut bound = unschedulable(Some(now));
+        bound.node_name = Some("n1".to_string());
+        assert!(!is_freshly_unschedulable(&bound, now));
+        let mut finished = unschedulable(Some(now));
+        finished.phase = PodPhase::Failed;
+        assert!(!is_freshly_unschedulable(&finished, now));
+        let mut waiting = unschedulable(Some(now));
+        waiting.scheduled_condition = None;
+        assert!(!is_freshly_unschedulable(&waiting, now));
+    }
 }

@@ -342,6 +342,12 @@ impl AutoscalerMetrics {
             return;
         }
         activity("mainSuccessful");
+        for (function, millis) in &outcome.function_millis {
+            self.observe_function(function, Duration::from_secs_f64(millis.max(0.0) / 1000.0));
+        }
+        if let Some(resources) = outcome.cluster_resources {
+            self.set_cluster_resources(resources.cores, resources.memory_bytes);
+        }
 
         let state = &outcome.cluster_state;
         self.cluster_safe_to_autoscale
@@ -496,6 +502,7 @@ fn as_gauge(count: usize) -> i64 {
 mod tests {
     use super::*;
     use ferroscale_core::actuation::{ActuationReport, CompletedDeletion};
+    use ferroscale_core::autoscaler::ClusterResources;
     use ferroscale_core::cloud::CloudError;
     use ferroscale_core::scale_down::{
         ScaleDownPlan, ScaleDownState, ScaleDownStatus, UnremovableNode,
@@ -569,6 +576,11 @@ mod tests {
             utilization: None,
         });
         outcome.scale_down = Some(plan);
+        outcome.cluster_resources = Some(ClusterResources {
+            cores: 12.5,
+            memory_bytes: 3.0e10,
+        });
+        outcome.function_millis = vec![("scaleUp", 40.0), ("findUnneeded", 10.0)];
         metrics.record_loop(&outcome, &options, Duration::from_millis(250));
         let text = metrics.render();
         for (series, value) in [
@@ -616,6 +628,16 @@ mod tests {
                 "cluster_autoscaler_function_duration_seconds_sum{function=\"main\"}",
                 0.25,
             ),
+            (
+                "cluster_autoscaler_function_duration_seconds_sum{function=\"scaleUp\"}",
+                0.04,
+            ),
+            (
+                "cluster_autoscaler_function_duration_seconds_count{function=\"findUnneeded\"}",
+                1.0,
+            ),
+            ("cluster_autoscaler_cluster_cpu_current_cores", 12.5),
+            ("cluster_autoscaler_cluster_memory_current_bytes", 3.0e10),
         ] {
             assert_eq!(line_value(&text, series), Some(value), "{series}\n{text}");
         }

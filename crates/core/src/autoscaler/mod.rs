@@ -23,9 +23,9 @@ use ferroscale_model::{Node, Pod, Timestamp};
 use ferroscale_scheduling::Snapshot;
 
 use crate::actuation::{
-    ActuationProgress, ActuationReport, CompletedDeletion, DeletionTracker, EmptinessRecheck,
-    FailedDeletion, NodeDeletion, RemovalKind, RemovalRecheck, SoftTaintUpdate, apply_soft_taints,
-    remove_leftover_taints,
+    ActuationProgress, ActuationReport, ActuationStep, CompletedDeletion, DeletionTracker,
+    EmptinessRecheck, FailedDeletion, NodeDeletion, RemovalKind, RemovalRecheck, SoftTaintUpdate,
+    apply_soft_taints, remove_leftover_taints,
 };
 use crate::backoff::NodeGroupBackoff;
 use crate::cloud::{CloudError, CloudProvider, Instance, NodeGroup};
@@ -157,10 +157,52 @@ pub struct LoopOutcome {
     pub events: Vec<Event>,
     /// Time spent in the pure planning calls, as measured by the caller's stopwatch.
     pub decide_millis: f64,
+    /// `decide_millis` split by upstream `function_duration_seconds` label (`updateClusterState`,
+    /// `scaleUp`, `findUnneeded`, `writeStatus`).
+    pub function_millis: Vec<(&'static str, f64)>,
+    /// Capacity of the nodes not being deleted (1.3 step 5); `None` when the iteration stopped
+    /// before the nodes were gathered.
+    pub cluster_resources: Option<ClusterResources>,
     /// Unbound pods handed to the scale-up plan.
     pub pending_pods: Vec<Arc<Pod>>,
     /// Node groups as gathered, in provider order.
     pub node_groups: Vec<NodeGroupView>,
+}
+
+impl LoopOutcome {
+    /// The iteration scaled a group up or began removing a node: with `--frequent-loops-enabled`
+    /// the next iteration starts at once rather than after `--scan-interval` (spec 1.2).
+    pub fn acted(&self) -> bool {
+        let scaled_up = [&self.scale_up_execution, &self.min_size_execution]
+            .into_iter()
+            .flatten()
+            .any(|execution| !execution.succeeded.is_empty());
+        let deletion_started = self
+            .actuation
+            .iter()
+            .any(|report| matches!(report.step, ActuationStep::Tainted));
+        scaled_up || deletion_started
+    }
+}
+
+/// Summed capacity of the cluster's nodes, for `cluster_cpu_current_cores` and
+/// `cluster_memory_current_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ClusterResources {
+    pub cores: f64,
+    pub memory_bytes: f64,
+}
+
+/// Sums the capacity of every node that is not being deleted (1.3 step 5, 4.1).
+fn cluster_resources(nodes: &[Arc<Node>], now: Timestamp) -> ClusterResources {
+    nodes
+        .iter()
+        .filter(|node| !crate::scale_down::eligibility::is_being_deleted(node, now))
+        .fold(ClusterResources::default(), |mut sum, node| {
+            sum.cores += node.capacity.cpu_milli as f64 / 1000.0;
+            sum.memory_bytes += node.capacity.memory as f64;
+            sum
+        })
 }
 
 /// The autoscaler's memory across iterations.
@@ -184,13 +226,26 @@ pub struct Autoscaler {
 struct DecideTimer<'s> {
     stopwatch: &'s dyn Stopwatch,
     total: f64,
+    /// Per upstream `function` label, in first-use order.
+    by_function: Vec<(&'static str, f64)>,
 }
 
 impl DecideTimer<'_> {
-    fn time<T>(&mut self, f: impl FnOnce() -> T) -> T {
+    /// Runs `f`, adding its time to the total and to `function` (an upstream
+    /// `function_duration_seconds` label).
+    fn time<T>(&mut self, function: &'static str, f: impl FnOnce() -> T) -> T {
         let started = self.stopwatch.elapsed_millis();
         let value = f();
-        self.total += (self.stopwatch.elapsed_millis() - started).max(0.0);
+        let took = (self.stopwatch.elapsed_millis() - started).max(0.0);
+        self.total += took;
+        match self
+            .by_function
+            .iter_mut()
+            .find(|(name, _)| *name == function)
+        {
+            Some((_, millis)) => *millis += took,
+            None => self.by_function.push((function, took)),
+        }
         value
     }
 }
@@ -359,6 +414,7 @@ impl Autoscaler {
         let mut timer = DecideTimer {
             stopwatch,
             total: 0.0,
+            by_function: Vec::new(),
         };
         let mut events: Vec<Event> = Vec::new();
         self.started_at.get_or_insert(now);
@@ -385,7 +441,7 @@ impl Autoscaler {
             Some(EarlyEnd::NotActionable(message)) => Some(message.clone()),
             _ => None,
         };
-        let status = timer.time(|| {
+        let status = timer.time("writeStatus", || {
             StatusReport::build(StatusInput {
                 now,
                 cluster_state: &outcome.cluster_state,
@@ -419,6 +475,7 @@ impl Autoscaler {
         }
         outcome.events = events;
         outcome.decide_millis = timer.total;
+        outcome.function_millis = timer.by_function;
         self.iterations += 1;
         outcome
     }
@@ -485,6 +542,8 @@ impl Autoscaler {
 
         // 2-6, 12. Gather the cluster and the groups.
         let objects = cluster.gather().await.map_err(LoopError::Gather)?;
+        // 5. Cluster resource metrics: capacity of the nodes not being deleted.
+        outcome.cluster_resources = Some(cluster_resources(&objects.nodes, now));
         let gathered = self.gather_groups(cloud, groups, objects, now).await;
         outcome.node_groups = gathered.views.clone();
 
@@ -542,7 +601,7 @@ impl Autoscaler {
             .collect();
         // GPU nodes whose GPUs have not appeared in allocatable yet are not ready (4.2).
         self.registry.set_gpu_label(cloud.gpu_label());
-        let report = timer.time(|| {
+        let report = timer.time("updateClusterState", || {
             self.registry.update(
                 now,
                 &observations,
@@ -725,7 +784,7 @@ impl Autoscaler {
         // Placeholders and the pods the plan leaves placed live on a branch, discarded after.
         base.fork();
         self.inject_upcoming(&mut base, &views);
-        let plan = timer.time(|| {
+        let plan = timer.time("scaleUp", || {
             plan_scale_up(ScaleUpInput {
                 now,
                 snapshot: &mut base,
@@ -790,7 +849,7 @@ impl Autoscaler {
                     v
                 })
                 .collect();
-            let min_plan = timer.time(|| {
+            let min_plan = timer.time("scaleUp", || {
                 plan_min_size_enforcement(
                     &base,
                     &targets,
@@ -872,7 +931,7 @@ impl Autoscaler {
             let id = gathered.groups.get(*group)?.id();
             index.get(id).copied()
         };
-        let plan = timer.time(|| {
+        let plan = timer.time("findUnneeded", || {
             plan_scale_down(ScaleDownInput {
                 now,
                 snapshot: &mut *snapshot,
@@ -1207,5 +1266,36 @@ impl RemovalRecheck for LiveRecheck<'_> {
                 "pod {pod} is annotated safe-to-evict: on-completion and still running"
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroscale_model::Resources;
+    use ferroscale_model::taints::{TO_BE_DELETED, Taint, TaintEffect};
+
+    #[test]
+    fn cluster_resources_sum_capacity_and_skip_nodes_being_deleted() {
+        let now = Timestamp::from_secs(1_000_000);
+        let node = |name: &str, cpu_milli: i64, memory: i64| {
+            let mut node = Node::new(name, Resources::new(cpu_milli / 2, memory / 2));
+            node.capacity = Resources::new(cpu_milli, memory);
+            node
+        };
+        let mut deleting = node("deleting", 8000, 1 << 30);
+        deleting.taints.push(Taint::new(
+            TO_BE_DELETED,
+            (now.secs() - 10).to_string(),
+            TaintEffect::NoSchedule,
+        ));
+        let nodes = vec![
+            Arc::new(node("a", 4000, 16 << 30)),
+            Arc::new(node("b", 2500, 8 << 30)),
+            Arc::new(deleting),
+        ];
+        let sum = cluster_resources(&nodes, now);
+        assert_eq!(sum.cores, 6.5);
+        assert_eq!(sum.memory_bytes, (24_i64 << 30) as f64);
     }
 }

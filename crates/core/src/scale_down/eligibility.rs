@@ -13,7 +13,7 @@ use crate::scale_up::NodeGroupView;
 
 /// A `ToBeDeletedByClusterAutoscaler` taint younger than five minutes: someone is deleting the
 /// node. A taint whose time cannot be read is treated as fresh, so the node is left alone.
-pub(super) fn is_being_deleted(node: &Node, now: Timestamp) -> bool {
+pub(crate) fn is_being_deleted(node: &Node, now: Timestamp) -> bool {
     node.taints
         .iter()
         .filter(|t| t.key == TO_BE_DELETED)

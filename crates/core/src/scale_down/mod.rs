@@ -15,7 +15,7 @@
 
 mod choose;
 mod drainability;
-mod eligibility;
+pub(crate) mod eligibility;
 mod evictions;
 #[cfg(feature = "bench-fixtures")]
 pub mod fixtures;
