@@ -44,7 +44,6 @@ pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
     "enable-provisioning-requests",
     "fastpath-binpacking-enabled",
     "feature-gates",
-    "frequent-loops-enabled",
     "gce-concurrent-refreshes",
     "gce-mig-instances-min-refresh-wait-time",
     "grpc-expander-cert",
@@ -106,6 +105,27 @@ pub struct LeaderElectionFlags {
     pub resource_name: String,
 }
 
+/// When iterations start besides every `--scan-interval` (spec 1.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopTiming {
+    /// `--frequent-loops-enabled` (upstream, default true): start at once after an iteration
+    /// that scaled up or started a deletion, and wake early for a new unschedulable pod.
+    pub frequent_loops: bool,
+    /// `--unschedulable-pods-batching-window` (Ferroscale, default 300ms): after the first new
+    /// unschedulable pod wakes the loop, how long to wait for the rest of its burst so that one
+    /// iteration plans for all of them.
+    pub batching_window: Duration,
+}
+
+impl Default for LoopTiming {
+    fn default() -> Self {
+        LoopTiming {
+            frequent_loops: true,
+            batching_window: Duration::from_millis(300),
+        }
+    }
+}
+
 /// One static group of `--nodes=<min>:<max>:<name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StaticNodeGroup {
@@ -127,6 +147,7 @@ pub struct RunFlags {
     pub verbosity: u8,
     pub health: HealthLimits,
     pub static_node_groups: Vec<StaticNodeGroup>,
+    pub loop_timing: LoopTiming,
 }
 
 /// What the command line asked for.
@@ -154,12 +175,14 @@ fn is_process_flag(flag: &str) -> bool {
             | "max-inactivity"
             | "max-failing-time"
             | "max-startup-time"
+            | "frequent-loops-enabled"
+            | "unschedulable-pods-batching-window"
     )
 }
 
 /// Whether a flag is a boolean (a bare `--flag` means true and never takes the next argument).
 fn is_boolean(flag: &str) -> bool {
-    if flag == "logtostderr" {
+    if matches!(flag, "logtostderr" | "frequent-loops-enabled") {
         return true;
     }
     if is_process_flag(flag) {
@@ -177,6 +200,15 @@ fn known_flag(flag: &str) -> bool {
             AutoscalingOptions::default().set(flag, ""),
             Err(OptionError::UnknownFlag { .. })
         )
+}
+
+/// Go's `strconv.ParseBool`, which upstream's flags use.
+fn parse_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
 }
 
 fn duration(flag: &str, value: &str) -> Result<Duration, String> {
@@ -271,6 +303,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     let mut verbosity = 0u8;
     let mut health = HealthLimits::default();
     let mut static_node_groups = Vec::new();
+    let mut loop_timing = LoopTiming::default();
 
     for (flag, value) in &pairs {
         let mut record = |result: Result<(), String>| {
@@ -293,7 +326,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             })),
             // Logs always go to standard error; only the default is accepted.
             "logtostderr" => {
-                if !matches!(value.as_str(), "true" | "1" | "t" | "T" | "TRUE" | "True") {
+                if parse_bool(value) != Some(true) {
                     errors.push(format!("--logtostderr={value} is not supported: Ferroscale always logs to standard error"));
                 }
             }
@@ -317,6 +350,15 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             "max-inactivity" => record(duration(flag, value).map(|d| health.max_inactivity = d)),
             "max-failing-time" => {
                 record(duration(flag, value).map(|d| health.max_failing_time = d))
+            }
+            "frequent-loops-enabled" => match parse_bool(value) {
+                Some(enabled) => loop_timing.frequent_loops = enabled,
+                None => errors.push(format!(
+                    "invalid value {value:?} for flag --frequent-loops-enabled: expected true or false"
+                )),
+            },
+            "unschedulable-pods-batching-window" => {
+                record(duration(flag, value).map(|d| loop_timing.batching_window = d))
             }
             "max-startup-time" => {
                 record(duration(flag, value).map(|d| health.max_startup_time = d))
@@ -388,6 +430,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             verbosity,
             health,
             static_node_groups,
+            loop_timing,
         }))),
         _ => Err(errors.join("\n")),
     }
@@ -407,6 +450,11 @@ repeat a flag for lists), for example:
   --namespace=kube-system          status ConfigMap, leader-election Lease
   --address=:8085                  /metrics and /health-check
   --scan-interval=10s              loop period
+  --frequent-loops-enabled=true    loop again at once after acting, and early for new
+                                   unschedulable pods
+  --unschedulable-pods-batching-window=300ms
+                                   (Ferroscale) wait this long after the first new
+                                   unschedulable pod so one loop sees its whole burst
   --leader-elect=true              and --leader-elect-lease-duration, -renew-deadline,
                                    -retry-period, -resource-name
   --v=1                            1: decisions and errors, 5: every provider call
@@ -449,8 +497,17 @@ mod tests {
             "--max-inactivity=5m",
             "--nodes=0:10:pool-a",
             "--logtostderr",
+            "--frequent-loops-enabled=false",
+            "--unschedulable-pods-batching-window=1s",
         ])
         .unwrap();
+        assert_eq!(
+            flags.loop_timing,
+            LoopTiming {
+                frequent_loops: false,
+                batching_window: Duration::from_secs(1),
+            }
+        );
         assert_eq!(flags.cloud_provider, CloudProviderKind::Kwok);
         assert_eq!(flags.options.scan_interval, Duration::from_secs(30));
         assert!(flags.options.balance_similar_node_groups);
@@ -482,6 +539,7 @@ mod tests {
         assert_eq!(flags.leader_election.resource_name, "cluster-autoscaler");
         assert_eq!(flags.options.namespace, "kube-system");
         assert_eq!(flags.health, HealthLimits::default());
+        assert!(flags.loop_timing.frequent_loops);
     }
 
     #[test]
@@ -529,6 +587,8 @@ mod tests {
             ("--v=loud", "\"loud\""),
             ("--leader-elect-retry-period=2", "\"2\""),
             ("--leader-elect-resource-lock=endpoints", "\"endpoints\""),
+            ("--frequent-loops-enabled=often", "\"often\""),
+            ("--unschedulable-pods-batching-window=5", "\"5\""),
         ] {
             let err = parse(&["--cloud-provider=kwok", argument]).unwrap_err();
             assert!(err.contains(expected), "{argument}: {err}");

@@ -19,7 +19,7 @@ use ferroscale_model::Timestamp;
 use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use tokio::sync::Notify;
 
-use crate::flags::{CloudProviderKind, RunFlags};
+use crate::flags::{CloudProviderKind, LoopTiming, RunFlags};
 
 /// How long the watch caches may take for their first list before start-up fails.
 const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(300);
@@ -126,6 +126,7 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     };
 
     let caches = ClusterCaches::start(client.clone(), &CacheConfig::new(&options.namespace));
+    let wake_ups = caches.clone();
     tokio::select! {
         synced = caches.wait_until_ready(CACHE_SYNC_TIMEOUT) => synced?,
         () = shutdown.notified() => return Ok(()),
@@ -139,12 +140,16 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     let mut autoscaler = Autoscaler::new(options.clone(), seed);
     let work = autoscale(
         &mut autoscaler,
-        provider.as_ref(),
-        &cluster,
-        &metrics,
-        &health,
-        &shutdown,
-        &stopping,
+        Loop {
+            provider: provider.as_ref(),
+            cluster: &cluster,
+            wake_ups: &wake_ups,
+            timing: flags.loop_timing,
+            metrics: &metrics,
+            health: &health,
+            shutdown: &shutdown,
+            stopping: &stopping,
+        },
     );
     let result = if flags.leader_election.enabled {
         let mut election = LeaderElectionConfig::new(&options.namespace);
@@ -216,42 +221,82 @@ async fn wait_for_signal(shutdown: Arc<Notify>, stopping: Arc<AtomicBool>) {
     shutdown.notify_waiters();
 }
 
-/// The main loop: one iteration per `--scan-interval` (measured from each iteration's start) until
-/// a signal arrives; an iteration in progress always completes.
-async fn autoscale(
-    autoscaler: &mut Autoscaler,
-    provider: &dyn CloudProvider,
-    cluster: &dyn ClusterApi,
-    metrics: &AutoscalerMetrics,
-    health: &Mutex<HealthCheck>,
-    shutdown: &Notify,
-    stopping: &AtomicBool,
-) {
+/// What the main loop works with.
+struct Loop<'a> {
+    provider: &'a dyn CloudProvider,
+    cluster: &'a dyn ClusterApi,
+    wake_ups: &'a ClusterCaches,
+    timing: LoopTiming,
+    metrics: &'a AutoscalerMetrics,
+    health: &'a Mutex<HealthCheck>,
+    shutdown: &'a Notify,
+    stopping: &'a AtomicBool,
+}
+
+/// The main loop (spec 1.2): one iteration per `--scan-interval`, measured from each
+/// iteration's start, until a signal arrives; an iteration in progress always completes. With
+/// `--frequent-loops-enabled`, an iteration starts at once when one of the last two acted, and a
+/// new unschedulable pod cuts the wait short after `--unschedulable-pods-batching-window`.
+async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) {
     let scan_interval = autoscaler.options().scan_interval;
     let lock_health = || {
-        health
+        context
+            .health
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     };
     lock_health().start_monitoring(system_now());
-    while !stopping.load(Ordering::SeqCst) {
+    // Whether each of the last two iterations acted.
+    let mut acted = [false; 2];
+    while !context.stopping.load(Ordering::SeqCst) {
         let started = Instant::now();
         let now = system_now();
         lock_health().record_activity(now);
         let outcome = autoscaler
-            .run_once(provider, cluster, now, &WallStopwatch(Instant::now()))
+            .run_once(
+                context.provider,
+                context.cluster,
+                now,
+                &WallStopwatch(Instant::now()),
+            )
             .await;
         let took = started.elapsed();
-        metrics.record_loop(&outcome, autoscaler.options(), took);
+        context
+            .metrics
+            .record_loop(&outcome, autoscaler.options(), took);
         if outcome.error.is_none() {
             lock_health().record_success(system_now());
         }
         log_outcome(&outcome, took);
-        let wait = scan_interval.saturating_sub(took);
-        tokio::select! {
-            () = tokio::time::sleep(wait) => {}
-            () = shutdown.notified() => {}
+        acted = [acted[1], outcome.acted()];
+
+        let waited = Instant::now();
+        if context.timing.frequent_loops && acted.contains(&true) {
+            tracing::debug!("an iteration acted: starting the next one at once");
+            continue;
         }
+        let sleep = tokio::time::sleep(scan_interval.saturating_sub(took));
+        if context.timing.frequent_loops {
+            tokio::select! {
+                () = sleep => {}
+                () = context.shutdown.notified() => {}
+                () = context.wake_ups.unschedulable_pod_seen() => {
+                    tracing::debug!("a new unschedulable pod: waking up after the batching window");
+                    tokio::select! {
+                        () = tokio::time::sleep(context.timing.batching_window) => {}
+                        () = context.shutdown.notified() => {}
+                    }
+                }
+            }
+        } else {
+            tokio::select! {
+                () = sleep => {}
+                () = context.shutdown.notified() => {}
+            }
+        }
+        context
+            .metrics
+            .observe_function("loopWait", waited.elapsed());
     }
 }
 
