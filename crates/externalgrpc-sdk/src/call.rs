@@ -1,0 +1,239 @@
+//! One RPC as the server handles it: what it concerns (a group, a node), how its failures become
+//! gRPC statuses whose messages name the call and the group, the answer-size limit of upstream
+//! clients, and the log line every call leaves.
+//!
+//! This lives with the calls rather than in a tower layer because the group or node a call
+//! concerns is inside the request message, which a layer sees only as bytes.
+
+use std::future::Future;
+use std::time::Instant;
+
+use ferroscale_core::cloud::CloudError;
+use ferroscale_model::Pod;
+use tonic::{Code, Response, Status};
+
+use crate::conversion::FieldError;
+
+/// The largest message an upstream (Go) client accepts: gRPC's default receive limit, 4 MiB. A
+/// larger answer fails there with a RESOURCE_EXHAUSTED that does not say which call or group was
+/// too big, so the server refuses it itself, with a message that does.
+pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The four RPCs a provider may leave out (spec 1.1): UNIMPLEMENTED from them is an answer, not a
+/// failure, and is logged as such.
+const OPTIONAL_METHODS: [&str; 4] = [
+    "PricingNodePrice",
+    "PricingPodPrice",
+    "NodeGroupTemplateNodeInfo",
+    "NodeGroupGetOptions",
+];
+
+/// What a call is about, for its status messages and its log line.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    method: &'static str,
+    group: Option<String>,
+    /// The node or pod the call concerns, described for humans.
+    object: Option<String>,
+}
+
+impl Call {
+    pub(crate) fn new(method: &'static str) -> Call {
+        Call {
+            method,
+            group: None,
+            object: None,
+        }
+    }
+
+    pub(crate) fn for_group(method: &'static str, group: &str) -> Call {
+        Call {
+            group: Some(group.to_string()),
+            ..Call::new(method)
+        }
+    }
+
+    /// `node` as [`crate::conversion::describe_node`] writes it.
+    pub(crate) fn for_node(method: &'static str, node: String) -> Call {
+        Call {
+            object: Some(format!("node {node}")),
+            ..Call::new(method)
+        }
+    }
+
+    pub(crate) fn for_pod(method: &'static str, pod: &Pod) -> Call {
+        Call {
+            object: Some(format!("pod {}/{}", pod.namespace, pod.name)),
+            ..Call::new(method)
+        }
+    }
+
+    /// How messages start: the call, and the group or node it concerns.
+    fn context(&self) -> String {
+        match (&self.group, &self.object) {
+            (Some(group), _) => format!("{} for node group {group:?}", self.method),
+            (None, Some(object)) => format!("{} for {object}", self.method),
+            (None, None) => self.method.to_string(),
+        }
+    }
+
+    /// A provider error as a status: NotImplemented → UNIMPLEMENTED, an invalid request →
+    /// INVALID_ARGUMENT, a missing group → NOT_FOUND, and an error the cloud reported without
+    /// saying more → UNKNOWN (the code gRPC reserves for errors of unknown kind).
+    pub(crate) fn cloud_error(&self, error: CloudError) -> Status {
+        let message = format!("{}: {error}", self.context());
+        let code = match error {
+            CloudError::NotImplemented => Code::Unimplemented,
+            CloudError::AlreadyExists => Code::AlreadyExists,
+            CloudError::IllegalConfiguration(_) => Code::FailedPrecondition,
+            CloudError::NodeGroupDoesNotExist(_) => Code::NotFound,
+            CloudError::InvalidRequest(_) => Code::InvalidArgument,
+            CloudError::Provider(_) => Code::Unknown,
+        };
+        Status::new(code, message)
+    }
+
+    /// A request that cannot be served as sent: INVALID_ARGUMENT naming the call and the reason.
+    pub(crate) fn invalid(&self, reason: impl std::fmt::Display) -> Status {
+        Status::invalid_argument(format!("{}: {reason}", self.context()))
+    }
+
+    /// A request field that cannot be read: INVALID_ARGUMENT naming the call and the field.
+    pub(crate) fn invalid_field(&self, error: FieldError) -> Status {
+        self.invalid(format_args!("field {} {}", error.field, error.reason))
+    }
+
+    /// A node group id the provider does not know: NOT_FOUND.
+    pub(crate) fn unknown_group(&self, known_groups: usize) -> Status {
+        Status::not_found(format!(
+            "{}: no such node group; the provider manages {known_groups} group(s)",
+            self.context()
+        ))
+    }
+
+    /// The provider broke its own contract (an answer the wire cannot carry): INTERNAL.
+    pub(crate) fn provider_bug(&self, reason: impl std::fmt::Display) -> Status {
+        Status::internal(format!("{}: {reason}", self.context()))
+    }
+
+    /// Runs the call: refuses an answer too large for upstream clients, and logs the method, the
+    /// group or node, the duration and the result code (debug; failures at warn). A call the
+    /// client gave up on before it finished (deadline, disconnect) is dropped by the transport and
+    /// logged as abandoned.
+    pub(crate) async fn run<T: prost::Message>(
+        self,
+        work: impl Future<Output = Result<T, Status>>,
+    ) -> Result<Response<T>, Status> {
+        let mut record = CallRecord {
+            call: self,
+            started: Instant::now(),
+            finished: false,
+        };
+        let result = work.await.and_then(|answer| {
+            let size = answer.encoded_len();
+            if size > MAX_RESPONSE_BYTES {
+                Err(Status::resource_exhausted(format!(
+                    "{}: the answer is {size} bytes, more than the {MAX_RESPONSE_BYTES} bytes \
+                     (4 MiB) an upstream client accepts",
+                    record.call.context()
+                )))
+            } else {
+                Ok(answer)
+            }
+        });
+        record.finish(result.as_ref().err());
+        result.map(Response::new)
+    }
+}
+
+/// Times a call and writes its log line when it ends, or when it is dropped unfinished.
+struct CallRecord {
+    call: Call,
+    started: Instant,
+    finished: bool,
+}
+
+impl CallRecord {
+    fn finish(&mut self, error: Option<&Status>) {
+        self.finished = true;
+        let call = &self.call;
+        let method = call.method;
+        let group = call.group.as_deref().unwrap_or("");
+        let object = call.object.as_deref().unwrap_or("");
+        let elapsed_ms = self.started.elapsed().as_millis();
+        match error {
+            None => {
+                tracing::debug!(method, group, object, elapsed_ms, code = ?Code::Ok, "externalgrpc call")
+            }
+            Some(status)
+                if status.code() == Code::Unimplemented && OPTIONAL_METHODS.contains(&method) =>
+            {
+                tracing::debug!(method, group, object, elapsed_ms, code = ?status.code(), "externalgrpc call: not offered by the provider");
+            }
+            Some(status) => tracing::warn!(
+                method,
+                group,
+                object,
+                elapsed_ms,
+                code = ?status.code(),
+                message = status.message(),
+                "externalgrpc call failed"
+            ),
+        }
+    }
+}
+
+impl Drop for CallRecord {
+    fn drop(&mut self) {
+        if !self.finished {
+            let call = &self.call;
+            tracing::warn!(
+                method = call.method,
+                group = call.group.as_deref().unwrap_or(""),
+                object = call.object.as_deref().unwrap_or(""),
+                elapsed_ms = self.started.elapsed().as_millis(),
+                "externalgrpc call abandoned before the provider answered: the client's deadline \
+                 passed or it disconnected; the provider's work was cancelled where it stood"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_errors_map_to_codes_and_name_call_and_group() {
+        let call = Call::for_group("NodeGroupIncreaseSize", "ng-1");
+        let cases = [
+            (CloudError::NotImplemented, Code::Unimplemented),
+            (
+                CloudError::InvalidRequest("over max".into()),
+                Code::InvalidArgument,
+            ),
+            (
+                CloudError::NodeGroupDoesNotExist("ng-1".into()),
+                Code::NotFound,
+            ),
+            (CloudError::Provider("quota".into()), Code::Unknown),
+            (CloudError::AlreadyExists, Code::AlreadyExists),
+            (
+                CloudError::IllegalConfiguration("bad".into()),
+                Code::FailedPrecondition,
+            ),
+        ];
+        for (error, code) in cases {
+            let status = call.cloud_error(error.clone());
+            assert_eq!(status.code(), code, "{error:?}");
+            assert!(
+                status
+                    .message()
+                    .starts_with("NodeGroupIncreaseSize for node group \"ng-1\": "),
+                "{}",
+                status.message()
+            );
+            assert!(status.message().ends_with(&error.to_string()));
+        }
+    }
+}
