@@ -6,10 +6,11 @@
 //! concerns is inside the request message, which a layer sees only as bytes.
 
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ferroscale_core::cloud::CloudError;
 use ferroscale_model::Pod;
+use tonic::metadata::MetadataMap;
 use tonic::{Code, Response, Status};
 
 use crate::conversion::FieldError;
@@ -28,10 +29,19 @@ const OPTIONAL_METHODS: [&str; 4] = [
     "NodeGroupGetOptions",
 ];
 
+/// The share of the client's deadline the provider gets: the rest is left for the answer to
+/// travel back, so the client reads the server's explanation instead of timing out on its own.
+const DEADLINE_SHARE_PERCENT: u32 = 90;
+
+/// The header a gRPC client sends its deadline in.
+const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
+
 /// What a call is about, for its status messages and its log line.
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
     method: &'static str,
+    /// How long the provider may take before the call is answered DEADLINE_EXCEEDED.
+    time_limit: Option<Duration>,
     group: Option<String>,
     /// The node or pod the call concerns, described for humans.
     object: Option<String>,
@@ -41,8 +51,22 @@ impl Call {
     pub(crate) fn new(method: &'static str) -> Call {
         Call {
             method,
+            time_limit: None,
             group: None,
             object: None,
+        }
+    }
+
+    /// Gives the provider a share of the deadline the client sent with the request (upstream
+    /// clients always send one, 5 s by default).
+    pub(crate) fn within_deadline_of(self, metadata: &MetadataMap) -> Call {
+        let deadline = metadata
+            .get(GRPC_TIMEOUT_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(parse_grpc_timeout);
+        Call {
+            time_limit: deadline.map(|deadline| deadline * DEADLINE_SHARE_PERCENT / 100),
+            ..self
         }
     }
 
@@ -129,7 +153,19 @@ impl Call {
             started: Instant::now(),
             finished: false,
         };
-        let result = work.await.and_then(|answer| {
+        let answer = match record.call.time_limit {
+            None => work.await,
+            Some(limit) => match tokio::time::timeout(limit, work).await {
+                Ok(answer) => answer,
+                Err(_) => Err(Status::deadline_exceeded(format!(
+                    "{}: the provider did not answer within {} ms, the client's deadline less \
+                     the time the answer needs to travel back",
+                    record.call.context(),
+                    limit.as_millis()
+                ))),
+            },
+        };
+        let result = answer.and_then(|answer| {
             let size = answer.encoded_len();
             if size > MAX_RESPONSE_BYTES {
                 Err(Status::resource_exhausted(format!(
@@ -144,6 +180,26 @@ impl Call {
         record.finish(result.as_ref().err());
         result.map(Response::new)
     }
+}
+
+/// A `grpc-timeout` value: at most eight digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`). A value
+/// that does not parse is ignored, as the transport ignores it.
+fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    let unit = value.chars().last()?;
+    let digits = value.get(..value.len() - unit.len_utf8())?;
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        'H' => Duration::from_secs(amount * 3600),
+        'M' => Duration::from_secs(amount * 60),
+        'S' => Duration::from_secs(amount),
+        'm' => Duration::from_millis(amount),
+        'u' => Duration::from_micros(amount),
+        'n' => Duration::from_nanos(amount),
+        _ => return None,
+    })
 }
 
 /// Times a call and writes its log line when it ends, or when it is dropped unfinished.
@@ -202,6 +258,22 @@ impl Drop for CallRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grpc_timeouts_in_every_unit_and_malformed_ones_ignored() {
+        assert_eq!(
+            parse_grpc_timeout("4999958u"),
+            Some(Duration::from_micros(4_999_958))
+        );
+        assert_eq!(parse_grpc_timeout("5S"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_grpc_timeout("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_grpc_timeout("200m"), Some(Duration::from_millis(200)));
+        assert_eq!(parse_grpc_timeout("7n"), Some(Duration::from_nanos(7)));
+        for bad in ["", "S", "123456789S", "5s", "-5S", "5", "5 S", "5é"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn provider_errors_map_to_codes_and_name_call_and_group() {

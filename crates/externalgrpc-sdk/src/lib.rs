@@ -36,9 +36,10 @@
 //!   wire carries). Identify them by provider id, which equals the instance id.
 //! - A node group's [`NodeGroup::nodes`] must list instances by the Kubernetes node's
 //!   `spec.providerID`, including instances not registered yet; deletions are checked against it.
-//! - Clients give every call a deadline (5 s by default). When it passes, the client gets
-//!   DEADLINE_EXCEEDED and the provider's future is dropped where it stands, so `increase_size`
-//!   and `delete_nodes` should return once the change is requested, not once it is done.
+//! - Clients give every call a deadline (5 s by default). The provider gets 90% of it; then the
+//!   server answers DEADLINE_EXCEEDED naming the call (so the answer reaches the client in time)
+//!   and drops the provider's future where it stands. `increase_size` and `delete_nodes` should
+//!   therefore return once the change is requested, not once it is done.
 //! - Per-group options have two core fields with no place on the wire (max node startup time,
 //!   non-atomic scale-up to max); their overrides are not sent.
 //!

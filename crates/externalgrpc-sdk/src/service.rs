@@ -71,9 +71,9 @@ fn group_to_wire(group: &dyn NodeGroup) -> v1::NodeGroup {
 impl CloudProviderRpc for ProviderService {
     async fn node_groups(
         &self,
-        _request: Request<NodeGroupsRequest>,
+        request: Request<NodeGroupsRequest>,
     ) -> Result<Response<NodeGroupsResponse>, Status> {
-        let call = Call::new("NodeGroups");
+        let call = Call::new("NodeGroups").within_deadline_of(request.metadata());
         call.clone()
             .run(async {
                 let groups = self
@@ -106,17 +106,18 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupForNodeRequest>,
     ) -> Result<Response<NodeGroupForNodeResponse>, Status> {
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
         let call = match &request.node {
             Some(node) => Call::for_node("NodeGroupForNode", describe_node(node)),
             None => Call::new("NodeGroupForNode"),
         };
+        let call = call.within_deadline_of(&metadata);
         call.clone()
             .run(async {
                 let node = request
                     .node
                     .as_ref()
-                    .ok_or(call.invalid_field(FieldError::missing("node")))?;
+                    .ok_or_else(|| call.invalid_field(FieldError::missing("node")))?;
                 let group = self
                     .provider
                     .node_group_for_node(&node_from_wire(node))
@@ -141,11 +142,12 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<PricingNodePriceRequest>,
     ) -> Result<Response<PricingNodePriceResponse>, Status> {
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
         let call = match &request.node {
             Some(node) => Call::for_node("PricingNodePrice", describe_node(node)),
             None => Call::new("PricingNodePrice"),
         };
+        let call = call.within_deadline_of(&metadata);
         call.clone()
             .run(async {
                 // A provider without pricing answers 12 whatever the request holds.
@@ -156,7 +158,7 @@ impl CloudProviderRpc for ProviderService {
                 let node = request
                     .node
                     .as_ref()
-                    .ok_or(call.invalid_field(FieldError::missing("node")))?;
+                    .ok_or_else(|| call.invalid_field(FieldError::missing("node")))?;
                 let (start, end) =
                     pricing_period(&call, request.start_or_legacy(), request.end_or_legacy())?;
                 let price = pricing
@@ -171,13 +173,14 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<PricingPodPriceRequest>,
     ) -> Result<Response<PricingPodPriceResponse>, Status> {
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
         // The pod is read first so that the call, its errors and its log line can name it.
         let pod = read_pod(&request);
         let call = match &pod {
             Ok(pod) => Call::for_pod("PricingPodPrice", pod),
             Err(_) => Call::new("PricingPodPrice"),
         };
+        let call = call.within_deadline_of(&metadata);
         call.clone()
             .run(async {
                 let pricing = self
@@ -197,9 +200,10 @@ impl CloudProviderRpc for ProviderService {
 
     async fn gpu_label(
         &self,
-        _request: Request<GpuLabelRequest>,
+        request: Request<GpuLabelRequest>,
     ) -> Result<Response<GpuLabelResponse>, Status> {
         Call::new("GPULabel")
+            .within_deadline_of(request.metadata())
             .run(async {
                 Ok(GpuLabelResponse {
                     label: self.provider.gpu_label().to_string(),
@@ -210,9 +214,10 @@ impl CloudProviderRpc for ProviderService {
 
     async fn get_available_gpu_types(
         &self,
-        _request: Request<GetAvailableGpuTypesRequest>,
+        request: Request<GetAvailableGpuTypesRequest>,
     ) -> Result<Response<GetAvailableGpuTypesResponse>, Status> {
         Call::new("GetAvailableGPUTypes")
+            .within_deadline_of(request.metadata())
             .run(async {
                 Ok(GetAvailableGpuTypesResponse::from_type_names(
                     self.provider.available_gpu_types(),
@@ -223,9 +228,9 @@ impl CloudProviderRpc for ProviderService {
 
     async fn cleanup(
         &self,
-        _request: Request<CleanupRequest>,
+        request: Request<CleanupRequest>,
     ) -> Result<Response<CleanupResponse>, Status> {
-        let call = Call::new("Cleanup");
+        let call = Call::new("Cleanup").within_deadline_of(request.metadata());
         call.clone()
             .run(async {
                 self.provider
@@ -239,9 +244,9 @@ impl CloudProviderRpc for ProviderService {
 
     async fn refresh(
         &self,
-        _request: Request<RefreshRequest>,
+        request: Request<RefreshRequest>,
     ) -> Result<Response<RefreshResponse>, Status> {
-        let call = Call::new("Refresh");
+        let call = Call::new("Refresh").within_deadline_of(request.metadata());
         call.clone()
             .run(async {
                 self.provider
@@ -257,8 +262,9 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupTargetSizeRequest>,
     ) -> Result<Response<NodeGroupTargetSizeResponse>, Status> {
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupTargetSize", &request.id);
+        let call = call.within_deadline_of(&metadata);
         call.clone()
             .run(async {
                 let group = self.group(&call, &request.id).await?;
@@ -277,8 +283,9 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupIncreaseSizeRequest>,
     ) -> Result<Response<NodeGroupIncreaseSizeResponse>, Status> {
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupIncreaseSize", &request.id);
+        let call = call.within_deadline_of(&metadata);
         call.clone()
             .run(async {
                 let delta = usize::try_from(request.delta)
@@ -315,8 +322,9 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupDeleteNodesRequest>,
     ) -> Result<Response<NodeGroupDeleteNodesResponse>, Status> {
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupDeleteNodes", &request.id);
+        let call = call.within_deadline_of(&metadata);
         call.clone()
             .run(async {
                 let group = self.group(&call, &request.id).await?;
@@ -376,8 +384,9 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupDecreaseTargetSizeRequest>,
     ) -> Result<Response<NodeGroupDecreaseTargetSizeResponse>, Status> {
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupDecreaseTargetSize", &request.id);
+        let call = call.within_deadline_of(&metadata);
         call.clone()
             .run(async {
                 // The client forwards the core's negative value unchanged (spec 2.12).
@@ -401,8 +410,9 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupNodesRequest>,
     ) -> Result<Response<NodeGroupNodesResponse>, Status> {
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupNodes", &request.id);
+        let call = call.within_deadline_of(&metadata);
         call.clone()
             .run(async {
                 let group = self.group(&call, &request.id).await?;
@@ -421,8 +431,9 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupTemplateNodeInfoRequest>,
     ) -> Result<Response<NodeGroupTemplateNodeInfoResponse>, Status> {
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupTemplateNodeInfo", &request.id);
+        let call = call.within_deadline_of(&metadata);
         call.clone()
             .run(async {
                 let group = self.group(&call, &request.id).await?;
@@ -453,15 +464,16 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupAutoscalingOptionsRequest>,
     ) -> Result<Response<NodeGroupAutoscalingOptionsResponse>, Status> {
-        let request = request.into_inner();
+        let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupGetOptions", &request.id);
+        let call = call.within_deadline_of(&metadata);
         call.clone()
             .run(async {
                 let group = self.group(&call, &request.id).await?;
                 let defaults = request
                     .defaults
                     .as_ref()
-                    .ok_or(call.invalid_field(FieldError::missing("defaults")))?;
+                    .ok_or_else(|| call.invalid_field(FieldError::missing("defaults")))?;
                 let overrides = group
                     .get_options()
                     .await

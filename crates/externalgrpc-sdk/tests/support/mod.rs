@@ -158,9 +158,17 @@ impl NodeGroup for FakeGroup {
         self.log
             .push(format!("{} delete_nodes {}", self.id, names.join(",")));
         let mut state = self.state();
-        state
-            .instances
-            .retain(|instance| nodes.iter().all(|node| node.provider_id != instance.id));
+        // By provider id, or by name for a node without one (as the server matches them).
+        state.instances.retain(|instance| {
+            nodes.iter().all(|node| {
+                let key = if node.provider_id.is_empty() {
+                    &node.name
+                } else {
+                    &node.provider_id
+                };
+                key != &instance.id
+            })
+        });
         state.target = state.target.saturating_sub(nodes.len());
         Ok(())
     }
@@ -315,6 +323,22 @@ impl FakeCloud {
             refresh_error: Mutex::new(None),
             refresh_gate: None,
         }
+    }
+
+    /// Replaces what `get_options` of group `id` answers. Only before the cloud is shared.
+    pub fn with_group_options(
+        mut self,
+        id: &str,
+        options: Result<Option<GroupOptions>, CloudError>,
+    ) -> FakeCloud {
+        let group = self
+            .groups
+            .iter_mut()
+            .find(|group| group.id == id)
+            .and_then(Arc::get_mut)
+            .unwrap_or_else(|| panic!("group {id} is missing or already shared"));
+        group.options = options;
+        self
     }
 
     pub fn with_refresh_gate(mut self, gate: Arc<Gate>) -> FakeCloud {
