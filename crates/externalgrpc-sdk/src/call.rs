@@ -140,10 +140,10 @@ impl Call {
         Status::internal(format!("{}: {reason}", self.context()))
     }
 
-    /// Runs the call: refuses an answer too large for upstream clients, and logs the method, the
-    /// group or node, the duration and the result code (debug; failures at warn). A call the
-    /// client gave up on before it finished (deadline, disconnect) is dropped by the transport and
-    /// logged as abandoned.
+    /// Runs the call: answers DEADLINE_EXCEEDED when the provider uses up its share of the
+    /// client's deadline, refuses an answer too large for upstream clients, and logs the method,
+    /// the group or node, the duration and the result code (debug; failures at warn). A call the
+    /// client abandons (disconnect, cancellation) is dropped by the transport and logged as such.
     pub(crate) async fn run<T: prost::Message>(
         self,
         work: impl Future<Output = Result<T, Status>>,
@@ -248,8 +248,8 @@ impl Drop for CallRecord {
                 group = call.group.as_deref().unwrap_or(""),
                 object = call.object.as_deref().unwrap_or(""),
                 elapsed_ms = self.started.elapsed().as_millis(),
-                "externalgrpc call abandoned before the provider answered: the client's deadline \
-                 passed or it disconnected; the provider's work was cancelled where it stood"
+                "externalgrpc call abandoned by the client before the provider answered \
+                 (disconnected or cancelled); the provider's work was cancelled where it stood"
             );
         }
     }

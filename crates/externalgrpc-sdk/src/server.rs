@@ -143,6 +143,11 @@ fn transport(tls: &Tls) -> Result<Server, ServeError> {
         Tls::Insecure => Ok(server),
         Tls::Mutual(files) => {
             let config = files.server_config()?;
+            // The transport builds its rustls configuration with the process-wide crypto
+            // provider. Choosing ring (the one the files were checked with) unless the process
+            // chose already keeps a binary whose dependencies enable a second provider from
+            // panicking on the first connection.
+            let _ = rustls::crypto::ring::default_provider().install_default();
             Ok(server
                 .tls_config(config)
                 .map_err(|error| TlsError::Refused {

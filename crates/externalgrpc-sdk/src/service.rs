@@ -86,7 +86,10 @@ impl CloudProviderRpc for ProviderService {
                     // An empty id reads as "no group" on the wire, and a repeated one makes two
                     // client objects for one group: both are provider bugs worth refusing loudly.
                     if group.id().is_empty() {
-                        return Err(call.provider_bug("the provider lists a node group with an empty id, which the wire reads as \"no group\""));
+                        return Err(call.provider_bug(
+                            "the provider lists a node group with an empty id, which the wire \
+                             reads as \"no group\"",
+                        ));
                     }
                     if !seen.insert(group.id()) {
                         return Err(call.provider_bug(format_args!(
