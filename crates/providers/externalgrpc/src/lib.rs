@@ -82,7 +82,7 @@ pub use conversions::NodeGroupDefaults;
 pub use node_group::ExternalGrpcNodeGroup;
 
 use conversions::wire_timestamp;
-use rpc::{Caller, Method, RpcError, Subject, log_cached};
+use rpc::{Caller, Method, Subject, log_cached};
 
 /// The provider's name, as `--cloud-provider` spells it.
 pub const PROVIDER_NAME: &str = "externalgrpc";
@@ -250,11 +250,7 @@ impl ExternalGrpcProvider {
                 )
                 .map(Arc::new)
             })
-            .collect::<Result<Vec<_>, RpcError>>()
-            .map_err(|error| {
-                tracing::error!("{error}");
-                CloudError::from(error)
-            })?;
+            .collect::<Result<Vec<_>, CloudError>>()?;
         *cached = Some(groups.clone());
         Ok(groups)
     }
@@ -291,17 +287,12 @@ impl ExternalGrpcProvider {
         let Some(message) = answer.owning_group() else {
             return Ok(None);
         };
-        let group = ExternalGrpcNodeGroup::from_message(
+        let group = Arc::new(ExternalGrpcNodeGroup::from_message(
             message,
             method,
             self.caller.clone(),
             self.defaults.clone(),
-        )
-        .map_err(|error| {
-            tracing::error!("{error}");
-            CloudError::from(error)
-        })?;
-        let group = Arc::new(group);
+        )?);
         let mut cache = self.lock_node_group_for_node();
         if cache.generation == generation {
             cache.by_node.insert(key, group.clone());

@@ -35,9 +35,9 @@ impl ExternalGrpcNodeGroup {
         method: Method,
         caller: Caller,
         defaults: Arc<NodeGroupDefaults>,
-    ) -> Result<ExternalGrpcNodeGroup, RpcError> {
+    ) -> Result<ExternalGrpcNodeGroup, CloudError> {
         let (min_size, max_size) = conversions::group_bounds(message).map_err(|reason| {
-            RpcError::invalid_answer(method, Subject::Group(message.id.clone()), reason)
+            RpcError::refused_answer(method, Subject::Group(message.id.clone()), reason)
         })?;
         Ok(ExternalGrpcNodeGroup {
             id: message.id.clone(),
@@ -111,12 +111,11 @@ impl NodeGroup for ExternalGrpcNodeGroup {
             )
             .await?;
         usize::try_from(answer.target_size).map_err(|_| {
-            RpcError::invalid_answer(
+            RpcError::refused_answer(
                 method,
                 self.subject(),
                 format!("targetSize {} is negative", answer.target_size),
             )
-            .into()
         })
     }
 
@@ -221,11 +220,7 @@ impl NodeGroup for ExternalGrpcNodeGroup {
                 )
                 .await?;
         let bytes = answer.template_node_bytes();
-        let invalid = |reason: String| {
-            let error = RpcError::invalid_answer(method, self.subject(), reason);
-            tracing::error!("{error}");
-            CloudError::from(error)
-        };
+        let invalid = |reason: String| RpcError::refused_answer(method, self.subject(), reason);
         if bytes.is_empty() {
             return Err(invalid(
                 "nodeBytes is empty, so there is no template node; a server without templates \
@@ -264,10 +259,6 @@ impl NodeGroup for ExternalGrpcNodeGroup {
         };
         conversions::group_options(&options)
             .map(Some)
-            .map_err(|reason| {
-                let error = RpcError::invalid_answer(method, self.subject(), reason);
-                tracing::error!("{error}");
-                error.into()
-            })
+            .map_err(|reason| RpcError::refused_answer(method, self.subject(), reason))
     }
 }

@@ -128,6 +128,18 @@ impl RpcError {
         }
     }
 
+    /// An answer the provider refuses, logged at error level (the call itself succeeded, so the
+    /// caller logged nothing yet) and turned into the core's error.
+    pub(crate) fn refused_answer(
+        method: Method,
+        subject: Subject,
+        reason: impl Into<String>,
+    ) -> CloudError {
+        let error = RpcError::invalid_answer(method, subject, reason);
+        tracing::error!(method = method.wire_name(), "{error}");
+        error.into()
+    }
+
     /// Status 12 on one of the four optional RPCs: the server does not offer it.
     pub(crate) fn is_not_implemented(&self) -> bool {
         self.method.is_optional()
