@@ -214,8 +214,9 @@ impl CallRecord {
         self.finished = true;
         let call = &self.call;
         let method = call.method;
-        let group = call.group.as_deref().unwrap_or("");
-        let object = call.object.as_deref().unwrap_or("");
+        // Absent fields are left out of the line rather than shown empty.
+        let group = call.group.as_deref();
+        let object = call.object.as_deref();
         let elapsed_ms = self.started.elapsed().as_millis();
         match error {
             None => {
@@ -232,7 +233,7 @@ impl CallRecord {
                 object,
                 elapsed_ms,
                 code = ?status.code(),
-                message = status.message(),
+                error = status.message(),
                 "externalgrpc call failed"
             ),
         }
@@ -245,8 +246,8 @@ impl Drop for CallRecord {
             let call = &self.call;
             tracing::warn!(
                 method = call.method,
-                group = call.group.as_deref().unwrap_or(""),
-                object = call.object.as_deref().unwrap_or(""),
+                group = call.group.as_deref(),
+                object = call.object.as_deref(),
                 elapsed_ms = self.started.elapsed().as_millis(),
                 "externalgrpc call abandoned by the client before the provider answered \
                  (disconnected or cancelled); the provider's work was cancelled where it stood"

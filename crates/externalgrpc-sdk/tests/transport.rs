@@ -4,10 +4,11 @@
 
 mod support;
 
-use std::sync::Arc;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 
-use ferroscale_externalgrpc_proto::v1::RefreshRequest;
 use ferroscale_externalgrpc_proto::v1::cloud_provider_server::SERVICE_NAME;
+use ferroscale_externalgrpc_proto::v1::{NodeGroupIncreaseSizeRequest, RefreshRequest};
 use ferroscale_externalgrpc_sdk::{ProviderServer, ServeError, Tls, TlsError, TlsFile};
 use support::*;
 use tonic::transport::Endpoint;
@@ -207,4 +208,80 @@ async fn shutdown_lets_a_call_in_flight_finish() {
     assert!(answer.is_ok(), "the call in flight failed: {answer:?}");
     server.stop().await.expect("serve returns cleanly");
     assert_eq!(cloud.log.count("refresh"), 1);
+}
+
+/// Log output captured in memory.
+#[derive(Clone, Default)]
+struct CapturedLog(Arc<Mutex<Vec<u8>>>);
+
+impl CapturedLog {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// A current-thread runtime (the default of `tokio::test`), so the server's tasks log through the
+// subscriber set for this thread.
+#[tokio::test]
+async fn each_call_is_logged_with_method_group_duration_and_code_and_failures_warn() {
+    let log = CapturedLog::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let (_server, mut client) = plain(Arc::new(FakeCloud::new(Pricing::Offered))).await;
+    client
+        .node_group_increase_size(NodeGroupIncreaseSizeRequest {
+            delta: 1,
+            id: "ng-1".into(),
+        })
+        .await
+        .unwrap();
+    client
+        .node_group_increase_size(NodeGroupIncreaseSizeRequest {
+            delta: 1,
+            id: "ng-9".into(),
+        })
+        .await
+        .unwrap_err();
+
+    let text = log.text();
+    let lines: Vec<&str> = text.lines().collect();
+    let started = lines
+        .iter()
+        .find(|line| line.contains("WITHOUT TLS"))
+        .expect("plaintext serving is announced");
+    assert!(started.contains("WARN"), "{started}");
+    let call_lines: Vec<&&str> = lines
+        .iter()
+        .filter(|line| line.contains("NodeGroupIncreaseSize"))
+        .collect();
+    assert_eq!(call_lines.len(), 2, "{text}");
+    let (ok, failed) = (call_lines[0], call_lines[1]);
+    for (line, level, group, code) in [
+        (ok, "DEBUG", "ng-1", "code=Ok"),
+        (failed, "WARN", "ng-9", "code=NotFound"),
+    ] {
+        assert!(line.contains(level), "{line}");
+        assert!(line.contains(&format!("group=\"{group}\"")), "{line}");
+        assert!(line.contains("elapsed_ms="), "{line}");
+        assert!(line.contains(code), "{line}");
+    }
+    assert!(failed.contains("error="), "{failed}");
+    assert!(failed.contains("no such node group"), "{failed}");
+    assert!(!ok.contains("object="), "absent fields are left out: {ok}");
 }
