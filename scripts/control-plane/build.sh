@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes control plane that the integration tests run against: kube-apiserver,
 # kube-scheduler and kube-controller-manager, etcd, and kwok (the controller that plays the kubelet for
-# fake nodes and pods).
+# fake nodes and pods); and helm, which the Helm chart's tests (crates/cli/tests/helm_chart.rs) render
+# deploy/helm/ferroscale with.
 #
 # Everything is built from published Go modules through the module proxy, at the versions pinned in
 # versions.env beside this script, into a cache outside the repository:
@@ -75,12 +76,27 @@ new_build_module() {
 # what it says, and moves the binaries into the cache.
 verify_and_install() {
   local name=$1 version=$2 build_dir=$3; shift 3
-  local binary output
+  local binary
   for binary in "$@"; do
-    output=$("$build_dir/bin/$binary" --version 2>&1) \
-      || fail "$name: '$binary --version' did not run: $output"
-    log "$name: $binary --version: $(head -n 1 <<<"$output")"
+    verify_runs "$name" "$build_dir" "$binary" --version >/dev/null
   done
+  install_built "$name" "$version" "$build_dir"
+}
+
+# verify_runs NAME BUILD_DIR BINARY ARG... -> runs the built binary with the arguments that make it
+# print its version, shows the first line and prints the whole output.
+verify_runs() {
+  local name=$1 build_dir=$2 binary=$3; shift 3
+  local output
+  output=$("$build_dir/bin/$binary" "$@" 2>&1) \
+    || fail "$name: '$binary $*' did not run: $output"
+  log "$name: $binary $*: $(head -n 1 <<<"$output")"
+  printf '%s' "$output"
+}
+
+# install_built NAME VERSION BUILD_DIR -> moves the verified binaries into the cache.
+install_built() {
+  local name=$1 version=$2 build_dir=$3
   local target
   target=$(component_dir "$name" "$version")
   rm -rf "$target"
@@ -192,12 +208,57 @@ build_kwok() {
   log "kwok $version: built in $((SECONDS - start))s"
 }
 
+# helm is not part of the control plane: the chart tests run `helm template`, which needs no cluster.
+# Timed on the 2 shared cores: 316 s cold (empty Go module and build caches; 164 s of CPU), 128 s
+# after the other components have filled the Go caches.
+build_helm() {
+  local version=$HELM_VERSION
+  local dir
+  dir=$(component_dir helm "$version")
+  if is_built "$dir" helm; then
+    log "helm $version: already built in $dir/bin, skipped"
+    return
+  fi
+  log "helm $version: building helm (about 5 minutes cold on 2 cores, 2 with the Go caches warm from the control plane)"
+  local start=$SECONDS module
+  module=$(new_build_module helm)
+  resolve_modules helm "$version" "$module" "helm.sh/helm/v3/cmd/helm@$version"
+
+  # Helm's release build stamps its version, and the Kubernetes version `helm template` assumes for
+  # .Capabilities.KubeVersion (otherwise v1.20), the latter from the client-go it was built with.
+  local client_go
+  client_go=$(cd "$module" && go list -m -f '{{.Version}}' k8s.io/client-go) \
+    || fail "helm $version: could not tell which k8s.io/client-go it resolved to"
+  [[ "$client_go" =~ ^v0\.([0-9]+)\. ]] \
+    || fail "helm $version: unexpected k8s.io/client-go version $client_go"
+  local kube_minor=${BASH_REMATCH[1]}
+  local stamp=" -X helm.sh/helm/v3/internal/version.version=$version"
+  stamp+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  local package
+  for package in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    stamp+=" -X $package.k8sVersionMajor=1 -X $package.k8sVersionMinor=$kube_minor"
+  done
+  (cd "$module" && go build -p "$build_jobs" -ldflags "-s -w$stamp" -o bin/helm helm.sh/helm/v3/cmd/helm) \
+    || fail "helm $version: go build failed"
+
+  # helm answers `helm version`, not --version; the stamp must have taken, or the tests would run an
+  # unidentifiable helm.
+  local reported
+  reported=$(verify_runs helm "$module" helm version --short)
+  [[ "$reported" == "$version"* ]] \
+    || fail "helm $version: 'helm version --short' says $reported, not $version"
+  install_built helm "$version" "$module"
+  log "helm $version: built in $((SECONDS - start))s"
+}
+
 total_start=$SECONDS
 log "building into $cache_root (Go $(go env GOVERSION), $build_jobs parallel jobs)"
 build_etcd
 build_kwok
 build_kubernetes
+build_helm
 log "all components ready in $((SECONDS - total_start))s:"
 log "  $(component_dir kubernetes "$KUBERNETES_VERSION")/bin"
 log "  $(component_dir etcd "$ETCD_VERSION")/bin"
 log "  $(component_dir kwok "$KWOK_VERSION")/bin"
+log "  $(component_dir helm "$HELM_VERSION")/bin"

@@ -1,5 +1,6 @@
 //! Where the control-plane binaries are: the versioned cache that `scripts/control-plane/build.sh`
-//! fills, or a directory named by `FERROSCALE_CONTROL_PLANE_BIN`.
+//! fills, or a directory named by `FERROSCALE_CONTROL_PLANE_BIN`. The same script builds helm for the
+//! Helm chart's tests, found the same way by [`locate_helm`]; a control plane does not need it.
 //!
 //! The pinned versions come from the same `versions.env` file the build script sources, embedded at
 //! compile time, so the tests always look where the script put the binaries.
@@ -9,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use crate::Error;
 
-/// A directory holding all five binaries; overrides the cache (for binaries built some other way).
+/// A directory holding all five binaries (and helm, for the chart tests); overrides the cache (for
+/// binaries built some other way).
 pub const BIN_DIR_ENV: &str = "FERROSCALE_CONTROL_PLANE_BIN";
 /// The cache root, when not `$HOME/.cache/ferroscale/control-plane`; `build.sh` honours it too.
 pub const CACHE_DIR_ENV: &str = "FERROSCALE_CONTROL_PLANE_CACHE";
@@ -25,6 +27,8 @@ pub struct PinnedVersions {
     pub etcd: String,
     /// kwok release (`v0.8.0`).
     pub kwok: String,
+    /// Helm release the chart tests render with (`v3.21.4`).
+    pub helm: String,
 }
 
 impl PinnedVersions {
@@ -52,7 +56,47 @@ fn parse_versions(text: &str) -> Result<PinnedVersions, Error> {
         kubernetes: value_of("KUBERNETES_VERSION")?,
         etcd: value_of("ETCD_VERSION")?,
         kwok: value_of("KWOK_VERSION")?,
+        helm: value_of("HELM_VERSION")?,
     })
+}
+
+/// Finds helm in `FERROSCALE_CONTROL_PLANE_BIN`, else in the versioned cache. Fails, naming the
+/// missing file and the command that builds it, when it is absent: a chart test must not pass
+/// without rendering the chart.
+pub fn locate_helm() -> Result<PathBuf, Error> {
+    let versions = PinnedVersions::pinned()?;
+    let (helm, looked_in) = match env::var_os(BIN_DIR_ENV).filter(|dir| !dir.is_empty()) {
+        Some(dir) => (
+            Path::new(&dir).join("helm"),
+            format!("{BIN_DIR_ENV} is set, so only that directory was searched"),
+        ),
+        None => {
+            let root = cache_root()?;
+            let looked_in = format!("searched the cache {}", root.display());
+            (helm_in_cache(&root, &versions), looked_in)
+        }
+    };
+    check_helm_present(helm, &versions, &looked_in)
+}
+
+fn helm_in_cache(root: &Path, versions: &PinnedVersions) -> PathBuf {
+    root.join(format!("helm-{}/bin/helm", versions.helm))
+}
+
+fn check_helm_present(
+    helm: PathBuf,
+    versions: &PinnedVersions,
+    looked_in: &str,
+) -> Result<PathBuf, Error> {
+    if helm.is_file() {
+        Ok(helm)
+    } else {
+        Err(Error::MissingHelm {
+            path: helm,
+            version: versions.helm.clone(),
+            looked_in: looked_in.to_owned(),
+        })
+    }
 }
 
 /// Paths of the binaries a control plane runs.
@@ -152,6 +196,7 @@ mod tests {
         assert!(versions.kubernetes.starts_with("v1."), "{versions:?}");
         assert!(versions.etcd.starts_with("v3."), "{versions:?}");
         assert!(versions.kwok.starts_with('v'), "{versions:?}");
+        assert!(versions.helm.starts_with("v3."), "{versions:?}");
     }
 
     #[test]
@@ -161,8 +206,14 @@ mod tests {
             Err(Error::Versions { name }) => assert_eq!(name, "KWOK_VERSION"),
             other => panic!("expected a missing KWOK_VERSION, got {other:?}"),
         }
-        let versions = parse_versions(&format!("{text}KWOK_VERSION=v0.1.0\n")).expect("complete");
+        let text = format!("{text}KWOK_VERSION=v0.1.0\n");
+        match parse_versions(&text) {
+            Err(Error::Versions { name }) => assert_eq!(name, "HELM_VERSION"),
+            other => panic!("expected a missing HELM_VERSION, got {other:?}"),
+        }
+        let versions = parse_versions(&format!("{text}HELM_VERSION=v3.9.8\n")).expect("complete");
         assert_eq!(versions.kubernetes, "v1.2.3");
+        assert_eq!(versions.helm, "v3.9.8");
     }
 
     #[test]
@@ -171,6 +222,7 @@ mod tests {
             kubernetes: "v1.2.3".into(),
             etcd: "v3.4.5".into(),
             kwok: "v0.6.7".into(),
+            helm: "v3.8.9".into(),
         };
         let binaries = Binaries::in_cache(Path::new("/cache"), &versions);
         assert_eq!(
@@ -179,6 +231,10 @@ mod tests {
         );
         assert_eq!(binaries.etcd, Path::new("/cache/etcd-v3.4.5/bin/etcd"));
         assert_eq!(binaries.kwok, Path::new("/cache/kwok-v0.6.7/bin/kwok"));
+        assert_eq!(
+            helm_in_cache(Path::new("/cache"), &versions),
+            Path::new("/cache/helm-v3.8.9/bin/helm")
+        );
     }
 
     #[test]
@@ -194,5 +250,33 @@ mod tests {
             "{message}"
         );
         assert!(message.contains("etcd"), "{message}");
+    }
+
+    #[test]
+    fn a_missing_helm_fails_with_the_build_command_and_its_version() {
+        let empty = tempfile::tempdir().expect("temp dir");
+        let versions = PinnedVersions::pinned().expect("versions.env parses");
+        let error = check_helm_present(empty.path().join("helm"), &versions, "test")
+            .expect_err("no helm in an empty directory");
+        let message = error.to_string();
+        assert!(
+            message.contains("scripts/control-plane/build.sh"),
+            "{message}"
+        );
+        assert!(message.contains(&versions.helm), "{message}");
+        assert!(
+            message.contains(&*empty.path().to_string_lossy()),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_present_helm_is_found() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let helm = dir.path().join("helm");
+        std::fs::write(&helm, "").expect("write a stand-in helm");
+        let versions = PinnedVersions::pinned().expect("versions.env parses");
+        let found = check_helm_present(helm.clone(), &versions, "test").expect("helm is there");
+        assert_eq!(found, helm);
     }
 }

@@ -6,7 +6,8 @@
 //! parallel. Dropping the [`ControlPlane`] stops every process.
 //!
 //! A missing binary is an error that says how to build it, never a skipped test: a test that needs a
-//! control plane cannot pass without one.
+//! control plane cannot pass without one. [`locate_helm`] finds, the same way, the helm that the same
+//! script builds for the Helm chart's tests.
 //!
 //! ```no_run
 //! use ferroscale_testing_control_plane::ControlPlane;
@@ -28,7 +29,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use binaries::{BIN_DIR_ENV, Binaries, CACHE_DIR_ENV, PinnedVersions};
+pub use binaries::{BIN_DIR_ENV, Binaries, CACHE_DIR_ENV, PinnedVersions, locate_helm};
 pub use control_plane::{
     ControlPlane, FAKE_NODE_ANNOTATION_KEY, FAKE_NODE_ANNOTATION_VALUE, KEEP_DIR_ENV, Options,
 };
@@ -49,6 +50,18 @@ pub enum Error {
     MissingBinary {
         path: PathBuf,
         versions: String,
+        /// Which directory was searched and why: the cache, or FERROSCALE_CONTROL_PLANE_BIN.
+        looked_in: String,
+    },
+
+    #[error(
+        "helm {path} is missing ({looked_in}): run scripts/control-plane/build.sh to build the \
+         pinned Helm {version} into the cache (about 5 minutes cold on 2 cores), or put a helm \
+         binary in FERROSCALE_CONTROL_PLANE_BIN"
+    )]
+    MissingHelm {
+        path: PathBuf,
+        version: String,
         /// Which directory was searched and why: the cache, or FERROSCALE_CONTROL_PLANE_BIN.
         looked_in: String,
     },
