@@ -28,7 +28,9 @@ pub struct LeaderElectionConfig {
     pub lease_name: String,
     /// `--namespace` (upstream creates the lock there, not in `--leader-elect-resource-namespace`).
     pub namespace: String,
-    /// Who we are in `holderIdentity`; upstream uses the host name.
+    /// Who we are in `holderIdentity`: the host name and a per-process suffix. Upstream uses the
+    /// bare host name, with which two replicas sharing a host (host-network pods, or two processes
+    /// on one machine) both believe they hold the lease and both act.
     pub identity: String,
     /// How long a lease that is not renewed keeps others out (15 s).
     pub lease_duration: Duration,
@@ -39,17 +41,27 @@ pub struct LeaderElectionConfig {
 }
 
 impl LeaderElectionConfig {
-    /// Upstream defaults in `namespace`, with this machine's host name as the identity.
+    /// Upstream defaults in `namespace`, with an identity unique to this process.
     pub fn new(namespace: impl Into<String>) -> LeaderElectionConfig {
         LeaderElectionConfig {
             lease_name: "cluster-autoscaler".to_string(),
             namespace: namespace.into(),
-            identity: host_name(),
+            identity: process_identity(),
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
         }
     }
+}
+
+/// `<host name>_<suffix>`, the suffix unique to this process on this host (its id and start time),
+/// as Kubernetes' own components make theirs.
+fn process_identity() -> String {
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{}_{:x}{:x}", host_name(), std::process::id(), started)
 }
 
 /// The host name, or `ferroscale-<pid>` on the odd system without one.
@@ -326,5 +338,20 @@ impl LeaderElector {
             .await
             .map_err(|e| self.api_error(e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two replicas on one host must not share an identity, or both would think they lead.
+    #[test]
+    fn two_processes_on_one_host_get_different_identities() {
+        let first = LeaderElectionConfig::new("kube-system").identity;
+        std::thread::sleep(Duration::from_millis(1));
+        let second = LeaderElectionConfig::new("kube-system").identity;
+        assert_ne!(first, second);
+        assert!(first.starts_with(&format!("{}_", host_name())), "{first}");
     }
 }
