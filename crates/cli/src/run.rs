@@ -11,6 +11,7 @@ use anyhow::{Context, anyhow};
 use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, Stopwatch};
 use ferroscale_core::cloud::CloudProvider;
 use ferroscale_core::kubernetes::ClusterApi;
+use ferroscale_core::scale_up::ScaleUpStatus;
 use ferroscale_kube::{
     CacheConfig, ClusterCaches, KubeCluster, KubeClusterConfig, LeaderElectionConfig, LeaderElector,
 };
@@ -70,7 +71,12 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
 }
 
 async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
-    let options = flags.options.clone();
+    let mut options = flags.options.clone();
+    if flags.loop_timing.frequent_loops {
+        // The batching window replaces upstream's fixed two-second wait for a burst of new pods
+        // (ARCHITECTURE.md, deliberate differences): the wake-up already batches the burst.
+        options.new_pods_window = flags.loop_timing.batching_window;
+    }
     let metrics = AutoscalerMetrics::new().context("building the metrics registry")?;
     metrics.set_limits(&options);
     let health = Arc::new(Mutex::new(HealthCheck::new(flags.health)));
@@ -275,7 +281,18 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) {
             tracing::debug!("an iteration acted: starting the next one at once");
             continue;
         }
-        let sleep = tokio::time::sleep(scan_interval.saturating_sub(took));
+        // Pods too new to act on yet: look again once the window has passed rather than after
+        // a whole scan interval.
+        let waiting_for_burst = outcome
+            .scale_up
+            .as_ref()
+            .is_some_and(|plan| plan.status == ScaleUpStatus::InCooldown);
+        let next = if context.timing.frequent_loops && waiting_for_burst {
+            context.timing.batching_window
+        } else {
+            scan_interval.saturating_sub(took)
+        };
+        let sleep = tokio::time::sleep(next);
         if context.timing.frequent_loops {
             tokio::select! {
                 () = sleep => {}
@@ -329,6 +346,17 @@ fn log_outcome(outcome: &LoopOutcome, took: Duration) {
     }
     for deleted in &outcome.deleted_nodes {
         tracing::info!(node = %deleted.node, group = %deleted.group_id, "node removed");
+    }
+    if let Some(plan) = &outcome.scale_down {
+        for node in &plan.unremovable {
+            tracing::debug!(
+                node = %node.node,
+                reason = ?node.reason,
+                blocking_pod = ?node.blocking_pod,
+                pod = ?node.pod,
+                "node cannot be removed"
+            );
+        }
     }
     if let Some(error) = &outcome.status_error {
         tracing::error!(%error, "writing the status ConfigMap");

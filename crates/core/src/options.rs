@@ -115,6 +115,10 @@ pub struct AutoscalingOptions {
     pub expendable_pods_priority_cutoff: i32,
     /// `new-pod-scale-up-delay`: minimum pod age before it may trigger a scale-up.
     pub new_pod_scale_up_delay: Duration,
+    /// While every pending pod is younger than this, scale-up waits for the rest of the burst
+    /// (spec 2.1: 2 s upstream, the default). Not a flag of its own: `ferroscale run` sets it from
+    /// `--unschedulable-pods-batching-window` when loops are event-driven.
+    pub new_pods_window: Duration,
     /// `max-nodes-total`: cluster node cap, 0 = none.
     pub max_nodes_total: usize,
     /// `cores-total`: cluster cores `min:max`.
@@ -240,6 +244,7 @@ impl Default for AutoscalingOptions {
             expander: vec![ExpanderName::LeastWaste],
             expendable_pods_priority_cutoff: -10,
             new_pod_scale_up_delay: Duration::ZERO,
+            new_pods_window: Duration::from_secs(2),
             max_nodes_total: 0,
             cores_total: MinMax {
                 min: 0,

@@ -259,6 +259,16 @@ fn s09_only_new_pods_waits_and_blocks_scale_down() {
     assert!(plan.increases.is_empty());
 }
 
+/// `ferroscale run` shortens the wait to its batching window: a one-second-old pod then counts.
+#[test]
+fn a_shorter_new_pods_window_lets_a_one_second_old_pod_scale_up() {
+    let mut case = Case::new(vec![pending_aged("p", 1000, 1)], vec![group("g", 4000, 0)]);
+    case.options.new_pods_window = std::time::Duration::from_millis(300);
+    let plan = case.plan();
+    assert_eq!(plan.status, ScaleUpStatus::Successful);
+    assert_eq!(plan.increases.len(), 1);
+}
+
 #[test]
 fn s10_young_gpu_pod_makes_the_loop_wait() {
     let mut gpu = pending_aged("gpu", 1000, 20);

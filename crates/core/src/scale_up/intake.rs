@@ -14,8 +14,6 @@ use crate::options::AutoscalingOptions;
 
 use super::equivalence::group_pods;
 
-/// A pod is "new" while younger than this; while every pending pod is new the loop waits for more.
-pub(super) const NEW_POD_WINDOW: Duration = Duration::from_secs(2);
 /// The same window for GPU pods, which tend to arrive in slower batches.
 pub(super) const NEW_GPU_POD_WINDOW: Duration = Duration::from_secs(30);
 
@@ -152,7 +150,7 @@ pub(super) fn drop_daemonset_and_young(
 }
 
 /// True when the loop should wait for more pods: no bypassed schedulers, and the oldest pod is
-/// younger than 2 s or the oldest GPU pod younger than 30 s.
+/// younger than `new_pods_window` (2 s upstream) or the oldest GPU pod younger than 30 s.
 pub(super) fn all_pods_new(
     pods: &[Arc<Pod>],
     now: Timestamp,
@@ -167,6 +165,6 @@ pub(super) fn all_pods_new(
         .filter(|p| p.requests_gpu())
         .map(|p| p.creation_time)
         .min();
-    oldest.is_some_and(|t| now.since(t) < NEW_POD_WINDOW)
+    oldest.is_some_and(|t| now.since(t) < options.new_pods_window)
         || oldest_gpu.is_some_and(|t| now.since(t) < NEW_GPU_POD_WINDOW)
 }
