@@ -1,0 +1,567 @@
+//! What every end-to-end test needs: a real control plane with kwok, Ferroscale's own deploy
+//! manifests applied to it (least-privilege RBAC and the kwok provider's example ConfigMaps), the
+//! `ferroscale run` binary started as a separate process with the ServiceAccount's token, and
+//! small readers of what a user would look at: nodes, pods, events, the Lease, `/metrics`.
+//!
+//! The autoscaler's log goes to a file that is printed when a test fails, so a red test shows
+//! what Ferroscale was thinking.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ferroscale_testing_control_plane::ControlPlane;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Event, Node, Pod, PodSpec, PodTemplateSpec, ResourceRequirements,
+    ServiceAccount, Toleration,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde::de::DeserializeOwned;
+
+/// Where the autoscaler lives and keeps its status, Lease and the kwok provider's ConfigMaps.
+pub const NAMESPACE: &str = "kube-system";
+/// Namespace of the test workloads.
+pub const APPS: &str = "default";
+/// The node group of `deploy/manifests/kwok-provider-config.yaml`: 4 CPU, 16Gi, 0 to 20 nodes.
+pub const POOL_LABEL: &str = "pool=general";
+pub const TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
+
+/// Generous for a loaded 2-core machine; the steps normally take seconds.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(240);
+
+/// A control plane with Ferroscale's manifests applied.
+pub struct Cluster {
+    pub control_plane: ControlPlane,
+    pub client: Client,
+    dir: tempfile::TempDir,
+    /// A kubeconfig that authenticates as the `ferroscale` ServiceAccount of deploy/manifests.
+    service_account_kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    pub async fn start() -> Cluster {
+        let control_plane = tokio::task::spawn_blocking(ControlPlane::start)
+            .await
+            .expect("control-plane start task")
+            .expect("start the test control plane");
+        let client = admin_client(control_plane.kubeconfig_path()).await;
+        for manifest in ["rbac.yaml", "kwok-provider-config.yaml"] {
+            apply_manifest(&client, &deploy_dir().join("manifests").join(manifest)).await;
+        }
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let token = service_account_token(&client).await;
+        let service_account_kubeconfig = dir.path().join("ferroscale.kubeconfig");
+        write_token_kubeconfig(&control_plane, &token, &service_account_kubeconfig);
+        Cluster {
+            control_plane,
+            client,
+            dir,
+            service_account_kubeconfig,
+        }
+    }
+
+    /// Starts `ferroscale run --cloud-provider=kwok` as the ServiceAccount, with `flags` after
+    /// the defaults (a later flag wins).
+    pub fn start_autoscaler(&self, name: &str, flags: &[&str]) -> Autoscaler {
+        self.start_autoscaler_logging(name, flags, "info,ferroscale=debug,ferroscale_core=debug")
+    }
+
+    /// [`Cluster::start_autoscaler`] with its own `RUST_LOG` filter.
+    pub fn start_autoscaler_logging(
+        &self,
+        name: &str,
+        flags: &[&str],
+        log_filter: &str,
+    ) -> Autoscaler {
+        let port = free_port();
+        let log_path = self.dir.path().join(format!("{name}.log"));
+        let log = File::create(&log_path).expect("autoscaler log file");
+        let mut arguments = vec![
+            "run".to_string(),
+            "--cloud-provider=kwok".to_string(),
+            format!("--kubeconfig={}", self.service_account_kubeconfig.display()),
+            format!("--namespace={NAMESPACE}"),
+            format!("--address=127.0.0.1:{port}"),
+            "--leader-elect=false".to_string(),
+            "--scan-interval=2s".to_string(),
+            "--v=4".to_string(),
+        ];
+        arguments.extend(flags.iter().map(|flag| flag.to_string()));
+        let child = Command::new(env!("CARGO_BIN_EXE_ferroscale"))
+            .args(&arguments)
+            .env_remove("RUST_LOG")
+            .env("RUST_LOG", log_filter)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file handle"))
+            .stderr(log)
+            .spawn()
+            .expect("start the ferroscale binary");
+        Autoscaler {
+            name: name.to_string(),
+            child: Some(child),
+            port,
+            log_path,
+        }
+    }
+
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), APPS)
+    }
+
+    pub fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), APPS)
+    }
+
+    /// The kwok group's nodes, sorted by name.
+    pub async fn pool_nodes(&self) -> Vec<Node> {
+        let mut nodes = self
+            .nodes()
+            .list(&ListParams::default().labels(POOL_LABEL))
+            .await
+            .expect("list nodes")
+            .items;
+        nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        nodes
+    }
+
+    pub async fn pool_node_names(&self) -> Vec<String> {
+        self.pool_nodes()
+            .await
+            .into_iter()
+            .filter_map(|node| node.metadata.name)
+            .collect()
+    }
+
+    /// Pods of the app with label `app=<app>` that kwok reports Running, by name → node.
+    pub async fn running_pods(&self, app: &str) -> BTreeMap<String, String> {
+        self.pods()
+            .list(&ListParams::default().labels(&format!("app={app}")))
+            .await
+            .expect("list pods")
+            .items
+            .into_iter()
+            .filter(|pod| {
+                pod.metadata.deletion_timestamp.is_none()
+                    && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+            .filter_map(|pod| Some((pod.metadata.name?, pod.spec?.node_name?)))
+            .collect()
+    }
+
+    /// Reasons of every Event in `namespace` about objects of `kind`.
+    pub async fn event_reasons(&self, namespace: &str, kind: &str) -> Vec<String> {
+        Api::<Event>::namespaced(self.client.clone(), namespace)
+            .list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|event| event.involved_object.kind.as_deref() == Some(kind))
+            .filter_map(|event| event.reason)
+            .collect()
+    }
+
+    /// The `cluster-autoscaler-status` ConfigMap's `status`, once written.
+    pub async fn status(&self) -> Option<String> {
+        Api::<ConfigMap>::namespaced(self.client.clone(), NAMESPACE)
+            .get_opt("cluster-autoscaler-status")
+            .await
+            .expect("read the status ConfigMap")
+            .and_then(|configmap| configmap.data?.get("status").cloned())
+    }
+
+    /// A Deployment of `replicas` pods labelled `app=<name>`, each requesting `cpu`.
+    pub async fn create_app(&self, app: App<'_>) {
+        let labels = BTreeMap::from([("app".to_string(), app.name.to_string())]);
+        let requests = BTreeMap::from([
+            ("cpu".to_string(), Quantity(app.cpu.to_string())),
+            ("memory".to_string(), Quantity("256Mi".to_string())),
+        ]);
+        let deployment = Deployment {
+            metadata: ObjectMeta {
+                name: Some(app.name.to_string()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(DeploymentSpec {
+                replicas: Some(app.replicas),
+                selector: LabelSelector {
+                    match_labels: Some(labels.clone()),
+                    ..LabelSelector::default()
+                },
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        annotations: (!app.annotations.is_empty()).then(|| {
+                            app.annotations
+                                .iter()
+                                .map(|(k, v)| (k.to_string(), v.to_string()))
+                                .collect()
+                        }),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(PodSpec {
+                        containers: vec![Container {
+                            name: "app".to_string(),
+                            image: Some("registry.example/app:1".to_string()),
+                            resources: Some(ResourceRequirements {
+                                requests: Some(requests),
+                                ..ResourceRequirements::default()
+                            }),
+                            ..Container::default()
+                        }],
+                        // The kwok provider taints its nodes so that only workloads meant for fake
+                        // nodes land there (spec: kwok provider, `skipTaint`).
+                        tolerations: Some(vec![Toleration {
+                            key: Some("kwok-provider".to_string()),
+                            operator: Some("Equal".to_string()),
+                            value: Some("true".to_string()),
+                            effect: Some("NoSchedule".to_string()),
+                            ..Toleration::default()
+                        }]),
+                        // Evicted pods go at once: kwok runs no containers.
+                        termination_grace_period_seconds: Some(0),
+                        ..PodSpec::default()
+                    }),
+                },
+                ..DeploymentSpec::default()
+            }),
+            ..Deployment::default()
+        };
+        self.deployments()
+            .create(&PostParams::default(), &deployment)
+            .await
+            .expect("create Deployment");
+    }
+
+    /// Marks a node unschedulable (or schedulable again), as `kubectl cordon` does.
+    pub async fn cordon(&self, node: &str, unschedulable: bool) {
+        self.nodes()
+            .patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "spec": { "unschedulable": unschedulable } })),
+            )
+            .await
+            .expect("cordon node");
+    }
+
+    pub async fn scale_app(&self, name: &str, replicas: i32) {
+        self.deployments()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "spec": { "replicas": replicas } })),
+            )
+            .await
+            .expect("scale Deployment");
+    }
+
+    pub async fn delete_app(&self, name: &str) {
+        self.deployments()
+            .delete(name, &DeleteParams::foreground())
+            .await
+            .expect("delete Deployment");
+    }
+
+    /// Waits until `app` has `replicas` Running pods, and returns them (name → node).
+    pub async fn wait_running(&self, app: &str, replicas: usize) -> BTreeMap<String, String> {
+        let mut running = BTreeMap::new();
+        wait_until(&format!("{replicas} Running pods of {app}"), async || {
+            running = self.running_pods(app).await;
+            running.len() == replicas
+        })
+        .await;
+        running
+    }
+
+    /// Waits until the kwok group has exactly `count` nodes, every one Ready.
+    pub async fn wait_pool_ready(&self, count: usize) -> Vec<String> {
+        wait_until(&format!("{count} Ready nodes in the pool"), async || {
+            let nodes = self.pool_nodes().await;
+            nodes.len() == count && nodes.iter().all(is_ready)
+        })
+        .await;
+        self.pool_node_names().await
+    }
+}
+
+/// What `Cluster::create_app` creates.
+pub struct App<'a> {
+    pub name: &'a str,
+    pub replicas: i32,
+    pub cpu: &'a str,
+    pub annotations: &'a [(&'a str, &'a str)],
+}
+
+impl<'a> App<'a> {
+    pub fn new(name: &'a str, replicas: i32, cpu: &'a str) -> App<'a> {
+        App {
+            name,
+            replicas,
+            cpu,
+            annotations: &[],
+        }
+    }
+}
+
+/// `ferroscale run` as a child process; killed when dropped, its log printed if the test failed.
+pub struct Autoscaler {
+    name: String,
+    child: Option<Child>,
+    port: u16,
+    log_path: PathBuf,
+}
+
+impl Autoscaler {
+    /// The `/metrics` text, or `None` while the server does not answer.
+    pub fn metrics(&self) -> Option<String> {
+        http_get(self.port, "/metrics")
+    }
+
+    /// Sum of every sample of `name` (all label sets) in `/metrics`; 0 when absent.
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        self.metrics()
+            .map(|text| metric_sum(&text, name))
+            .unwrap_or(0.0)
+    }
+
+    /// The value of one exact series (`name{labels}` as Prometheus prints it), if present.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        self.metrics()?.lines().find_map(|line| {
+            let (key, value) = line.rsplit_once(' ')?;
+            (key == series).then(|| value.parse().ok())?
+        })
+    }
+
+    /// The process id while it runs (the benchmark reads its memory and CPU time).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is still running (it never exits on its own in these tests).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    /// SIGKILL: a crash, nothing cleaned up.
+    pub fn crash(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Autoscaler {
+    fn drop(&mut self) {
+        self.crash();
+        if std::thread::panicking() {
+            let log = self.log();
+            let start = log.len().saturating_sub(20_000);
+            let start = (start..log.len())
+                .find(|i| log.is_char_boundary(*i))
+                .unwrap_or(log.len());
+            eprintln!(
+                "---- last lines of autoscaler {} ({}) ----\n{}",
+                self.name,
+                self.log_path.display(),
+                &log[start..]
+            );
+        }
+    }
+}
+
+/// Polls `check` every 250 ms until it holds; panics with `what` after [`WAIT_LIMIT`].
+pub async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up after {WAIT_LIMIT:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+pub fn has_taint(node: &Node, key: &str) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|spec| spec.taints.as_ref())
+        .is_some_and(|taints| taints.iter().any(|taint| taint.key == key))
+}
+
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (key, value) = line.rsplit_once(' ')?;
+            let metric = key.split('{').next()?;
+            (metric == name).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+pub fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+async fn admin_client(kubeconfig: &Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("read the admin kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("client configuration");
+    Client::try_from(config).expect("client")
+}
+
+/// Creates every object of a shipped manifest, as `kubectl apply` would on an empty cluster.
+pub async fn apply_manifest(client: &Client, path: &Path) {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(path).expect("read manifest");
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let value = serde_json::Value::deserialize(document)
+            .unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()));
+        let Some(kind) = value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        match kind.as_str() {
+            "ServiceAccount" => create_namespaced::<ServiceAccount>(client, value).await,
+            "Role" => create_namespaced::<Role>(client, value).await,
+            "RoleBinding" => create_namespaced::<RoleBinding>(client, value).await,
+            "ConfigMap" => create_namespaced::<ConfigMap>(client, value).await,
+            "Deployment" => create_namespaced::<Deployment>(client, value).await,
+            "ClusterRole" => create_cluster_wide::<ClusterRole>(client, value).await,
+            "ClusterRoleBinding" => create_cluster_wide::<ClusterRoleBinding>(client, value).await,
+            other => panic!("{}: no test support for kind {other}", path.display()),
+        }
+    }
+}
+
+async fn create_namespaced<K>(client: &Client, value: serde_json::Value)
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(value).expect("manifest object");
+    let namespace = object
+        .meta()
+        .namespace
+        .clone()
+        .unwrap_or_else(|| NAMESPACE.to_string());
+    Api::<K>::namespaced(client.clone(), &namespace)
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("create manifest object");
+}
+
+async fn create_cluster_wide<K>(client: &Client, value: serde_json::Value)
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(value).expect("manifest object");
+    Api::<K>::all(client.clone())
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("create manifest object");
+}
+
+async fn service_account_token(client: &Client) -> String {
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
+        .create_token_request("ferroscale", &PostParams::default(), &request)
+        .await
+        .expect("token for the ferroscale ServiceAccount")
+        .status
+        .and_then(|status| status.token)
+        .expect("a token in the token request's status")
+}
+
+fn write_token_kubeconfig(control_plane: &ControlPlane, token: &str, path: &Path) {
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": control_plane.server_url(),
+            "certificate-authority": control_plane.pki_files().ca_certificate,
+        }}],
+        "users": [{"name": "ferroscale", "user": {"token": token}}],
+        "contexts": [{"name": "ferroscale", "context": {"cluster": "test", "user": "ferroscale"}}],
+        "current-context": "ferroscale",
+    });
+    std::fs::write(
+        path,
+        serde_yaml_ng::to_string(&kubeconfig).expect("kubeconfig YAML"),
+    )
+    .expect("write the ServiceAccount kubeconfig");
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200")
+        .then(|| body.to_string())
+        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
+}
