@@ -7,6 +7,22 @@
 //! - [`ExternalGrpcNodeGroup`]: its node groups.
 //! - [`NodeGroupDefaults`]: the per-group option defaults sent with every `NodeGroupGetOptions`.
 //!
+//! # Wiring
+//!
+//! Inside the Tokio runtime (the channel's worker is spawned there); nothing is dialled yet, so
+//! an unreachable service is not a start-up error, while a bad config or mTLS file is:
+//!
+//! ```no_run
+//! # use ferroscale_core::options::AutoscalingOptions;
+//! # use ferroscale_provider_externalgrpc::{ExternalGrpcError, ExternalGrpcProvider, NodeGroupDefaults};
+//! # fn wire(options: &AutoscalingOptions) -> Result<ExternalGrpcProvider, ExternalGrpcError> {
+//! let provider = ExternalGrpcProvider::from_config_file(
+//!     std::path::Path::new("/etc/ferroscale/cloud-config.yaml"),
+//!     NodeGroupDefaults::from_options(options),
+//! )?;
+//! # Ok(provider) }
+//! ```
+//!
 //! # Caching (spec 4.4)
 //!
 //! | what | kept | until |
@@ -50,6 +66,9 @@
 //!   concatenated, so two different nodes can never share an entry.
 //! - `NodeGroupForNode` calls run concurrently (upstream serialises them behind one lock); an
 //!   answer that arrives after a `refresh` has emptied the cache is not kept.
+//! - The core's model knows instance states 1/2/3 and error classes 1/99 only: an unknown state
+//!   is read as "no status" and an unknown class as `Other`, with a warning (upstream passes the
+//!   numbers through).
 //! - Peers older than upstream 1.35 are read through their old fields (template in field 1,
 //!   option durations in fields 3-5), and pricing requests also carry the old fields.
 //!
@@ -323,8 +342,6 @@ impl ExternalGrpcProvider {
                 // A concurrent refresh may have set it first; both answers are the service's.
                 let _ = self.gpu_label.set(answer.label);
             }
-        } else {
-            log_cached(Method::GpuLabel, &Subject::Provider);
         }
         if self.gpu_types.get().is_none() {
             let answer =
@@ -342,8 +359,6 @@ impl ExternalGrpcProvider {
                 let names = answer.type_names().map(str::to_string).collect();
                 let _ = self.gpu_types.set(names);
             }
-        } else {
-            log_cached(Method::GetAvailableGpuTypes, &Subject::Provider);
         }
     }
 }

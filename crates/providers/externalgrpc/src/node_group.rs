@@ -55,8 +55,11 @@ impl ExternalGrpcNodeGroup {
     }
 
     /// `delta` as the wire's int32, or an error naming the call and the value.
-    fn wire_delta(&self, method: Method, delta: i64) -> Result<i32, CloudError> {
-        i32::try_from(delta).map_err(|_| {
+    fn wire_delta<D>(&self, method: Method, delta: D) -> Result<i32, CloudError>
+    where
+        D: TryInto<i32> + fmt::Display + Copy,
+    {
+        delta.try_into().map_err(|_| {
             CloudError::InvalidRequest(format!(
                 "externalgrpc {method} for node group {:?}: delta {delta} does not fit the \
                  protocol's int32",
@@ -121,7 +124,7 @@ impl NodeGroup for ExternalGrpcNodeGroup {
 
     async fn increase_size(&self, delta: usize) -> Result<(), CloudError> {
         let method = Method::NodeGroupIncreaseSize;
-        let delta = self.wire_delta(method, i64::try_from(delta).unwrap_or(i64::MAX))?;
+        let delta = self.wire_delta(method, delta)?;
         let request = v1::NodeGroupIncreaseSizeRequest {
             delta,
             id: self.id.clone(),

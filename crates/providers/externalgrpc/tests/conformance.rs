@@ -784,3 +784,38 @@ async fn c16_pricing_requests_always_carry_both_timestamps_to_the_nanosecond() {
     assert!(node_request.legacy_start_time.is_some() && node_request.legacy_end_time.is_some());
     assert_eq!(pod_request.legacy_pod, pod_request.pod_bytes);
 }
+
+#[tokio::test]
+async fn spec_3_8_a_nodes_gpu_is_computed_locally_from_the_label_or_a_known_gpu_resource() {
+    let (cloud, _server, provider) = setup("5s").await;
+    ok(provider.refresh().await, "refresh");
+    cloud.forget_calls();
+
+    let plain = node("cpu-only", "test:///ng-1/c");
+    assert_eq!(provider.node_gpu_config(&plain), None);
+
+    let mut labelled = node("labelled", "test:///ng-1/l");
+    labelled.labels.insert(
+        "cloud.example/gpu".to_string(),
+        "nvidia-tesla-t4".to_string(),
+    );
+    let config = provider.node_gpu_config(&labelled);
+    assert_eq!(
+        config.map(|c| (c.label, c.gpu_type, c.resource_name)),
+        Some((
+            "cloud.example/gpu".to_string(),
+            "nvidia-tesla-t4".to_string(),
+            "nvidia.com/gpu".to_string()
+        ))
+    );
+
+    // No label, but AMD GPUs in allocatable: a GPU node of unknown type with that resource.
+    let mut amd = node("amd", "test:///ng-1/amd");
+    amd.allocatable.set("amd.com/gpu", 2);
+    let config = provider.node_gpu_config(&amd);
+    assert_eq!(
+        config.map(|c| (c.gpu_type, c.resource_name)),
+        Some((String::new(), "amd.com/gpu".to_string()))
+    );
+    assert_eq!(cloud.total_calls(), 0);
+}
