@@ -6,3 +6,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/name: ferroscale
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{- /* Where the externalgrpc cloud config and its mutual-TLS files are mounted in the container. */ -}}
+{{- define "ferroscale.externalgrpcConfigDir" -}}
+/etc/ferroscale/externalgrpc
+{{- end -}}
+{{- define "ferroscale.externalgrpcTlsDir" -}}
+/etc/ferroscale/externalgrpc-tls
+{{- end -}}
