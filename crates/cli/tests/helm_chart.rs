@@ -1,0 +1,649 @@
+//! The Helm chart `deploy/helm/ferroscale`, rendered by the pinned helm (`helm template`, no cluster
+//! needed) the way a user installs it: with its default values and with a values file of their
+//! own. What an install depends on is checked on the rendered objects: they are valid Kubernetes
+//! objects, the same kinds as the plain manifests of `deploy/manifests`, with exactly the same RBAC
+//! rules; the Deployment runs as the ServiceAccount the RBAC binds, the Service and the
+//! PodDisruptionBudget select its pods; the container's arguments are accepted by the
+//! `ferroscale run` built from this workspace; and with the externalgrpc provider, the cloud config
+//! the chart writes is read by the provider's own parser and names files where they are mounted.
+//!
+//! helm comes from `scripts/control-plane/build.sh` (found by `locate_helm`); without it the tests
+//! fail and say how to build it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ferroscale_provider_externalgrpc::ExternalGrpcConfig;
+use ferroscale_testing_control_plane::locate_helm;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_yaml_ng::Value;
+
+const RELEASE: &str = "autoscaler";
+const NAMESPACE: &str = "cluster-tools";
+
+/// A values file as a user would write one: several values changed at once.
+const USER_VALUES: &str = "\
+replicaCount: 2
+leaderElect: true
+scanInterval: 30s
+verbosity: 4
+port: 9090
+extraArgs:
+  - --expander=least-waste
+  - --scale-down-unneeded-time=5m
+  - --max-nodes-total=50
+priorityClassName: \"\"
+";
+
+/// The externalgrpc provider with mutual TLS from a Secret, as its values file would say.
+const EXTERNALGRPC_VALUES: &str = "\
+cloudProvider: externalgrpc
+externalgrpc:
+  address: provider.cloud-tools.svc:8086
+  grpcTimeout: 10s
+  tlsSecret: provider-client-certificate
+";
+
+/// An argument no version of `ferroscale run` knows, appended to the rendered ones: the parser
+/// reports every problem of a command line at once, so when this is the only one reported, every
+/// rendered argument was accepted. Without it the binary would go on to bind the port and talk to
+/// a cluster.
+const SENTINEL_FLAG: &str = "--not-a-flag-helm-chart-test";
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+/// `helm template` of the chart in [`NAMESPACE`], with a values file when given: the rendered text,
+/// or helm's error output when it refuses.
+fn helm_template(values: Option<&str>) -> Result<String, String> {
+    let helm = locate_helm().expect("helm for rendering the chart");
+    // helm's own configuration, cache and plugins of whoever runs the tests must not matter.
+    let helm_home = tempfile::tempdir().expect("temporary helm home");
+    let mut command = Command::new(helm);
+    command
+        .arg("template")
+        .arg(RELEASE)
+        .arg(deploy_dir().join("helm/ferroscale"))
+        .args(["--namespace", NAMESPACE])
+        .env("HELM_CACHE_HOME", helm_home.path().join("cache"))
+        .env("HELM_CONFIG_HOME", helm_home.path().join("config"))
+        .env("HELM_DATA_HOME", helm_home.path().join("data"))
+        .env_remove("KUBECONFIG");
+    if let Some(values) = values {
+        let file = helm_home.path().join("values.yaml");
+        std::fs::write(&file, values).expect("write the values file");
+        command.arg("--values").arg(file);
+    }
+    let output = command.output().expect("run helm template");
+    if output.status.success() {
+        Ok(String::from_utf8(output.stdout).expect("helm prints UTF-8"))
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+/// The objects of a multi-document YAML text, empty documents (a template that rendered nothing)
+/// left out.
+fn documents(text: &str, origin: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|document| {
+            Value::deserialize(document).unwrap_or_else(|e| panic!("{origin} is not YAML: {e}"))
+        })
+        .filter(|document| !document.is_null())
+        .collect()
+}
+
+fn kind_of(object: &Value) -> &str {
+    object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("an object without a kind: {object:?}"))
+}
+
+/// The objects of one rendering, by kind.
+struct Rendered {
+    objects: Vec<Value>,
+}
+
+impl Rendered {
+    fn of(values: Option<&str>) -> Self {
+        let text = helm_template(values).unwrap_or_else(|e| panic!("helm template failed: {e}"));
+        Rendered {
+            objects: documents(&text, "helm template's output"),
+        }
+    }
+
+    /// The only object of this kind, as its typed Kubernetes API object.
+    fn one<T: DeserializeOwned>(&self, kind: &str) -> T {
+        let mut matching = self.objects.iter().filter(|object| kind_of(object) == kind);
+        let object = matching
+            .next()
+            .unwrap_or_else(|| panic!("the chart renders no {kind}"));
+        assert!(matching.next().is_none(), "the chart renders two {kind}s");
+        serde_yaml_ng::from_value(object.clone())
+            .unwrap_or_else(|e| panic!("the rendered {kind} is not a valid {kind}: {e}"))
+    }
+
+    fn pod(&self) -> PodSpec {
+        let deployment: Deployment = self.one("Deployment");
+        deployment
+            .spec
+            .and_then(|spec| spec.template.spec)
+            .expect("the Deployment's pod spec")
+    }
+
+    fn container(&self) -> Container {
+        let containers = self.pod().containers;
+        assert_eq!(containers.len(), 1, "{containers:?}");
+        containers.into_iter().next().expect("one container")
+    }
+
+    /// The file the container sees at `path`, when a volume mounts it: the ConfigMap or Secret
+    /// behind the volume, and the key in it.
+    fn mounted_file(&self, path: &Path) -> Option<MountedFile> {
+        let mounts = self.container().volume_mounts.unwrap_or_default();
+        let (mount, key) = mounts.iter().find_map(|mount| {
+            let key = path.strip_prefix(&mount.mount_path).ok()?;
+            Some((mount, key.to_str()?.to_owned()))
+        })?;
+        let volumes = self.pod().volumes.unwrap_or_default();
+        let volume = volumes
+            .into_iter()
+            .find(|volume| volume.name == mount.name)?;
+        match (volume.config_map, volume.secret) {
+            (Some(config_map), None) => Some(MountedFile::ConfigMap {
+                name: config_map.name,
+                key,
+            }),
+            (None, Some(secret)) => Some(MountedFile::Secret {
+                name: secret.secret_name?,
+                key,
+            }),
+            _ => None,
+        }
+    }
+
+    fn args(&self) -> Vec<String> {
+        self.container().args.unwrap_or_default()
+    }
+
+    /// The value of `--flag=value` in the container's arguments (the last one, as the parser does).
+    fn flag(&self, flag: &str) -> Option<String> {
+        let prefix = format!("{flag}=");
+        self.args()
+            .iter()
+            .rev()
+            .find_map(|arg| arg.strip_prefix(&prefix).map(str::to_owned))
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum MountedFile {
+    ConfigMap { name: String, key: String },
+    Secret { name: String, key: String },
+}
+
+/// One permission: (API group, resource, resource name or "*" for all, verb). Rules are compared
+/// as the set of these, so two ways of writing the same grant compare equal and any grant more or
+/// less does not.
+type Grant = (String, String, String, String);
+
+fn grants(rules: &[PolicyRule]) -> BTreeSet<Grant> {
+    let mut grants = BTreeSet::new();
+    for rule in rules {
+        assert!(
+            rule.non_resource_urls.as_ref().is_none_or(Vec::is_empty),
+            "{rule:?}"
+        );
+        let all = vec!["*".to_owned()];
+        let names = rule
+            .resource_names
+            .as_ref()
+            .filter(|names| !names.is_empty())
+            .unwrap_or(&all);
+        for group in rule.api_groups.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                for name in names {
+                    for verb in &rule.verbs {
+                        grants.insert((
+                            group.clone(),
+                            resource.clone(),
+                            name.clone(),
+                            verb.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    grants
+}
+
+/// The objects of the plain manifests the chart stands for (the kwok example ConfigMaps are not
+/// part of the chart: they describe the user's node groups).
+fn plain_manifests() -> Vec<Value> {
+    ["deployment.yaml", "rbac.yaml"]
+        .iter()
+        .flat_map(|name| {
+            let path = deploy_dir().join("manifests").join(name);
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            documents(&text, name)
+        })
+        .collect()
+}
+
+fn plain<T: DeserializeOwned>(kind: &str) -> T {
+    let object = plain_manifests()
+        .into_iter()
+        .find(|object| kind_of(object) == kind)
+        .unwrap_or_else(|| panic!("deploy/manifests has no {kind}"));
+    serde_yaml_ng::from_value(object).unwrap_or_else(|e| panic!("the plain {kind}: {e}"))
+}
+
+fn kinds(objects: &[Value]) -> BTreeMap<String, usize> {
+    let mut kinds = BTreeMap::new();
+    for object in objects {
+        *kinds.entry(kind_of(object).to_owned()).or_default() += 1;
+    }
+    kinds
+}
+
+/// Runs the built `ferroscale` with the container's arguments and [`SENTINEL_FLAG`]; returns the
+/// error lines it printed.
+fn ferroscale_errors(args: &[String]) -> Vec<String> {
+    let output = Command::new(env!("CARGO_BIN_EXE_ferroscale"))
+        .args(args)
+        .arg(SENTINEL_FLAG)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run ferroscale");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "ferroscale {args:?} {SENTINEL_FLAG} should refuse the unknown flag; stderr:\n{stderr}"
+    );
+    stderr
+        .lines()
+        .filter(|line| line.starts_with("error:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn assert_accepted_by_ferroscale_run(rendered: &Rendered) {
+    let args = rendered.args();
+    assert_eq!(args.first().map(String::as_str), Some("run"), "{args:?}");
+    let errors = ferroscale_errors(&args);
+    assert!(
+        errors.len() == 1 && errors[0].contains(SENTINEL_FLAG),
+        "`ferroscale {}` refused more than the test's own unknown flag: {errors:#?}",
+        args.join(" ")
+    );
+}
+
+fn assert_same<T: PartialEq + Debug>(what: &str, chart: T, plain: T) {
+    assert_eq!(
+        chart, plain,
+        "{what}: the chart differs from deploy/manifests"
+    );
+}
+
+#[test]
+fn default_values_render_the_objects_of_the_plain_manifests_in_the_release_namespace() {
+    let rendered = Rendered::of(None);
+    assert_same(
+        "kinds of objects",
+        kinds(&rendered.objects),
+        kinds(&plain_manifests()),
+    );
+    for object in &rendered.objects {
+        let kind = kind_of(object);
+        let namespace = object["metadata"].get("namespace").and_then(Value::as_str);
+        match kind {
+            "ClusterRole" | "ClusterRoleBinding" => assert_eq!(namespace, None, "{object:?}"),
+            _ => assert_eq!(namespace, Some(NAMESPACE), "{kind} {object:?}"),
+        }
+    }
+    // Typed parsing: every object is a valid one of its kind (numbers where numbers go, ...).
+    let _: Deployment = rendered.one("Deployment");
+    let _: Service = rendered.one("Service");
+    let _: PodDisruptionBudget = rendered.one("PodDisruptionBudget");
+    let _: ServiceAccount = rendered.one("ServiceAccount");
+    let _: ClusterRoleBinding = rendered.one("ClusterRoleBinding");
+    let _: RoleBinding = rendered.one("RoleBinding");
+}
+
+#[test]
+fn the_externalgrpc_provider_adds_only_its_cloud_config() {
+    let mut expected = kinds(&plain_manifests());
+    *expected.entry("ConfigMap".to_owned()).or_default() += 1;
+    assert_same(
+        "kinds of objects",
+        kinds(&Rendered::of(Some(EXTERNALGRPC_VALUES)).objects),
+        expected,
+    );
+}
+
+#[test]
+fn the_rbac_rules_are_exactly_those_of_the_plain_manifests() {
+    let plain_cluster_role: ClusterRole = plain("ClusterRole");
+    let plain_role: Role = plain("Role");
+    let plain_cluster_grants = grants(&plain_cluster_role.rules.unwrap_or_default());
+    let plain_namespace_grants = grants(&plain_role.rules.unwrap_or_default());
+    assert!(!plain_cluster_grants.is_empty() && !plain_namespace_grants.is_empty());
+
+    for values in [None, Some(USER_VALUES)] {
+        let rendered = Rendered::of(values);
+        let cluster_role: ClusterRole = rendered.one("ClusterRole");
+        let role: Role = rendered.one("Role");
+        assert!(cluster_role.aggregation_rule.is_none());
+        assert_same(
+            "ClusterRole rules",
+            grants(&cluster_role.rules.unwrap_or_default()),
+            plain_cluster_grants.clone(),
+        );
+        assert_same(
+            "Role rules",
+            grants(&role.rules.unwrap_or_default()),
+            plain_namespace_grants.clone(),
+        );
+    }
+}
+
+#[test]
+fn without_kwok_the_autoscaler_may_not_create_or_delete_nodes() {
+    // Only the kwok provider writes Node objects; other providers' machines register themselves.
+    let plain_cluster_role: ClusterRole = plain("ClusterRole");
+    let node_writes: BTreeSet<Grant> = ["create", "delete"]
+        .iter()
+        .map(|verb| ("".into(), "nodes".into(), "*".into(), (*verb).into()))
+        .collect();
+    let plain_grants = grants(&plain_cluster_role.rules.unwrap_or_default());
+    assert!(node_writes.is_subset(&plain_grants), "{plain_grants:?}");
+
+    let rendered = Rendered::of(Some(EXTERNALGRPC_VALUES));
+    let cluster_role: ClusterRole = rendered.one("ClusterRole");
+    assert_same(
+        "ClusterRole rules without kwok",
+        grants(&cluster_role.rules.unwrap_or_default()),
+        plain_grants.difference(&node_writes).cloned().collect(),
+    );
+    let plain_role: Role = plain("Role");
+    let role: Role = rendered.one("Role");
+    assert_same(
+        "Role rules",
+        grants(&role.rules.unwrap_or_default()),
+        grants(&plain_role.rules.unwrap_or_default()),
+    );
+}
+
+#[test]
+fn the_deployment_runs_as_the_service_account_that_the_rbac_binds() {
+    for values in [None, Some(USER_VALUES), Some(EXTERNALGRPC_VALUES)] {
+        let rendered = Rendered::of(values);
+        let account: ServiceAccount = rendered.one("ServiceAccount");
+        let account_name = account.metadata.name.expect("ServiceAccount name");
+        let deployment: Deployment = rendered.one("Deployment");
+        let runs_as = deployment
+            .spec
+            .and_then(|spec| spec.template.spec)
+            .and_then(|pod| pod.service_account_name);
+        assert_eq!(runs_as.as_deref(), Some(account_name.as_str()));
+
+        let cluster_role: ClusterRole = rendered.one("ClusterRole");
+        let cluster_binding: ClusterRoleBinding = rendered.one("ClusterRoleBinding");
+        assert_eq!(cluster_binding.role_ref.kind, "ClusterRole");
+        assert_eq!(
+            Some(cluster_binding.role_ref.name),
+            cluster_role.metadata.name
+        );
+        let role: Role = rendered.one("Role");
+        let binding: RoleBinding = rendered.one("RoleBinding");
+        assert_eq!(binding.role_ref.kind, "Role");
+        assert_eq!(Some(binding.role_ref.name), role.metadata.name);
+        assert_eq!(role.metadata.namespace.as_deref(), Some(NAMESPACE));
+        assert_eq!(binding.metadata.namespace.as_deref(), Some(NAMESPACE));
+
+        for subjects in [cluster_binding.subjects, binding.subjects] {
+            let subjects: Vec<_> = subjects
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| (s.kind, s.name, s.namespace))
+                .collect();
+            assert_eq!(
+                subjects,
+                [(
+                    "ServiceAccount".to_owned(),
+                    account_name.clone(),
+                    Some(NAMESPACE.to_owned())
+                )]
+            );
+        }
+        // The Lease and status ConfigMap go where the Role allows them.
+        assert_eq!(rendered.flag("--namespace").as_deref(), Some(NAMESPACE));
+    }
+}
+
+#[test]
+fn the_service_and_the_disruption_budget_select_the_autoscaler_pods_on_its_port() {
+    for (values, port) in [(None, 8085), (Some(USER_VALUES), 9090)] {
+        let rendered = Rendered::of(values);
+        let deployment: Deployment = rendered.one("Deployment");
+        let spec = deployment.spec.expect("Deployment spec");
+        let pod_labels = spec
+            .template
+            .metadata
+            .and_then(|m| m.labels)
+            .unwrap_or_default();
+        let selected = |selector: &BTreeMap<String, String>| {
+            !selector.is_empty()
+                && selector
+                    .iter()
+                    .all(|(key, value)| pod_labels.get(key) == Some(value))
+        };
+        assert!(selected(&spec.selector.match_labels.unwrap_or_default()));
+
+        let service: Service = rendered.one("Service");
+        let service_spec = service.spec.expect("Service spec");
+        assert!(selected(&service_spec.selector.unwrap_or_default()));
+        let budget: PodDisruptionBudget = rendered.one("PodDisruptionBudget");
+        let budget_selector = budget.spec.and_then(|spec| spec.selector);
+        assert!(selected(
+            &budget_selector
+                .and_then(|s| s.match_labels)
+                .unwrap_or_default()
+        ));
+
+        // /metrics and /health-check: the address the binary listens on is the container port
+        // the probes and the Service use.
+        assert_eq!(rendered.flag("--address"), Some(format!(":{port}")));
+        let container = rendered.container();
+        let ports = container.ports.unwrap_or_default();
+        assert_eq!(
+            ports
+                .iter()
+                .map(|p| (p.name.as_deref(), p.container_port))
+                .collect::<Vec<_>>(),
+            [(Some("http"), port)]
+        );
+        let service_ports = service_spec.ports.unwrap_or_default();
+        assert_eq!(service_ports.len(), 1, "{service_ports:?}");
+        assert_eq!(service_ports[0].port, port);
+        assert_eq!(
+            service_ports[0].target_port,
+            Some(IntOrString::String("http".to_owned()))
+        );
+        for probe in [container.liveness_probe, container.readiness_probe] {
+            let get = probe.and_then(|p| p.http_get).expect("an HTTP probe");
+            assert_eq!(get.path.as_deref(), Some("/health-check"));
+            assert_eq!(get.port, IntOrString::String("http".to_owned()));
+        }
+    }
+}
+
+#[test]
+fn the_rendered_arguments_are_accepted_by_ferroscale_run() {
+    assert_accepted_by_ferroscale_run(&Rendered::of(None));
+    assert_accepted_by_ferroscale_run(&Rendered::of(Some(USER_VALUES)));
+    let without_election = Rendered::of(Some("leaderElect: false\n"));
+    assert_eq!(
+        without_election.flag("--leader-elect").as_deref(),
+        Some("false")
+    );
+    assert_accepted_by_ferroscale_run(&without_election);
+    let externalgrpc = Rendered::of(Some(EXTERNALGRPC_VALUES));
+    assert_eq!(
+        externalgrpc.flag("--cloud-provider").as_deref(),
+        Some("externalgrpc")
+    );
+    assert_accepted_by_ferroscale_run(&externalgrpc);
+}
+
+#[test]
+fn the_externalgrpc_cloud_config_is_mounted_and_names_the_mounted_tls_files() {
+    let rendered = Rendered::of(Some(EXTERNALGRPC_VALUES));
+    let path = PathBuf::from(rendered.flag("--cloud-config").expect("--cloud-config"));
+    let Some(MountedFile::ConfigMap { name, key }) = rendered.mounted_file(&path) else {
+        panic!(
+            "--cloud-config={} is not a mounted ConfigMap key",
+            path.display()
+        );
+    };
+    let config_map: ConfigMap = rendered.one("ConfigMap");
+    assert_eq!(config_map.metadata.name.as_deref(), Some(name.as_str()));
+    let data = config_map.data.unwrap_or_default();
+    let text = data
+        .get(&key)
+        .unwrap_or_else(|| panic!("ConfigMap {name} has no key {key}: {data:?}"));
+
+    // What the provider will read at start-up.
+    let config = ExternalGrpcConfig::from_yaml(&key, text)
+        .unwrap_or_else(|e| panic!("the rendered cloud config is refused: {e}\n{text}"));
+    assert_eq!(config.address.written, "provider.cloud-tools.svc:8086");
+    assert_eq!(config.grpc_timeout, std::time::Duration::from_secs(10));
+    let tls = config.tls.expect("mutual TLS with a tlsSecret");
+    for (file, secret_key) in [
+        (&tls.cert, "tls.crt"),
+        (&tls.key, "tls.key"),
+        (&tls.ca_cert, "ca.crt"),
+    ] {
+        assert_eq!(
+            rendered.mounted_file(file),
+            Some(MountedFile::Secret {
+                name: "provider-client-certificate".to_owned(),
+                key: secret_key.to_owned(),
+            }),
+            "{}",
+            file.display()
+        );
+    }
+    // The kwok provider's setting is not passed to another provider.
+    let env = rendered.container().env.unwrap_or_default();
+    assert!(
+        env.iter().all(|var| var.name != "KWOK_PROVIDER_CONFIGMAP"),
+        "{env:?}"
+    );
+
+    // Without a Secret: a plain connection, and nothing mounted for TLS.
+    let plain_values = "cloudProvider: externalgrpc\nexternalgrpc: {address: \"[fd00::1]:8086\"}\n";
+    let rendered = Rendered::of(Some(plain_values));
+    let config_map: ConfigMap = rendered.one("ConfigMap");
+    let text = config_map
+        .data
+        .unwrap_or_default()
+        .into_values()
+        .next()
+        .expect("the cloud config");
+    let config = ExternalGrpcConfig::from_yaml("plain", &text)
+        .unwrap_or_else(|e| panic!("the rendered cloud config is refused: {e}\n{text}"));
+    assert_eq!(config.address.written, "[fd00::1]:8086");
+    assert_eq!(config.tls, None);
+    assert_eq!(rendered.pod().volumes.unwrap_or_default().len(), 1);
+}
+
+#[test]
+fn changing_the_externalgrpc_config_restarts_the_pods() {
+    let pod_annotations = |values: &str| {
+        let deployment: Deployment = Rendered::of(Some(values)).one("Deployment");
+        deployment
+            .spec
+            .and_then(|spec| spec.template.metadata)
+            .and_then(|metadata| metadata.annotations)
+            .unwrap_or_default()
+    };
+    let before = pod_annotations(EXTERNALGRPC_VALUES);
+    assert!(!before.is_empty());
+    let after = pod_annotations(&EXTERNALGRPC_VALUES.replace("10s", "20s"));
+    assert_ne!(before, after);
+    assert_eq!(before, pod_annotations(EXTERNALGRPC_VALUES));
+}
+
+#[test]
+fn a_values_file_sets_the_replicas_and_appends_extra_flags_verbatim() {
+    let defaults = Rendered::of(None);
+    let deployment: Deployment = defaults.one("Deployment");
+    assert_eq!(deployment.spec.and_then(|s| s.replicas), Some(1));
+    assert_eq!(defaults.flag("--expander"), None);
+
+    let rendered = Rendered::of(Some(USER_VALUES));
+    let deployment: Deployment = rendered.one("Deployment");
+    assert_eq!(deployment.spec.and_then(|s| s.replicas), Some(2));
+    let args = rendered.args();
+    let extra = [
+        "--expander=least-waste",
+        "--scale-down-unneeded-time=5m",
+        "--max-nodes-total=50",
+    ];
+    // Last, in the user's order, so a user's flag overrides one the chart sets.
+    assert!(args.ends_with(&extra.map(String::from)), "{args:?}");
+    assert_eq!(rendered.flag("--scan-interval").as_deref(), Some("30s"));
+    assert_eq!(rendered.flag("--v").as_deref(), Some("4"));
+    assert_eq!(rendered.flag("--cloud-provider").as_deref(), Some("kwok"));
+    assert_eq!(
+        rendered.pod().priority_class_name,
+        None,
+        "an empty priorityClassName sets none"
+    );
+}
+
+#[test]
+fn an_extra_flag_ferroscale_refuses_is_named_when_the_chart_runs() {
+    // The chart passes extra flags through untouched; the binary then refuses an upstream flag it
+    // does not implement, by name, rather than ignoring it.
+    let rendered = Rendered::of(Some("extraArgs: [--kube-client-qps=50]\n"));
+    let errors = ferroscale_errors(&rendered.args());
+    assert!(
+        errors.iter().any(|e| e.contains("--kube-client-qps")),
+        "{errors:#?}"
+    );
+}
+
+#[test]
+fn values_the_binary_cannot_use_fail_the_install_with_the_value_named() {
+    for (values, named) in [
+        ("cloudProvider: aws\n", "cloudProvider"),
+        ("cloudProvider: externalgrpc\n", "externalgrpc.address"),
+        (
+            "cloudProvider: externalgrpc\nexternalgrpc: {address: provider}\n",
+            "externalgrpc/address",
+        ),
+        ("replicas: 2\n", "replicas"),
+        ("extraArgs: [expander=least-waste]\n", "extraArgs"),
+        ("port: \"8085\"\n", "port"),
+    ] {
+        match helm_template(Some(values)) {
+            Ok(text) => panic!("helm rendered {values:?}:\n{text}"),
+            Err(error) => assert!(error.contains(named), "{values:?}: {error}"),
+        }
+    }
+}
