@@ -89,6 +89,25 @@ fn s91_first_iteration_removes_leftover_deletion_taints_from_autoscaled_nodes_on
     assert_eq!(calls(&log, "kube.untaint").len(), before);
 }
 
+/// Nodes that are instances of a group are placed by the instance lists; only the others cost a
+/// NodeGroupForNode call, so a remote provider is asked per group, not per node.
+#[test]
+fn only_nodes_outside_every_group_are_looked_up_one_by_one() {
+    let (_log, cloud, cluster) = cluster_with(3, 0);
+    let mut outsider = node("control-plane", 4000, 16 << 30);
+    outsider.provider_id = "elsewhere://control-plane".into();
+    cluster.add_node(outsider);
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(10_000));
+    assert_eq!(outcome.error, None);
+    assert_eq!(*cloud.lookups.lock().unwrap(), vec!["control-plane"]);
+    let pool = outcome.cluster_state.group("pool").expect("pool state");
+    assert_eq!(
+        pool.counts.registered, 3,
+        "the group still owns its three nodes"
+    );
+}
+
 #[test]
 fn unhealthy_cluster_ends_the_iteration_before_scale_up() {
     let (log, cloud, cluster) = cluster_with(2, 5);

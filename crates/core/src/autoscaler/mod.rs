@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use ferroscale_model::{Node, Pod, Timestamp};
 use ferroscale_scheduling::Snapshot;
+use futures::StreamExt;
 
 use crate::actuation::{
     ActuationProgress, ActuationReport, ActuationStep, CompletedDeletion, DeletionTracker,
@@ -184,6 +185,9 @@ impl LoopOutcome {
         scaled_up || deletion_started
     }
 }
+
+/// How many NodeGroupForNode calls may be in flight at once while gathering.
+const NODE_GROUP_LOOKUP_CONCURRENCY: usize = 16;
 
 /// Summed capacity of the cluster's nodes, for `cluster_cpu_current_cores` and
 /// `cluster_memory_current_bytes`.
@@ -1053,9 +1057,40 @@ impl Autoscaler {
         objects: ClusterObjects,
         now: Timestamp,
     ) -> Gathered {
+        // Per group, concurrently: instances, target size and options. A remote provider then
+        // costs a few round trips per loop, not one per group after another.
+        let per_group = futures::future::join_all(groups.iter().map(|group| async move {
+            let (instances, target, options) =
+                futures::join!(group.nodes(), group.target_size(), group.get_options());
+            (instances.ok(), target, options.ok().flatten())
+        }))
+        .await;
+        // A node whose providerID is an instance of a group belongs to that group; only the
+        // other nodes are asked about with NodeGroupForNode (concurrently), so the calls per loop
+        // grow with the nodes outside any group, not with every node.
+        let mut group_of_instance: HashMap<&str, usize> = HashMap::new();
+        for (i, (instances, _, _)) in per_group.iter().enumerate() {
+            for instance in instances.iter().flatten() {
+                group_of_instance.entry(instance.id.as_str()).or_insert(i);
+            }
+        }
         let mut group_of_node = HashMap::new();
+        let mut unresolved = Vec::new();
         for node in &objects.nodes {
-            if let Ok(Some(group)) = cloud.node_group_for_node(node).await
+            match group_of_instance.get(node.provider_id.as_str()) {
+                Some(i) if !node.provider_id.is_empty() => {
+                    group_of_node.insert(node.name.clone(), *i);
+                }
+                _ => unresolved.push(node),
+            }
+        }
+        let answers: Vec<_> = futures::stream::iter(unresolved)
+            .map(|node| async move { (node, cloud.node_group_for_node(node).await) })
+            .buffer_unordered(NODE_GROUP_LOOKUP_CONCURRENCY)
+            .collect()
+            .await;
+        for (node, answer) in answers {
+            if let Ok(Some(group)) = answer
                 && let Some(i) = groups.iter().position(|g| g.id() == group.id())
             {
                 group_of_node.insert(node.name.clone(), i);
@@ -1073,8 +1108,9 @@ impl Autoscaler {
 
         let mut views = Vec::with_capacity(groups.len());
         let mut instances = Vec::with_capacity(groups.len());
-        for (i, group) in groups.iter().enumerate() {
-            let target = group.target_size().await;
+        for (i, (group, (group_instances, target, options))) in
+            groups.iter().zip(per_group).enumerate()
+        {
             let nodes: Vec<Arc<Node>> = objects
                 .nodes
                 .iter()
@@ -1100,11 +1136,11 @@ impl Autoscaler {
                 template,
             );
             view.exists = group.exist();
-            view.options = group.get_options().await.ok().flatten().unwrap_or_default();
+            view.options = options.unwrap_or_default();
             // A group whose target cannot be read is not ready for scale-up.
             view.healthy = target.is_ok();
             views.push(view);
-            instances.push(group.nodes().await.ok());
+            instances.push(group_instances);
         }
         Gathered {
             objects,

@@ -139,6 +139,9 @@ impl NodeGroup for FakeGroup {
 pub struct FakeCloud {
     pub groups: Vec<Arc<FakeGroup>>,
     pub log: CallLog,
+    /// Nodes asked about with `node_group_for_node`, in order (kept apart from the call log,
+    /// which lists what changes the cloud or the cluster).
+    pub lookups: Arc<Mutex<Vec<String>>>,
 }
 
 impl FakeCloud {
@@ -146,6 +149,7 @@ impl FakeCloud {
         FakeCloud {
             groups: Vec::new(),
             log,
+            lookups: Arc::default(),
         }
     }
 
@@ -204,6 +208,7 @@ impl CloudProvider for FakeCloud {
         &self,
         node: &Node,
     ) -> Result<Option<Arc<dyn NodeGroup>>, CloudError> {
+        lock(&self.lookups).push(node.name.clone());
         Ok(self
             .groups
             .iter()
