@@ -10,3 +10,4 @@ pub mod record;
 pub mod report;
 pub mod runner;
 pub mod scenario;
+pub mod served;
