@@ -87,12 +87,16 @@ pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
 ];
 
 /// Providers upstream has that Ferroscale plans but has not built.
-const PLANNED_PROVIDERS: &[&str] = &["externalgrpc", "clusterapi", "exoscale"];
+const PLANNED_PROVIDERS: &[&str] = &["clusterapi", "exoscale"];
+/// What the provider errors list as built.
+const BUILT_PROVIDERS: &str = "kwok, externalgrpc";
 
 /// The cloud provider to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CloudProviderKind {
     Kwok,
+    /// An out-of-tree provider over gRPC; `--cloud-config` names its connection file.
+    ExternalGrpc,
 }
 
 /// Leader election settings (`--leader-elect*`).
@@ -203,7 +207,7 @@ fn known_flag(flag: &str) -> bool {
 }
 
 /// Go's `strconv.ParseBool`, which upstream's flags use.
-fn parse_bool(value: &str) -> Option<bool> {
+pub fn parse_bool(value: &str) -> Option<bool> {
     match value {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
@@ -211,7 +215,7 @@ fn parse_bool(value: &str) -> Option<bool> {
     }
 }
 
-fn duration(flag: &str, value: &str) -> Result<Duration, String> {
+pub fn duration(flag: &str, value: &str) -> Result<Duration, String> {
     parse_go_duration(value).map_err(|e| format!("invalid value {value:?} for flag --{flag}: {e}"))
 }
 
@@ -242,8 +246,15 @@ fn parse_static_group(value: &str) -> Result<StaticNodeGroup, String> {
     })
 }
 
-/// Splits the arguments into (flag, value) pairs in upstream syntax.
-fn split_arguments(args: &[String]) -> Result<Vec<(String, String)>, Vec<String>> {
+/// Splits the arguments into (flag, value) pairs in upstream syntax. `is_bool` says which flags
+/// are booleans (a bare flag means true and never takes the next argument); `known` says which
+/// flags exist (an unknown bare flag does not swallow the next argument either: it is reported by
+/// name later).
+pub fn split_upstream_flags(
+    args: &[String],
+    is_bool: impl Fn(&str) -> bool,
+    known: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, String)>, Vec<String>> {
     let mut pairs = Vec::new();
     let mut errors = Vec::new();
     let mut index = 0;
@@ -256,14 +267,13 @@ fn split_arguments(args: &[String]) -> Result<Vec<(String, String)>, Vec<String>
             .filter(|s| !s.is_empty())
         else {
             errors.push(format!(
-                "unexpected argument {argument:?}: `ferroscale run` takes only flags"
+                "unexpected argument {argument:?}: only flags are expected"
             ));
             continue;
         };
         if let Some((flag, value)) = stripped.split_once('=') {
             pairs.push((flag.to_string(), value.to_string()));
-        } else if matches!(stripped, "help" | "h") || is_boolean(stripped) || !known_flag(stripped)
-        {
+        } else if matches!(stripped, "help" | "h") || is_bool(stripped) || !known(stripped) {
             // Unknown flags are reported later by name; do not swallow the next argument for them.
             pairs.push((stripped.to_string(), "true".to_string()));
         } else if let Some(value) = args.get(index) {
@@ -282,7 +292,8 @@ fn split_arguments(args: &[String]) -> Result<Vec<(String, String)>, Vec<String>
 
 /// Parses the arguments after `run`. The error lists every problem found, one per line.
 pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
-    let pairs = split_arguments(args).map_err(|errors| errors.join("\n"))?;
+    let pairs =
+        split_upstream_flags(args, is_boolean, known_flag).map_err(|errors| errors.join("\n"))?;
     if pairs.iter().any(|(flag, _)| flag == "help" || flag == "h") {
         return Ok(RunCommand::Help);
     }
@@ -395,19 +406,30 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     leader_election.enabled = options.leader_elect;
     let cloud_provider = match options.cloud_provider.as_str() {
         "kwok" => Some(CloudProviderKind::Kwok),
+        "externalgrpc" => {
+            if cloud_config.is_none() {
+                errors.push(
+                    "--cloud-provider=externalgrpc needs --cloud-config=FILE (address, key, cert, cacert, grpc_timeout)"
+                        .to_string(),
+                );
+            }
+            Some(CloudProviderKind::ExternalGrpc)
+        }
         "" => {
-            errors.push("--cloud-provider is required (built: kwok)".to_string());
+            errors.push(format!(
+                "--cloud-provider is required (built: {BUILT_PROVIDERS})"
+            ));
             None
         }
         planned if PLANNED_PROVIDERS.contains(&planned) => {
             errors.push(format!(
-                "--cloud-provider={planned}: not built yet (built: kwok)"
+                "--cloud-provider={planned}: not built yet (built: {BUILT_PROVIDERS})"
             ));
             None
         }
         other => {
             errors.push(format!(
-                "--cloud-provider={other}: not supported by Ferroscale (built: kwok)"
+                "--cloud-provider={other}: not supported by Ferroscale (built: {BUILT_PROVIDERS})"
             ));
             None
         }
@@ -437,15 +459,17 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
 }
 
 pub const RUN_USAGE: &str = "\
-Usage: ferroscale run --cloud-provider=kwok [FLAGS]
+Usage: ferroscale [run] --cloud-provider=kwok|externalgrpc [FLAGS]
 
 Runs the autoscaler against the cluster: every --scan-interval one loop of scale-up and
 scale-down decisions, carried out through the cloud provider and the Kubernetes API.
 Flags use the upstream Cluster Autoscaler's names and syntax (--flag=value or --flag value;
 repeat a flag for lists), for example:
 
-  --cloud-provider=kwok            the provider (externalgrpc, clusterapi, exoscale: not built yet)
-  --cloud-config=FILE              provider configuration (kwok: instead of its ConfigMap)
+  --cloud-provider=kwok            the provider: kwok or externalgrpc (clusterapi, exoscale: not
+                                   built yet)
+  --cloud-config=FILE              provider configuration (kwok: instead of its ConfigMap;
+                                   externalgrpc: the server's address and TLS files)
   --kubeconfig=FILE                API access (default: in-cluster service account)
   --namespace=kube-system          status ConfigMap, leader-election Lease
   --address=:8085                  /metrics and /health-check
@@ -565,7 +589,7 @@ mod tests {
     #[test]
     fn providers_are_checked() {
         for (provider, expected) in [
-            ("externalgrpc", "not built yet"),
+            ("externalgrpc", "needs --cloud-config"),
             ("clusterapi", "not built yet"),
             ("exoscale", "not built yet"),
             ("gce", "not supported"),

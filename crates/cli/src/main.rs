@@ -6,10 +6,14 @@
 //! 2 for an invalid scenario, invalid flags or any other error.
 //!
 //! `run` is the autoscaler against a live cluster, with the upstream flags (see `run.rs` and
-//! `flags.rs`); it is never the default, so `ferroscale` alone keeps asking for a subcommand.
+//! `flags.rs`). It is the default subcommand: arguments that start with a flag (`ferroscale
+//! --cloud-provider=kwok ...`) are `run`'s, so the binary can replace upstream's under the same
+//! container arguments. `ferroscale` alone still asks for a subcommand. `serve-provider` serves a
+//! built-in provider over the externalgrpc protocol (`serve_provider.rs`).
 
 mod flags;
 mod run;
+mod serve_provider;
 mod source;
 
 use std::io::{IsTerminal, Write};
@@ -73,8 +77,13 @@ enum Command {
     /// cooldown).
     Explain(ExplainArgs),
     /// Run the autoscaler against a live cluster (upstream flag syntax; `run --help` lists them).
+    /// The default: `ferroscale --cloud-provider=kwok ...` means `ferroscale run ...`.
     #[command(disable_help_flag = true)]
     Run(RunArgs),
+    /// Serve a built-in provider (kwok, or the simulator's cloud of a scenario) as the
+    /// externalgrpc cloud-provider service (`serve-provider --help` lists the flags).
+    #[command(disable_help_flag = true)]
+    ServeProvider(RunArgs),
 }
 
 #[derive(Args, Debug)]
@@ -151,11 +160,12 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(with_default_subcommand(std::env::args_os().collect()));
     let outcome = match cli.command {
         Command::Simulate(args) => simulate(args),
         Command::Explain(args) => explain_command(args),
         Command::Run(args) => run_command(&args.flags),
+        Command::ServeProvider(args) => serve_provider_command(&args.flags),
     };
     match outcome {
         Ok(code) => code,
@@ -168,6 +178,37 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_INVALID)
         }
     }
+}
+
+fn serve_provider_command(arguments: &[String]) -> anyhow::Result<ExitCode> {
+    match serve_provider::parse_serve_flags(arguments) {
+        Ok(serve_provider::ServeCommand::Help) => {
+            println!("{}", serve_provider::SERVE_PROVIDER_USAGE);
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(serve_provider::ServeCommand::Serve(parsed)) => {
+            serve_provider::serve(parsed).map(|()| ExitCode::SUCCESS)
+        }
+        Err(problems) => {
+            eprintln!("error: {}", problems.replace('\n', "\nerror: "));
+            Ok(ExitCode::from(EXIT_INVALID))
+        }
+    }
+}
+
+/// Upstream's binary takes its flags with no subcommand; so does this one: arguments that begin
+/// with a flag other than help and version are `run`'s.
+fn with_default_subcommand(mut arguments: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let first_is_run_flag = arguments
+        .get(1)
+        .and_then(|first| first.to_str())
+        .is_some_and(|first| {
+            first.starts_with('-') && !matches!(first, "-h" | "--help" | "-V" | "--version")
+        });
+    if first_is_run_flag {
+        arguments.insert(1, "run".into());
+    }
+    arguments
 }
 
 fn run_command(arguments: &[String]) -> anyhow::Result<ExitCode> {

@@ -17,6 +17,7 @@ use ferroscale_kube::{
 };
 use ferroscale_metrics::{AutoscalerMetrics, HealthCheck};
 use ferroscale_model::Timestamp;
+use ferroscale_provider_externalgrpc::{ExternalGrpcProvider, NodeGroupDefaults};
 use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use tokio::sync::Notify;
 
@@ -103,33 +104,8 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     let client =
         kube::Client::try_from(client_config.clone()).context("building the Kubernetes client")?;
 
-    if !flags.static_node_groups.is_empty() {
-        tracing::warn!("--nodes is ignored by the kwok provider: its groups come from templates");
-    }
-    if !options.node_group_auto_discovery.is_empty() {
-        tracing::warn!("--node-group-auto-discovery is ignored by the kwok provider");
-    }
-    let provider: Arc<dyn CloudProvider> = match flags.cloud_provider {
-        CloudProviderKind::Kwok => {
-            // The provider's ConfigMaps live in the pod's namespace; outside a pod, --namespace.
-            let namespace = environment
-                .namespace
-                .clone()
-                .unwrap_or_else(|| options.namespace.clone());
-            let source = match &flags.cloud_config {
-                Some(path) => ConfigSource::File(path.clone()),
-                None => ConfigSource::ConfigMap {
-                    namespace: namespace.clone(),
-                    name: environment.configmap.clone(),
-                },
-            };
-            let provider = KwokProvider::build(client.clone(), &source, Some(&namespace))
-                .await
-                .context("building the kwok cloud provider")?;
-            tracing::info!(groups = provider.groups().len(), "kwok provider ready");
-            Arc::new(provider)
-        }
-    };
+    let provider = build_provider(&flags, &options, &environment, &client).await?;
+    tracing::info!(provider = provider.name(), "cloud provider ready");
 
     let caches = ClusterCaches::start(client.clone(), &CacheConfig::new(&options.namespace));
     let wake_ups = caches.clone();
@@ -185,6 +161,59 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     result
 }
 
+/// The cloud provider `--cloud-provider` names, from `--cloud-config` (or, for kwok, its
+/// ConfigMap). `--nodes` and `--node-group-auto-discovery` configure groups of clouds whose groups
+/// come from elsewhere here, so they are ignored with a warning.
+async fn build_provider(
+    flags: &RunFlags,
+    options: &ferroscale_core::AutoscalingOptions,
+    environment: &KwokEnvironment,
+    client: &kube::Client,
+) -> anyhow::Result<Arc<dyn CloudProvider>> {
+    let provider_name = &options.cloud_provider;
+    if !flags.static_node_groups.is_empty() {
+        tracing::warn!(
+            "--nodes is ignored by the {provider_name} provider: its groups come from the provider"
+        );
+    }
+    if !options.node_group_auto_discovery.is_empty() {
+        tracing::warn!("--node-group-auto-discovery is ignored by the {provider_name} provider");
+    }
+    Ok(match flags.cloud_provider {
+        CloudProviderKind::Kwok => {
+            // The provider's ConfigMaps live in the pod's namespace; outside a pod, --namespace.
+            let namespace = environment
+                .namespace
+                .clone()
+                .unwrap_or_else(|| options.namespace.clone());
+            let source = match &flags.cloud_config {
+                Some(path) => ConfigSource::File(path.clone()),
+                None => ConfigSource::ConfigMap {
+                    namespace: namespace.clone(),
+                    name: environment.configmap.clone(),
+                },
+            };
+            let provider = KwokProvider::build(client.clone(), &source, Some(&namespace))
+                .await
+                .context("building the kwok cloud provider")?;
+            tracing::info!(groups = provider.groups().len(), "kwok provider ready");
+            Arc::new(provider)
+        }
+        CloudProviderKind::ExternalGrpc => {
+            let path = flags
+                .cloud_config
+                .as_deref()
+                .context("--cloud-provider=externalgrpc needs --cloud-config")?;
+            let provider = ExternalGrpcProvider::from_config_file(
+                path,
+                NodeGroupDefaults::from_options(options),
+            )
+            .context("building the externalgrpc cloud provider")?;
+            Arc::new(provider)
+        }
+    })
+}
+
 /// Before leadership is acquired a signal ends the process at once; once leading, the loop
 /// itself finishes its iteration and returns.
 async fn wait_until_stopping_before_leading(
@@ -200,7 +229,8 @@ async fn wait_until_stopping_before_leading(
     }
 }
 
-async fn wait_for_signal(shutdown: Arc<Notify>, stopping: Arc<AtomicBool>) {
+/// Completes at the first SIGTERM or SIGINT.
+pub async fn termination_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -222,7 +252,11 @@ async fn wait_for_signal(shutdown: Arc<Notify>, stopping: Arc<AtomicBool>) {
     {
         let _ = interrupt.await;
     }
-    tracing::info!("signal received: finishing the current iteration and shutting down");
+    tracing::info!("signal received: finishing the work in progress and shutting down");
+}
+
+async fn wait_for_signal(shutdown: Arc<Notify>, stopping: Arc<AtomicBool>) {
+    termination_signal().await;
     stopping.store(true, Ordering::SeqCst);
     shutdown.notify_waiters();
 }

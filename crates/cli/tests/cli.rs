@@ -314,3 +314,25 @@ fn help_lists_the_subcommands() {
         "{text}"
     );
 }
+
+/// Upstream's binary takes its flags without a subcommand; so does Ferroscale's, as `run`.
+#[test]
+fn flags_without_a_subcommand_mean_run() {
+    let output = ferroscale(&["--scan-interval=10s", "--no-such-flag"]);
+    assert_eq!(output.status.code(), Some(2));
+    let errors = stderr(&output);
+    assert!(errors.contains("unknown flags: --no-such-flag"), "{errors}");
+    assert!(errors.contains("--cloud-provider is required"), "{errors}");
+}
+
+/// The provider server does not serve plaintext by accident.
+#[test]
+fn serve_provider_refuses_plaintext_unless_asked() {
+    let output = ferroscale(&["serve-provider", "--provider=sim", "--scenario=default"]);
+    assert_eq!(output.status.code(), Some(2));
+    let errors = stderr(&output);
+    assert!(
+        errors.contains("--key-cert, --cert, --ca-cert") && errors.contains("--insecure"),
+        "{errors}"
+    );
+}

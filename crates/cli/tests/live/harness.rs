@@ -85,8 +85,6 @@ impl Cluster {
         log_filter: &str,
     ) -> Autoscaler {
         let port = free_port();
-        let log_path = self.dir.path().join(format!("{name}.log"));
-        let log = File::create(&log_path).expect("autoscaler log file");
         let mut arguments = vec![
             "run".to_string(),
             "--cloud-provider=kwok".to_string(),
@@ -98,8 +96,53 @@ impl Cluster {
             "--v=4".to_string(),
         ];
         arguments.extend(flags.iter().map(|flag| flag.to_string()));
+        self.spawn_ferroscale(name, &arguments, port, log_filter)
+    }
+
+    /// Starts `ferroscale serve-provider --cloud-provider=kwok` as the ServiceAccount, serving mutual
+    /// TLS with the control plane's serving certificate and requiring client certificates of its
+    /// CA. Returns the process and a cloud-config file for `run --cloud-provider=externalgrpc` that
+    /// connects with the admin client certificate of the same CA.
+    pub fn start_provider_server(&self, name: &str) -> (Autoscaler, PathBuf) {
+        let port = free_port();
+        let pki = self.control_plane.pki_files();
+        let arguments = vec![
+            "serve-provider".to_string(),
+            "--cloud-provider=kwok".to_string(),
+            format!("--kubeconfig={}", self.service_account_kubeconfig.display()),
+            format!("--namespace={NAMESPACE}"),
+            format!("--address=127.0.0.1:{port}"),
+            format!("--cert={}", pki.serving_certificate.display()),
+            format!("--key-cert={}", pki.serving_key.display()),
+            format!("--ca-cert={}", pki.ca_certificate.display()),
+            "--v=5".to_string(),
+        ];
+        let server = self.spawn_ferroscale(name, &arguments, port, "info,ferroscale=debug");
+        let cloud_config = self.dir.path().join(format!("{name}-cloud-config.yaml"));
+        std::fs::write(
+            &cloud_config,
+            format!(
+                "address: \"127.0.0.1:{port}\"\ncert: {}\nkey: {}\ncacert: {}\ngrpc_timeout: 10s\n",
+                pki.admin_certificate.display(),
+                pki.admin_key.display(),
+                pki.ca_certificate.display(),
+            ),
+        )
+        .expect("write the externalgrpc cloud config");
+        (server, cloud_config)
+    }
+
+    fn spawn_ferroscale(
+        &self,
+        name: &str,
+        arguments: &[String],
+        port: u16,
+        log_filter: &str,
+    ) -> Autoscaler {
+        let log_path = self.dir.path().join(format!("{name}.log"));
+        let log = File::create(&log_path).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_ferroscale"))
-            .args(&arguments)
+            .args(arguments)
             .env_remove("RUST_LOG")
             .env("RUST_LOG", log_filter)
             .stdin(Stdio::null())
@@ -319,7 +362,8 @@ impl<'a> App<'a> {
     }
 }
 
-/// `ferroscale run` as a child process; killed when dropped, its log printed if the test failed.
+/// A `ferroscale` process (`run` or `serve-provider`); killed when dropped, its log printed if the
+/// test failed.
 pub struct Autoscaler {
     name: String,
     child: Option<Child>,

@@ -116,6 +116,48 @@ async fn pending_pods_grow_the_group_and_idle_nodes_are_removed() {
     );
 }
 
+/// `ferroscale run --cloud-provider=externalgrpc` driving `ferroscale serve-provider
+/// --cloud-provider=kwok` over mutual TLS behaves as `--cloud-provider=kwok` does: the same
+/// workload gets the same nodes, and they go when it goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn externalgrpc_to_a_served_kwok_provider_scales_like_kwok() {
+    let cluster = Cluster::start().await;
+    let (server, cloud_config) = cluster.start_provider_server("provider-server");
+    let cloud_config = format!("--cloud-config={}", cloud_config.display());
+    let mut flags = quick_scale_down_and(&["--cloud-provider=externalgrpc"]);
+    flags.push(&cloud_config);
+    let mut autoscaler = cluster.start_autoscaler("main", &flags);
+    wait_for_first_status(&cluster).await;
+
+    harness::apply_manifest(
+        &cluster.client,
+        &harness::deploy_dir().join("examples/kwok-demo.yaml"),
+    )
+    .await;
+    let running = cluster.wait_running("demo", 3).await;
+    let nodes = cluster.wait_pool_ready(3).await;
+    assert!(
+        running.values().all(|node| nodes.contains(node)),
+        "{running:?}"
+    );
+    assert_eq!(
+        autoscaler.metric_sum("cluster_autoscaler_scaled_up_nodes_total"),
+        3.0
+    );
+
+    cluster.scale_app("demo", 0).await;
+    wait_until("the idle pool to be removed", async || {
+        cluster.pool_nodes().await.is_empty()
+    })
+    .await;
+    assert!(autoscaler.is_running());
+    assert!(
+        server.log().contains("NodeGroupIncreaseSize")
+            && server.log().contains("NodeGroupDeleteNodes"),
+        "the resizes went through the gRPC service"
+    );
+}
+
 /// With `--frequent-loops-enabled` (the default) a new unschedulable pod starts an iteration
 /// after the batching window; the ten-minute scan interval never comes into play.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

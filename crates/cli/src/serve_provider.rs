@@ -1,0 +1,347 @@
+//! `ferroscale serve-provider`: one of Ferroscale's built-in providers served as the externalgrpc
+//! cloud-provider service, like upstream's example server (spec externalgrpc 5) and with its flag
+//! names, but safe by default: without all three TLS files it refuses to start unless
+//! `--insecure` says plaintext is meant.
+//!
+//! - `--cloud-provider=kwok` (or `--provider=kwok`): the kwok provider of the cluster
+//!   `--kubeconfig` reaches, configured from its ConfigMap or `--cloud-config`. With it,
+//!   `ferroscale run --cloud-provider=externalgrpc` behaves as `--cloud-provider=kwok` does.
+//! - `--cloud-provider=sim --scenario=FILE`: the simulator's cloud, the scenario's node groups and
+//!   templates with sizes that move as the client asks, and no cluster at all: a reference server
+//!   for any externalgrpc client.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use ferroscale_core::cloud::CloudProvider;
+use ferroscale_externalgrpc_sdk::{ProviderServer, Tls};
+use ferroscale_model::Timestamp;
+use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
+use ferroscale_sim::served::ServedSimulation;
+
+use crate::flags::{parse_bool, split_upstream_flags};
+
+pub const SERVE_PROVIDER_USAGE: &str = "\
+Usage: ferroscale serve-provider --cloud-provider=kwok|sim [FLAGS]
+
+Serves a built-in cloud provider as the externalgrpc cloud-provider service, for
+`ferroscale run --cloud-provider=externalgrpc` or the upstream Cluster Autoscaler.
+
+  --address=:8086                  listen address
+  --key-cert=FILE --cert=FILE --ca-cert=FILE
+                                   server key, server certificate, and the CA that signs
+                                   client certificates: mutual TLS, a client certificate is
+                                   required
+  --insecure                       serve plaintext (refused without it when a TLS file is
+                                   missing): anyone who reaches the port can resize groups
+  --cloud-provider=kwok            (or --provider) the kwok provider of the cluster that
+  --kubeconfig=FILE                --kubeconfig reaches (default: in-cluster), configured by
+  --namespace=kube-system          its ConfigMap in --namespace, or --cloud-config=FILE
+  --cloud-provider=sim             the simulator's cloud: the node groups of
+  --scenario=FILE                  --scenario (a file or a bundled scenario name)
+  --v=1                            5: every call";
+
+/// What `serve-provider` was told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeFlags {
+    pub address: SocketAddr,
+    pub tls: Tls,
+    pub provider: ServedProvider,
+    pub verbosity: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServedProvider {
+    Kwok {
+        kubeconfig: Option<PathBuf>,
+        cloud_config: Option<PathBuf>,
+        namespace: String,
+    },
+    Sim {
+        scenario: PathBuf,
+    },
+}
+
+#[derive(Debug)]
+pub enum ServeCommand {
+    Serve(ServeFlags),
+    Help,
+}
+
+const VALUE_FLAGS: &[&str] = &[
+    "address",
+    "key-cert",
+    "cert",
+    "ca-cert",
+    "cloud-provider",
+    "provider",
+    "cloud-config",
+    "scenario",
+    "kubeconfig",
+    "namespace",
+    "cluster-name",
+    "nodes",
+    "node-group-auto-discovery",
+    "v",
+];
+
+/// Parses the arguments after `serve-provider`; the error lists every problem, one per line.
+pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
+    let pairs = split_upstream_flags(
+        args,
+        |flag| flag == "insecure",
+        |flag| flag == "insecure" || VALUE_FLAGS.contains(&flag),
+    )
+    .map_err(|errors| errors.join("\n"))?;
+    if pairs.iter().any(|(flag, _)| flag == "help" || flag == "h") {
+        return Ok(ServeCommand::Help);
+    }
+    let mut errors = Vec::new();
+    let mut unknown = Vec::new();
+    let mut address_text = ":8086".to_string();
+    let (mut key, mut cert, mut ca) = (None, None, None);
+    let mut insecure = false;
+    let mut provider_name = None;
+    let mut cloud_config = None;
+    let mut scenario = None;
+    let mut kubeconfig = None;
+    let mut namespace = "kube-system".to_string();
+    let mut verbosity = 0u8;
+    let file = |value: &str| Some(PathBuf::from(value)).filter(|p| !p.as_os_str().is_empty());
+    for (flag, value) in &pairs {
+        match flag.as_str() {
+            "address" => address_text = value.clone(),
+            "key-cert" => key = file(value),
+            "cert" => cert = file(value),
+            "ca-cert" => ca = file(value),
+            "insecure" => match parse_bool(value) {
+                Some(v) => insecure = v,
+                None => errors.push(format!(
+                    "invalid value {value:?} for flag --insecure: expected true or false"
+                )),
+            },
+            "cloud-provider" | "provider" => provider_name = Some(value.clone()),
+            "cloud-config" => cloud_config = file(value),
+            "scenario" => scenario = file(value),
+            "kubeconfig" => kubeconfig = file(value),
+            "namespace" => namespace = value.clone(),
+            "v" => match value.trim().parse() {
+                Ok(v) => verbosity = v,
+                Err(_) => errors.push(format!(
+                    "invalid value {value:?} for flag --v: expected a small non-negative integer"
+                )),
+            },
+            "cluster-name" | "nodes" | "node-group-auto-discovery" => {
+                tracing::warn!(
+                    "--{flag} is ignored: the served providers configure their own groups"
+                )
+            }
+            other => unknown.push(format!("--{other}")),
+        }
+    }
+    if !unknown.is_empty() {
+        errors.push(format!("unknown flags: {}", unknown.join(", ")));
+    }
+    let tls = match (key, cert, ca) {
+        (Some(key), Some(cert), Some(ca)) => Some(Tls::mutual(cert, key, ca)),
+        (None, None, None) if insecure => Some(Tls::Insecure),
+        (key, cert, ca) if insecure => {
+            let given = [("--key-cert", &key), ("--cert", &cert), ("--ca-cert", &ca)]
+                .iter()
+                .filter(|(_, v)| v.is_some())
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join(", ");
+            errors.push(format!(
+                "--insecure with {given}: give all three TLS files for mutual TLS, or none for plaintext"
+            ));
+            None
+        }
+        (key, cert, ca) => {
+            let missing = [("--key-cert", &key), ("--cert", &cert), ("--ca-cert", &ca)]
+                .iter()
+                .filter(|(_, v)| v.is_none())
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join(", ");
+            errors.push(format!(
+                "mutual TLS needs {missing}: the service creates and deletes machines, so it does not \
+                 serve plaintext unless --insecure is given"
+            ));
+            None
+        }
+    };
+    let provider = match provider_name.as_deref() {
+        Some("kwok") => Some(ServedProvider::Kwok {
+            kubeconfig,
+            cloud_config,
+            namespace,
+        }),
+        Some("sim") => match scenario {
+            Some(scenario) => Some(ServedProvider::Sim { scenario }),
+            None => {
+                errors.push("--cloud-provider=sim needs --scenario=FILE".to_string());
+                None
+            }
+        },
+        Some(other) => {
+            errors.push(format!(
+                "--cloud-provider={other}: serve-provider serves kwok or sim"
+            ));
+            None
+        }
+        None => {
+            errors.push("--cloud-provider is required (kwok or sim)".to_string());
+            None
+        }
+    };
+    let address = ferroscale_metrics::parse_address(&address_text)
+        .map_err(|e| errors.push(e.to_string()))
+        .ok();
+    match (errors.is_empty(), address, tls, provider) {
+        (true, Some(address), Some(tls), Some(provider)) => Ok(ServeCommand::Serve(ServeFlags {
+            address,
+            tls,
+            provider,
+            verbosity,
+        })),
+        _ => Err(errors.join("\n")),
+    }
+}
+
+fn system_now() -> Timestamp {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    Timestamp(millis)
+}
+
+/// Serves until SIGTERM or SIGINT; calls in flight finish first.
+pub fn serve(flags: ServeFlags) -> anyhow::Result<()> {
+    crate::run::init_logging(flags.verbosity);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let provider = build(&flags.provider).await?;
+        tracing::info!(
+            address = %flags.address,
+            provider = provider.name(),
+            "serving the externalgrpc cloud-provider service"
+        );
+        ProviderServer::from_arc(provider)
+            .serve(flags.address, flags.tls, crate::run::termination_signal())
+            .await
+            .context("serving the externalgrpc service")
+    })
+}
+
+async fn build(provider: &ServedProvider) -> anyhow::Result<Arc<dyn CloudProvider>> {
+    Ok(match provider {
+        ServedProvider::Kwok {
+            kubeconfig,
+            cloud_config,
+            namespace,
+        } => {
+            let environment = KwokEnvironment::from_process();
+            let client_config = environment.client_config(kubeconfig.as_deref()).await?;
+            let client =
+                kube::Client::try_from(client_config).context("building the Kubernetes client")?;
+            let namespace = environment.namespace.clone().unwrap_or(namespace.clone());
+            let source = match cloud_config {
+                Some(path) => ConfigSource::File(path.clone()),
+                None => ConfigSource::ConfigMap {
+                    namespace: namespace.clone(),
+                    name: environment.configmap.clone(),
+                },
+            };
+            Arc::new(
+                KwokProvider::build(client, &source, Some(&namespace))
+                    .await
+                    .context("building the kwok cloud provider")?,
+            )
+        }
+        ServedProvider::Sim { scenario } => {
+            let loaded = crate::source::load(Some(scenario), &[])
+                .map_err(|invalid| anyhow::anyhow!("{invalid}"))?;
+            if loaded.scenario.node_groups.is_empty() {
+                bail!(
+                    "{}: the scenario has no node groups to serve",
+                    scenario.display()
+                );
+            }
+            Arc::new(ServedSimulation::new(
+                &loaded.scenario,
+                Arc::new(system_now),
+            ))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<ServeFlags, String> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        match parse_serve_flags(&args)? {
+            ServeCommand::Serve(flags) => Ok(flags),
+            ServeCommand::Help => Err("help".into()),
+        }
+    }
+
+    #[test]
+    fn mutual_tls_from_the_three_upstream_flags() {
+        let flags = parse(&[
+            "--cloud-provider=sim",
+            "--scenario",
+            "default",
+            "--key-cert=/tls/tls.key",
+            "--cert=/tls/tls.crt",
+            "--ca-cert=/tls/ca.crt",
+        ])
+        .unwrap();
+        assert_eq!(flags.address, "0.0.0.0:8086".parse().unwrap());
+        assert_eq!(
+            flags.tls,
+            Tls::mutual("/tls/tls.crt", "/tls/tls.key", "/tls/ca.crt")
+        );
+        assert_eq!(
+            flags.provider,
+            ServedProvider::Sim {
+                scenario: "default".into()
+            }
+        );
+    }
+
+    #[test]
+    fn plaintext_only_when_asked_for() {
+        let err = parse(&["--provider=kwok"]).unwrap_err();
+        assert!(
+            err.contains("--key-cert, --cert, --ca-cert") && err.contains("--insecure"),
+            "{err}"
+        );
+        let err = parse(&["--provider=kwok", "--cert=/c", "--ca-cert=/a"]).unwrap_err();
+        assert!(err.contains("needs --key-cert"), "{err}");
+        let flags = parse(&["--provider=kwok", "--insecure", "--address=127.0.0.1:9000"]).unwrap();
+        assert_eq!(flags.tls, Tls::Insecure);
+        let err = parse(&["--provider=kwok", "--insecure", "--cert=/c"]).unwrap_err();
+        assert!(err.contains("--insecure with --cert"), "{err}");
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        let err = parse(&["--insecure", "--provider=gce", "--colour=blue"]).unwrap_err();
+        assert!(err.contains("--cloud-provider=gce"), "{err}");
+        assert!(err.contains("unknown flags: --colour"), "{err}");
+        let err = parse(&["--insecure", "--provider=sim"]).unwrap_err();
+        assert!(err.contains("needs --scenario"), "{err}");
+        let err = parse(&["--insecure"]).unwrap_err();
+        assert!(err.contains("--cloud-provider is required"), "{err}");
+    }
+}
