@@ -634,8 +634,8 @@ mod tests {
     }
 
     /// Every plain manifest and the chart's metadata parse as YAML, and the Deployment's
-    /// arguments are flags `ferroscale run` accepts. (The chart's templates are Go templates, not
-    /// YAML, until Helm renders them.)
+    /// arguments are flags `ferroscale run` accepts. (The rendered chart is checked by
+    /// tests/helm_chart.rs.)
     #[test]
     fn deploy_manifests_parse_and_their_flags_are_accepted() {
         let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
