@@ -334,6 +334,55 @@ mod tests {
         assert!(err.contains("--insecure with --cert"), "{err}");
     }
 
+    /// The shipped externalgrpc example: the provider server's and the autoscaler's arguments are
+    /// accepted, and the autoscaler's cloud config reads and points at the mounted client secret.
+    #[test]
+    fn the_externalgrpc_example_manifests_are_accepted() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/externalgrpc");
+        let documents = |file: &str| -> Vec<serde_yaml_ng::Value> {
+            let text = std::fs::read_to_string(dir.join(file)).expect("manifest");
+            serde_yaml_ng::Deserializer::from_str(&text)
+                .map(|d| serde::Deserialize::deserialize(d).expect("YAML document"))
+                .collect()
+        };
+        let args_of = |docs: &[serde_yaml_ng::Value]| -> Vec<String> {
+            let deployment = docs
+                .iter()
+                .find(|d| d["kind"] == "Deployment")
+                .expect("a Deployment");
+            deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+                .as_sequence()
+                .expect("args")
+                .iter()
+                .map(|a| a.as_str().expect("string arg").to_string())
+                .collect()
+        };
+        let server = args_of(&documents("provider-server.yaml"));
+        assert_eq!(server.first().map(String::as_str), Some("serve-provider"));
+        let flags = match parse_serve_flags(&server[1..]).expect("server flags") {
+            ServeCommand::Serve(flags) => flags,
+            ServeCommand::Help => panic!("help"),
+        };
+        assert!(matches!(flags.tls, Tls::Mutual(_)));
+
+        let autoscaler = documents("autoscaler.yaml");
+        let run = args_of(&autoscaler);
+        assert_eq!(run.first().map(String::as_str), Some("run"));
+        assert!(crate::flags::parse_run_flags(&run[1..]).is_ok());
+        let config = autoscaler
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap")
+            .and_then(|c| c["data"]["cloud-config.yaml"].as_str())
+            .expect("the cloud config");
+        let parsed = ferroscale_provider_externalgrpc::ExternalGrpcConfig::from_yaml(
+            "autoscaler.yaml",
+            config,
+        )
+        .expect("the cloud config parses");
+        assert!(format!("{parsed:?}").contains("/etc/ssl/client-cert/tls.crt"));
+    }
+
     #[test]
     fn bad_flags_are_named() {
         let err = parse(&["--insecure", "--provider=gce", "--colour=blue"]).unwrap_err();
