@@ -1,6 +1,7 @@
 //! Where the control-plane binaries are: the versioned cache that `scripts/control-plane/build.sh`
 //! fills, or a directory named by `FERROSCALE_CONTROL_PLANE_BIN`. The same script builds helm for the
-//! Helm chart's tests, found the same way by [`locate_helm`]; a control plane does not need it.
+//! Helm chart's tests, found the same way by [`locate_helm`], and the Go peer of the externalgrpc
+//! interop tests, found by [`locate_externalgrpc_interop`]; a control plane needs neither.
 //!
 //! The pinned versions come from the same `versions.env` file the build script sources, embedded at
 //! compile time, so the tests always look where the script put the binaries.
@@ -94,6 +95,44 @@ fn check_helm_present(
         Err(Error::MissingHelm {
             path: helm,
             version: versions.helm.clone(),
+            looked_in: looked_in.to_owned(),
+        })
+    }
+}
+
+/// Name of the externalgrpc interop tool's binary (built from `test-tools/externalgrpc-interop`).
+pub const EXTERNALGRPC_INTEROP: &str = "externalgrpc-interop";
+
+/// Finds the externalgrpc interop tool in `FERROSCALE_CONTROL_PLANE_BIN`, else in the cache
+/// (`<cache>/externalgrpc-interop/bin`, unversioned: build.sh rebuilds it whenever its sources
+/// change). Fails, naming the missing file and the command that builds it, when it is absent: an
+/// interop test must not pass without its Go peer.
+pub fn locate_externalgrpc_interop() -> Result<PathBuf, Error> {
+    let (tool, looked_in) = match env::var_os(BIN_DIR_ENV).filter(|dir| !dir.is_empty()) {
+        Some(dir) => (
+            Path::new(&dir).join(EXTERNALGRPC_INTEROP),
+            format!("{BIN_DIR_ENV} is set, so only that directory was searched"),
+        ),
+        None => {
+            let root = cache_root()?;
+            let looked_in = format!("searched the cache {}", root.display());
+            (externalgrpc_interop_in_cache(&root), looked_in)
+        }
+    };
+    check_externalgrpc_interop_present(tool, &looked_in)
+}
+
+fn externalgrpc_interop_in_cache(root: &Path) -> PathBuf {
+    root.join("externalgrpc-interop/bin")
+        .join(EXTERNALGRPC_INTEROP)
+}
+
+fn check_externalgrpc_interop_present(tool: PathBuf, looked_in: &str) -> Result<PathBuf, Error> {
+    if tool.is_file() {
+        Ok(tool)
+    } else {
+        Err(Error::MissingExternalGrpcInterop {
+            path: tool,
             looked_in: looked_in.to_owned(),
         })
     }
@@ -268,6 +307,47 @@ mod tests {
             message.contains(&*empty.path().to_string_lossy()),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_missing_interop_tool_fails_with_the_build_command() {
+        let empty = tempfile::tempdir().expect("temp dir");
+        let error = check_externalgrpc_interop_present(
+            externalgrpc_interop_in_cache(empty.path()),
+            "searched the test cache",
+        )
+        .expect_err("no interop tool in an empty cache");
+        let message = error.to_string();
+        assert!(
+            message.contains("scripts/control-plane/build.sh"),
+            "{message}"
+        );
+        assert!(
+            message.contains("test-tools/externalgrpc-interop"),
+            "{message}"
+        );
+        assert!(
+            message.contains(
+                &*empty
+                    .path()
+                    .join("externalgrpc-interop/bin/externalgrpc-interop")
+                    .to_string_lossy()
+            ),
+            "{message}"
+        );
+        assert!(message.contains("searched the test cache"), "{message}");
+    }
+
+    #[test]
+    fn a_built_interop_tool_is_found_where_the_build_script_puts_it() {
+        let cache = tempfile::tempdir().expect("temp dir");
+        let bin = cache.path().join("externalgrpc-interop/bin");
+        std::fs::create_dir_all(&bin).expect("create the cache layout");
+        std::fs::write(bin.join("externalgrpc-interop"), "").expect("write a stand-in tool");
+        let found =
+            check_externalgrpc_interop_present(externalgrpc_interop_in_cache(cache.path()), "test")
+                .expect("the tool is there");
+        assert_eq!(found, bin.join("externalgrpc-interop"));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //!
 //! A missing binary is an error that says how to build it, never a skipped test: a test that needs a
 //! control plane cannot pass without one. [`locate_helm`] finds, the same way, the helm that the same
-//! script builds for the Helm chart's tests.
+//! script builds for the Helm chart's tests, and [`locate_externalgrpc_interop`] the Go peer of the
+//! externalgrpc interop tests.
 //!
 //! ```no_run
 //! use ferroscale_testing_control_plane::ControlPlane;
@@ -29,7 +30,10 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use binaries::{BIN_DIR_ENV, Binaries, CACHE_DIR_ENV, PinnedVersions, locate_helm};
+pub use binaries::{
+    BIN_DIR_ENV, Binaries, CACHE_DIR_ENV, EXTERNALGRPC_INTEROP, PinnedVersions,
+    locate_externalgrpc_interop, locate_helm,
+};
 pub use control_plane::{
     ControlPlane, FAKE_NODE_ANNOTATION_KEY, FAKE_NODE_ANNOTATION_VALUE, KEEP_DIR_ENV, Options,
 };
@@ -62,6 +66,18 @@ pub enum Error {
     MissingHelm {
         path: PathBuf,
         version: String,
+        /// Which directory was searched and why: the cache, or FERROSCALE_CONTROL_PLANE_BIN.
+        looked_in: String,
+    },
+
+    #[error(
+        "the externalgrpc interop tool {path} is missing ({looked_in}): run \
+         scripts/control-plane/build.sh to build it from test-tools/externalgrpc-interop into the \
+         cache (about 70 seconds cold on 2 cores), or put an externalgrpc-interop binary in \
+         FERROSCALE_CONTROL_PLANE_BIN"
+    )]
+    MissingExternalGrpcInterop {
+        path: PathBuf,
         /// Which directory was searched and why: the cache, or FERROSCALE_CONTROL_PLANE_BIN.
         looked_in: String,
     },
