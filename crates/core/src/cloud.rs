@@ -232,6 +232,13 @@ pub trait CloudProvider: Send + Sync {
     fn pricing(&self) -> Result<Arc<dyn PricingModel>, CloudError> {
         Err(CloudError::NotImplemented)
     }
+    /// What running `node` for the hour from `start` costs: the `price` expander's price of a
+    /// group's template node, gathered once per loop. The default asks [`CloudProvider::pricing`];
+    /// a provider whose prices come over the network overrides this instead.
+    async fn node_price_per_hour(&self, node: &Node, start: Timestamp) -> Result<f64, CloudError> {
+        self.pricing()?
+            .node_price(node, start, start + Duration::from_secs(3600))
+    }
 
     /// Every group the autoscaler may manage. May change after `refresh`.
     async fn node_groups(&self) -> Result<Vec<Arc<dyn NodeGroup>>, CloudError>;

@@ -108,6 +108,36 @@ fn only_nodes_outside_every_group_are_looked_up_one_by_one() {
     );
 }
 
+/// The price expander uses the provider's price of each group's template, gathered every loop:
+/// of two identical groups, the cheaper one grows; when prices change, the choice follows.
+#[test]
+fn the_price_expander_picks_the_group_the_provider_prices_lower() {
+    for (cheap, dear) in [("pool-a", "pool-b"), ("pool-b", "pool-a")] {
+        let log = CallLog::default();
+        let mut cloud = FakeCloud::new(log.clone());
+        cloud.add_group("pool-a", 0, 10);
+        cloud.add_group("pool-b", 0, 10);
+        cloud
+            .prices
+            .lock()
+            .unwrap()
+            .extend([(cheap.to_string(), 0.1), (dear.to_string(), 1.0)]);
+        let cluster = FakeCluster::new(log.clone());
+        // A full node outside both groups: both grow from their templates.
+        cluster.add_node(node("n0", 4000, 16 << 30));
+        cluster.add_pod(pod_on("busy", "n0", 3500));
+        cluster.add_pod(pending_pod("waiting", 3000, t(9_000)));
+        let mut options = AutoscalingOptions::default();
+        options.set("expander", "price").unwrap();
+        let mut autoscaler = Autoscaler::new(options, 1);
+        run(&mut autoscaler, &cloud, &cluster, t(10_000));
+        assert_eq!(
+            calls(&log, "cloud.increase_size"),
+            vec![format!("cloud.increase_size {cheap} 1")]
+        );
+    }
+}
+
 #[test]
 fn unhealthy_cluster_ends_the_iteration_before_scale_up() {
     let (log, cloud, cluster) = cluster_with(2, 5);

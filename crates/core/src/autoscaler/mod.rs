@@ -37,7 +37,7 @@ use crate::cluster_state::{
 };
 use crate::events::{Event, EventObject, reasons};
 use crate::kubernetes::{ClusterApi, ClusterError, ClusterObjects, StatusConfigMap};
-use crate::options::AutoscalingOptions;
+use crate::options::{AutoscalingOptions, ExpanderName};
 use crate::scale_down::{
     ControllerIndex, ControllerReplicas, DeletionInProgress, DeletionsInProgress, RecheckBlock,
     ScaleDownInput, ScaleDownPlan, ScaleDownState, first_blocking_pod, plan_scale_down,
@@ -1141,6 +1141,20 @@ impl Autoscaler {
             view.healthy = target.is_ok();
             views.push(view);
             instances.push(group_instances);
+        }
+        if self.options.expander.contains(&ExpanderName::Price) {
+            // One price per group template and loop; a group without a price falls back to the
+            // expander's estimate from the template's resources.
+            let prices = futures::future::join_all(views.iter().map(|view| async move {
+                match &view.template {
+                    Some(template) => cloud.node_price_per_hour(&template.node, now).await.ok(),
+                    None => None,
+                }
+            }))
+            .await;
+            for (view, price) in views.iter_mut().zip(prices) {
+                view.price_per_hour = price;
+            }
         }
         Gathered {
             objects,

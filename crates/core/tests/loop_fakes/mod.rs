@@ -142,6 +142,9 @@ pub struct FakeCloud {
     /// Nodes asked about with `node_group_for_node`, in order (kept apart from the call log,
     /// which lists what changes the cloud or the cluster).
     pub lookups: Arc<Mutex<Vec<String>>>,
+    /// Hourly price of a group's nodes, by group id (a node is priced by the group id its name
+    /// contains); a node without one has no price (NotImplemented).
+    pub prices: Arc<Mutex<BTreeMap<String, f64>>>,
 }
 
 impl FakeCloud {
@@ -150,6 +153,7 @@ impl FakeCloud {
             groups: Vec::new(),
             log,
             lookups: Arc::default(),
+            prices: Arc::default(),
         }
     }
 
@@ -214,6 +218,13 @@ impl CloudProvider for FakeCloud {
             .iter()
             .find(|g| lock(&g.instances).contains(&node.provider_id))
             .map(|g| g.clone() as Arc<dyn NodeGroup>))
+    }
+    async fn node_price_per_hour(&self, node: &Node, _start: Timestamp) -> Result<f64, CloudError> {
+        lock(&self.prices)
+            .iter()
+            .find(|(group, _)| node.name.contains(group.as_str()))
+            .map(|(_, price)| *price)
+            .ok_or(CloudError::NotImplemented)
     }
     async fn refresh(&self) -> Result<(), CloudError> {
         Ok(())

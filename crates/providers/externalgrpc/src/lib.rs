@@ -426,6 +426,13 @@ impl CloudProvider for ExternalGrpcProvider {
             .map(|group| group as Arc<dyn NodeGroup>))
     }
 
+    /// `PricingNodePrice` for the hour from `start` (the price expander's template price). A
+    /// server without pricing answers UNIMPLEMENTED, which is `NotImplemented` here.
+    async fn node_price_per_hour(&self, node: &Node, start: Timestamp) -> Result<f64, CloudError> {
+        self.node_price(node, start, start + std::time::Duration::from_secs(3600))
+            .await
+    }
+
     /// Empties the per-loop caches, sends `Refresh`, then fetches the GPU label and types if they
     /// are not known yet (their failures do not fail the refresh).
     async fn refresh(&self) -> Result<(), CloudError> {
