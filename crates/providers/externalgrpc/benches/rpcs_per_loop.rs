@@ -1,10 +1,11 @@
 //! What the externalgrpc provider costs per autoscaler loop, over real loopback sockets with
 //! mutual TLS, against the counting test double of the integration tests:
 //!
-//! - `loop/100_groups_1000_nodes`: one gather as the core does it (refresh, node groups, the group
-//!   of every node, then target size and instances of every group), with the GPU label and types
-//!   already known. Before measuring, it prints how many RPCs one loop makes, per method, and how
-//!   many a second lookup of every node's group makes within the same loop (served from cache).
+//! - `loop/100_groups_1000_nodes`: one iteration of the real engine (`Autoscaler::run_once`) with
+//!   this provider as its cloud and an in-memory cluster (the simulator's) holding the 1,000
+//!   registered nodes, with the GPU label and types already known. Before measuring, it prints how
+//!   many RPCs one warm loop makes, per method, and how many a lookup of every node's group would
+//!   add.
 //! - `call/raw_tonic_target_size` vs `call/provider_target_size`: one `NodeGroupTargetSize` through
 //!   the bare generated client on a tonic TLS channel, and through the provider's node group
 //!   (deadline, timing, logging, conversion). The difference is the latency the provider adds.
@@ -20,11 +21,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use ferroscale_core::autoscaler::{Autoscaler, Stopwatch};
 use ferroscale_core::cloud::{CloudProvider, NodeGroup};
+use ferroscale_core::options::AutoscalingOptions;
 use ferroscale_externalgrpc_proto::v1::cloud_provider_client::CloudProviderClient;
 use ferroscale_externalgrpc_proto::v1::{Instance, NodeGroupTargetSizeRequest};
-use ferroscale_model::{Node, Resources};
+use ferroscale_model::{Node, Resources, Timestamp};
 use ferroscale_provider_externalgrpc::ExternalGrpcProvider;
+use ferroscale_sim::api::SimClusterApi;
+use ferroscale_sim::cluster::Cluster;
 use support::*;
 use tokio::runtime::Runtime;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
@@ -76,23 +81,37 @@ fn cluster_nodes() -> Vec<Node> {
         .collect()
 }
 
-/// One gather as the core's loop does it.
-async fn gather(provider: &ExternalGrpcProvider, nodes: &[Node]) -> usize {
-    let mut work = 0;
-    if provider.refresh().await.is_ok() {
-        work += 1;
+/// The engine's stopwatch for the pure planning calls; this bench times whole loops instead.
+struct Unmeasured;
+
+impl Stopwatch for Unmeasured {
+    fn elapsed_millis(&self) -> f64 {
+        0.0
     }
-    let groups = provider.node_groups().await.unwrap_or_default();
+}
+
+/// The 1,000 nodes registered in an in-memory cluster, each under its group.
+fn bench_cluster(nodes: &[Node]) -> Cluster {
+    let mut cluster = Cluster::new(Vec::new());
     for node in nodes {
-        if let Ok(Some(_)) = provider.node_group_for_node(node).await {
-            work += 1;
-        }
+        let group = node
+            .name
+            .rsplit_once("-n-")
+            .map(|(group, _)| group.to_string());
+        cluster.add_node(node.clone(), group);
     }
-    for group in &groups {
-        work += group.target_size().await.unwrap_or(0);
-        work += group.nodes().await.map(|i| i.len()).unwrap_or(0);
-    }
-    work
+    cluster
+}
+
+/// One iteration of the real engine with the provider as its cloud.
+async fn engine_loop(
+    provider: &ExternalGrpcProvider,
+    autoscaler: &mut Autoscaler,
+    cluster: &mut Cluster,
+) {
+    let now = Timestamp::from_secs(1_800_000_000);
+    let api = SimClusterApi::new(cluster, now);
+    std::hint::black_box(autoscaler.run_once(provider, &api, now, &Unmeasured).await);
 }
 
 struct Fixture {
@@ -153,18 +172,21 @@ fn fixture() -> Fixture {
 }
 
 fn print_rpcs_per_loop(fixture: &Fixture) {
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    let mut cluster = bench_cluster(&fixture.nodes);
     fixture.runtime.block_on(async {
-        // Warm: the connection is up and the GPU label and types are known.
-        gather(&fixture.provider, &fixture.nodes).await;
+        // Warm: the connection is up, the GPU label and types and the templates are known.
+        engine_loop(&fixture.provider, &mut autoscaler, &mut cluster).await;
+        engine_loop(&fixture.provider, &mut autoscaler, &mut cluster).await;
         fixture.cloud.forget_calls();
-        gather(&fixture.provider, &fixture.nodes).await;
+        engine_loop(&fixture.provider, &mut autoscaler, &mut cluster).await;
         let received = fixture.cloud.received();
         let mut per_method: BTreeMap<&str, usize> = BTreeMap::new();
         for method in &received.methods {
             *per_method.entry(method).or_default() += 1;
         }
         println!(
-            "externalgrpc RPCs per loop at {GROUPS} groups / {} nodes (warm GPU cache): {} \
+            "externalgrpc RPCs per engine loop at {GROUPS} groups / {} nodes (warm): {} \
              ({per_method:?})",
             fixture.nodes.len(),
             received.methods.len()
@@ -174,7 +196,8 @@ fn print_rpcs_per_loop(fixture: &Fixture) {
             let _ = fixture.provider.node_group_for_node(node).await;
         }
         println!(
-            "externalgrpc RPCs for a second lookup of every node's group in the same loop: {}",
+            "externalgrpc NodeGroupForNode calls if every node's group were looked up (as \
+             upstream's core does each loop): {}",
             fixture.cloud.total_calls()
         );
     });
@@ -262,12 +285,14 @@ fn benches(c: &mut Criterion) {
 
     let mut loops = c.benchmark_group("loop");
     loops.sample_size(10);
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    let mut cluster = bench_cluster(&fixture.nodes);
     loops.bench_function("100_groups_1000_nodes", |b| {
         b.iter_custom(|iterations| {
             fixture.runtime.block_on(async {
                 let started = Instant::now();
                 for _ in 0..iterations {
-                    std::hint::black_box(gather(&fixture.provider, &fixture.nodes).await);
+                    engine_loop(&fixture.provider, &mut autoscaler, &mut cluster).await;
                 }
                 started.elapsed()
             })

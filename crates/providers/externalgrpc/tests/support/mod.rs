@@ -478,6 +478,9 @@ pub struct Pki {
     pub other_ca: PathBuf,
     pub other_client_cert: PathBuf,
     pub other_client_key: PathBuf,
+    /// A client certificate of the first CA that expired in 2021.
+    pub expired_client_cert: PathBuf,
+    pub expired_client_key: PathBuf,
 }
 
 impl Pki {
@@ -522,6 +525,13 @@ impl Pki {
         };
         let (client_cert, client_key) = client(&ca)?;
         let (other_client_cert, other_client_key) = client(&other_ca)?;
+        let expired_key = KeyPair::generate()?;
+        let mut expired =
+            CertificateParams::new(vec!["cluster-autoscaler-grpc-client".to_string()])?;
+        expired.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        expired.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        expired.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let expired = expired.signed_by(&expired_key, &ca)?;
 
         let pki = Pki {
             ca: path("ca.crt"),
@@ -534,6 +544,8 @@ impl Pki {
             other_ca: path("other-ca.crt"),
             other_client_cert: path("other-tls.crt"),
             other_client_key: path("other-tls.key"),
+            expired_client_cert: path("expired-tls.crt"),
+            expired_client_key: path("expired-tls.key"),
             dir,
         };
         std::fs::write(&pki.ca, ca_pem)?;
@@ -546,6 +558,8 @@ impl Pki {
         std::fs::write(&pki.other_ca, other_ca_pem)?;
         std::fs::write(&pki.other_client_cert, other_client_cert)?;
         std::fs::write(&pki.other_client_key, other_client_key)?;
+        std::fs::write(&pki.expired_client_cert, expired.pem())?;
+        std::fs::write(&pki.expired_client_key, expired_key.serialize_pem())?;
         Ok(pki)
     }
 
