@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the repository: unit, property and simulator tests, and the integration tests
 # against a real Kubernetes control plane. The control plane is built from Go modules on first use
-# and cached under ~/.cache/ferroscale (about 18 minutes cold on 2 cores with helm; instant afterwards).
+# and cached under ~/.cache/ferroscale (about 20 minutes cold on 2 cores with helm and the Go interop peer; instant afterwards).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/control-plane/build.sh
