@@ -26,7 +26,8 @@ use crate::flags::{CloudProviderKind, LoopTiming, RunFlags};
 /// How long the watch caches may take for their first list before start-up fails.
 const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(300);
 
-fn system_now() -> Timestamp {
+/// The wall clock as the engine's timestamps (the only place the binary reads it).
+pub fn system_now() -> Timestamp {
     let millis = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

@@ -13,12 +13,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use ferroscale_core::cloud::CloudProvider;
 use ferroscale_externalgrpc_sdk::{ProviderServer, Tls};
-use ferroscale_model::Timestamp;
 use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use ferroscale_sim::served::ServedSimulation;
 
@@ -212,14 +210,6 @@ pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
     }
 }
 
-fn system_now() -> Timestamp {
-    let millis = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
-    Timestamp(millis)
-}
-
 /// Serves until SIGTERM or SIGINT; calls in flight finish first.
 pub fn serve(flags: ServeFlags) -> anyhow::Result<()> {
     crate::run::init_logging(flags.verbosity);
@@ -277,7 +267,7 @@ async fn build(provider: &ServedProvider) -> anyhow::Result<Arc<dyn CloudProvide
             }
             Arc::new(ServedSimulation::new(
                 &loaded.scenario,
-                Arc::new(system_now),
+                Arc::new(crate::run::system_now),
             ))
         }
     })
