@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, anyhow};
 use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, Stopwatch};
@@ -28,11 +28,7 @@ const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The wall clock as the engine's timestamps (the only place the binary reads it).
 pub fn system_now() -> Timestamp {
-    let millis = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
-    Timestamp(millis)
+    Timestamp::from_system_time(SystemTime::now())
 }
 
 /// Wall-clock time of the engine's pure planning calls.

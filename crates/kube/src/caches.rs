@@ -328,7 +328,10 @@ impl ClusterCaches {
             |s| &s.pods,
             |stores, pod| {
                 let pod = pod_from_k8s(pod, &stores.priority_classes())?;
-                if is_freshly_unschedulable(&pod, system_now()) {
+                if is_freshly_unschedulable(
+                    &pod,
+                    Timestamp::from_system_time(std::time::SystemTime::now()),
+                ) {
                     stores.unschedulable_pod.notify_one();
                 }
                 Ok(Arc::new(pod))
@@ -552,14 +555,6 @@ impl ClusterCaches {
 /// How recent a pod's `PodScheduled=False/Unschedulable` transition must be to wake the loop:
 /// older ones were already seen by an earlier iteration (spec 1.2).
 pub const FRESH_UNSCHEDULABLE: Duration = Duration::from_secs(10);
-
-fn system_now() -> Timestamp {
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
-    Timestamp(millis)
-}
 
 /// An unbound, live pod whose scheduling failed within [`FRESH_UNSCHEDULABLE`] of `now`. A
 /// condition without a transition time counts as fresh: waking once too often costs one loop.

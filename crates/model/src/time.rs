@@ -16,6 +16,16 @@ impl Timestamp {
         Timestamp(secs.saturating_mul(1000))
     }
 
+    /// A wall-clock reading the caller took (`SystemTime::now()` at the edge of the process); a
+    /// time before the epoch is the epoch.
+    pub fn from_system_time(time: std::time::SystemTime) -> Timestamp {
+        let millis = time
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        Timestamp(millis)
+    }
+
     pub fn millis(&self) -> i64 {
         self.0
     }
@@ -171,6 +181,15 @@ pub fn format_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wall_clock_readings_become_epoch_milliseconds() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let later = UNIX_EPOCH + Duration::from_millis(1_500);
+        assert_eq!(Timestamp::from_system_time(later), Timestamp(1_500));
+        let before = UNIX_EPOCH - Duration::from_secs(5);
+        assert_eq!(Timestamp::from_system_time(before), Timestamp(0));
+    }
 
     #[test]
     fn go_durations_parse() {
