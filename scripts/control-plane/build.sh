@@ -54,13 +54,16 @@ trap 'rm -rf "$work_dir"' EXIT
 # component_dir NAME VERSION -> the cache directory of one component.
 component_dir() { printf '%s/%s-%s' "$cache_root" "$1" "$2"; }
 
-# is_built DIR BINARY... -> true when every binary is present and executable.
-is_built() {
-  local dir=$1; shift
-  local binary
+# already_built NAME VERSION BINARY... -> true (and says so) when every binary of the component is
+# present and executable in its cache directory.
+already_built() {
+  local name=$1 version=$2; shift 2
+  local dir binary
+  dir=$(component_dir "$name" "$version")
   for binary in "$@"; do
     [[ -x "$dir/bin/$binary" ]] || return 1
   done
+  log "$name $version: already built in $dir/bin, skipped"
 }
 
 # new_build_module NAME -> creates and prints a throw-away Go module directory to build in. The
@@ -120,12 +123,7 @@ resolve_modules() {
 
 build_kubernetes() {
   local version=$KUBERNETES_VERSION
-  local dir
-  dir=$(component_dir kubernetes "$version")
-  if is_built "$dir" kube-apiserver kube-scheduler kube-controller-manager; then
-    log "kubernetes $version: already built in $dir/bin, skipped"
-    return
-  fi
+  already_built kubernetes "$version" kube-apiserver kube-scheduler kube-controller-manager && return
   log "kubernetes $version: building kube-apiserver, kube-scheduler and kube-controller-manager (the slowest part, about 8 minutes on 2 cores)"
   local start=$SECONDS module
   module=$(new_build_module kubernetes)
@@ -173,12 +171,7 @@ build_kubernetes() {
 
 build_etcd() {
   local version=$ETCD_VERSION
-  local dir
-  dir=$(component_dir etcd "$version")
-  if is_built "$dir" etcd; then
-    log "etcd $version: already built in $dir/bin, skipped"
-    return
-  fi
+  already_built etcd "$version" etcd && return
   log "etcd $version: building etcd"
   local start=$SECONDS module
   module=$(new_build_module etcd)
@@ -193,12 +186,7 @@ build_etcd() {
 
 build_kwok() {
   local version=$KWOK_VERSION
-  local dir
-  dir=$(component_dir kwok "$version")
-  if is_built "$dir" kwok; then
-    log "kwok $version: already built in $dir/bin, skipped"
-    return
-  fi
+  already_built kwok "$version" kwok && return
   log "kwok $version: building the kwok controller"
   local start=$SECONDS module
   module=$(new_build_module kwok)
@@ -214,12 +202,7 @@ build_kwok() {
 # after the other components have filled the Go caches.
 build_helm() {
   local version=$HELM_VERSION
-  local dir
-  dir=$(component_dir helm "$version")
-  if is_built "$dir" helm; then
-    log "helm $version: already built in $dir/bin, skipped"
-    return
-  fi
+  already_built helm "$version" helm && return
   log "helm $version: building helm (about 5 minutes cold on 2 cores, 2 with the Go caches warm from the control plane)"
   local start=$SECONDS module
   module=$(new_build_module helm)
