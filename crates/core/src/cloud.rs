@@ -4,6 +4,7 @@
 //! [`CloudError::NotImplemented`]; the engine falls back as upstream does. Gather code calls this
 //! trait; the Decide layer never does — it sees the values gathered into a snapshot.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -250,6 +251,13 @@ pub trait CloudProvider: Send + Sync {
     /// Whether the node's instance still exists (optional).
     async fn has_instance(&self, _node: &Node) -> Result<bool, CloudError> {
         Err(CloudError::NotImplemented)
+    }
+    /// Of `nodes` (each in one of the provider's groups), the names the provider wants kept out of
+    /// scale-down this loop: upstream's provider-registered scale-down candidate filter (Cluster
+    /// API keeps the nodes of a MachineDeployment that is rolling out). The provider logs why.
+    /// Gathered once per loop; the default keeps every node a candidate.
+    async fn scale_down_vetoes(&self, _nodes: &[Arc<Node>]) -> HashSet<String> {
+        HashSet::new()
     }
     /// Update cached state; called at the start of every loop before any other call.
     async fn refresh(&self) -> Result<(), CloudError>;

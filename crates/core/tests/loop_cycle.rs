@@ -263,3 +263,51 @@ fn a_failed_cloud_deletion_pauses_draining_other_nodes() {
         "no other node is drained during the cooldown"
     );
 }
+
+/// A node the provider vetoes (Cluster API: its MachineDeployment is rolling out) is never unneeded
+/// nor deleted while the veto lasts; once lifted, the empty node goes as usual.
+#[test]
+fn a_node_the_provider_vetoes_is_kept_out_of_scale_down_until_the_veto_is_lifted() {
+    let (log, cloud, cluster) = cluster_with_one_node();
+    cluster.add_pod(pod_on("base", "n0", 3000));
+    let spare = node("n1", 4000, 16 << 30);
+    cloud.add_instance("pool", &spare);
+    cluster.add_node(spare);
+    cloud.vetoed.lock().expect("lock").insert("n1".into());
+    let mut options = AutoscalingOptions::default();
+    options.set("scale-down-unneeded-time", "0s").expect("flag");
+    options
+        .set("scale-down-delay-after-add", "0s")
+        .expect("flag");
+    let mut autoscaler = Autoscaler::new(options, 5);
+
+    let mut now = t(20_000);
+    for _ in 0..6 {
+        let outcome = run(&mut autoscaler, &cloud, &cluster, now);
+        let unneeded = outcome
+            .scale_down
+            .as_ref()
+            .map(|plan| plan.unneeded.iter().any(|u| u.node == "n1"))
+            .unwrap_or(false);
+        assert!(!unneeded, "a vetoed node is never unneeded");
+        now = now + Duration::from_secs(10);
+    }
+    assert!(calls(&log, "cloud.delete_nodes").is_empty());
+    assert!(
+        !cluster
+            .node("n1")
+            .expect("n1")
+            .has_taint(ferroscale_model::taints::TO_BE_DELETED)
+    );
+
+    cloud.vetoed.lock().expect("lock").clear();
+    for _ in 0..6 {
+        run(&mut autoscaler, &cloud, &cluster, now);
+        now = now + Duration::from_secs(10);
+    }
+    assert_eq!(
+        calls(&log, "cloud.delete_nodes"),
+        vec!["cloud.delete_nodes pool n1"],
+        "the empty node goes once the veto is lifted"
+    );
+}

@@ -263,6 +263,9 @@ struct Gathered {
     group_of_node: HashMap<String, usize>,
     /// Per group: `Nodes()` (`None` when the call failed).
     instances: Vec<Option<Vec<Instance>>>,
+    /// Nodes of a group that the provider keeps out of scale-down this loop
+    /// (`CloudProvider::scale_down_vetoes`).
+    scale_down_vetoed: HashSet<String>,
 }
 
 impl Autoscaler {
@@ -930,7 +933,12 @@ impl Autoscaler {
             .enumerate()
             .map(|(i, v)| (v.id.as_str(), i))
             .collect();
+        // A node the provider vetoed is not a scale-down candidate this loop: like a node outside
+        // every group, it is neither unneeded nor removed.
         let node_group_of = |node: &str| -> Option<usize> {
+            if gathered.scale_down_vetoed.contains(node) {
+                return None;
+            }
             let group = gathered.group_of_node.get(node)?;
             let id = gathered.groups.get(*group)?.id();
             index.get(id).copied()
@@ -1156,12 +1164,24 @@ impl Autoscaler {
                 view.price_per_hour = price;
             }
         }
+        let grouped: Vec<Arc<Node>> = objects
+            .nodes
+            .iter()
+            .filter(|n| group_of_node.contains_key(&n.name))
+            .cloned()
+            .collect();
+        let scale_down_vetoed = if self.options.scale_down_enabled && !grouped.is_empty() {
+            cloud.scale_down_vetoes(&grouped).await
+        } else {
+            HashSet::new()
+        };
         Gathered {
             objects,
             groups,
             views,
             group_of_node,
             instances,
+            scale_down_vetoed,
         }
     }
 

@@ -145,6 +145,8 @@ pub struct FakeCloud {
     /// Hourly price of a group's nodes, by group id (a node is priced by the group id its name
     /// contains); a node without one has no price (NotImplemented).
     pub prices: Arc<Mutex<BTreeMap<String, f64>>>,
+    /// Nodes the provider keeps out of scale-down (`scale_down_vetoes`).
+    pub vetoed: Arc<Mutex<HashSet<String>>>,
 }
 
 impl FakeCloud {
@@ -154,6 +156,7 @@ impl FakeCloud {
             log,
             lookups: Arc::default(),
             prices: Arc::default(),
+            vetoed: Arc::default(),
         }
     }
 
@@ -225,6 +228,14 @@ impl CloudProvider for FakeCloud {
             .find(|(group, _)| node.name.contains(group.as_str()))
             .map(|(_, price)| *price)
             .ok_or(CloudError::NotImplemented)
+    }
+    async fn scale_down_vetoes(&self, nodes: &[Arc<Node>]) -> HashSet<String> {
+        let vetoed = lock(&self.vetoed);
+        nodes
+            .iter()
+            .filter(|n| vetoed.contains(&n.name))
+            .map(|n| n.name.clone())
+            .collect()
     }
     async fn refresh(&self) -> Result<(), CloudError> {
         Ok(())
