@@ -3,7 +3,8 @@
 # kube-scheduler and kube-controller-manager, etcd, and kwok (the controller that plays the kubelet for
 # fake nodes and pods); helm, which the Helm chart's tests (crates/cli/tests/helm_chart.rs) render
 # deploy/helm/ferroscale with; and the externalgrpc interop tool (test-tools/externalgrpc-interop), the
-# Go peer of crates/cli/tests/externalgrpc_interop.rs.
+# Go peer of crates/cli/tests/externalgrpc_interop.rs. It also fetches (nothing to build) the Cluster
+# API CRD manifests that the Cluster API provider's tests install into the control plane.
 #
 # Everything is built from published Go modules through the module proxy, at the versions pinned in
 # versions.env beside this script, into a cache outside the repository:
@@ -266,6 +267,67 @@ build_externalgrpc_interop() {
   log "externalgrpc-interop: installed in $target/bin, built in $((SECONDS - start))s"
 }
 
+# The CRDs of Cluster API's core objects, as published in the sigs.k8s.io/cluster-api module (its
+# core/config/crd/bases directory), copied into <cache>/cluster-api-<version>/crds. Nothing is built:
+# the module is only downloaded, through the module proxy and nothing else (no direct VCS fetch).
+# The bases carry no conversion webhook (kustomize patches add it in a real install), so the API
+# server accepts them alone and serves every version with conversion "None".
+cluster_api_crd_files=(
+  cluster.x-k8s.io_clusters.yaml
+  cluster.x-k8s.io_machinedeployments.yaml
+  cluster.x-k8s.io_machinesets.yaml
+  cluster.x-k8s.io_machines.yaml
+  cluster.x-k8s.io_machinepools.yaml
+)
+
+# already_fetched NAME VERSION FILE... -> true (and says so) when every file of the component is
+# present in its cache directory; the counterpart of already_built for components that are data.
+already_fetched() {
+  local name=$1 version=$2; shift 2
+  local dir file
+  dir=$(component_dir "$name" "$version")
+  for file in "$@"; do
+    [[ -s "$dir/$file" ]] || return 1
+  done
+  log "$name $version: already fetched in $dir, skipped"
+}
+
+fetch_cluster_api_crds() {
+  local version=$CLUSTER_API_VERSION
+  local relative=("${cluster_api_crd_files[@]/#/crds/}")
+  already_fetched cluster-api "$version" "${relative[@]}" && return
+  log "cluster-api $version: downloading sigs.k8s.io/cluster-api for its CRD manifests"
+  # The proxy only: a module the proxy does not serve must fail here, not be cloned from GitHub.
+  local proxy
+  proxy=$(go env GOPROXY | tr ',|' '\n\n' | grep -v -x -e direct -e off -e '' | paste -s -d, -) || true
+  [[ -n "$proxy" ]] || fail "cluster-api $version: GOPROXY ($(go env GOPROXY)) names no module proxy"
+  # A module cache of its own under the cache root, writable (-modcacherw) so it can be deleted with rm.
+  local module_cache=$cache_root/go-modules download
+  download=$(cd "$work_dir" && GOPROXY=$proxy GOMODCACHE=$module_cache GOFLAGS="-mod=mod -modcacherw" \
+      go mod download -json "sigs.k8s.io/cluster-api@$version" 2>&1) \
+    || fail "cluster-api $version: go mod download sigs.k8s.io/cluster-api@$version failed: $download"
+  local module_dir
+  module_dir=$(sed -n -E 's/^[[:space:]]*"Dir": "(.*)",?$/\1/p' <<<"$download")
+  [[ -d "$module_dir" ]] || fail "cluster-api $version: go mod download named no module directory: $download"
+  local bases=$module_dir/core/config/crd/bases staged=$work_dir/cluster-api-crds file
+  mkdir -p "$staged"
+  for file in "${cluster_api_crd_files[@]}"; do
+    [[ -f "$bases/$file" ]] || fail "cluster-api $version: $file is not in core/config/crd/bases of the module"
+    grep -q '^kind: CustomResourceDefinition$' "$bases/$file" \
+      || fail "cluster-api $version: $bases/$file is not a CustomResourceDefinition"
+    # A webhook conversion in a base would make the API server call a webhook that does not exist.
+    ! grep -q 'strategy: Webhook' "$bases/$file" \
+      || fail "cluster-api $version: $bases/$file needs a conversion webhook"
+    install -m 0644 "$bases/$file" "$staged/$file"
+  done
+  local target
+  target=$(component_dir cluster-api "$version")
+  rm -rf "$target"
+  mkdir -p "$target"
+  mv "$staged" "$target/crds"
+  log "cluster-api $version: CRDs installed in $target/crds"
+}
+
 total_start=$SECONDS
 log "building into $cache_root (Go $(go env GOVERSION), $build_jobs parallel jobs)"
 build_etcd
@@ -273,9 +335,11 @@ build_kwok
 build_kubernetes
 build_helm
 build_externalgrpc_interop
+fetch_cluster_api_crds
 log "all components ready in $((SECONDS - total_start))s:"
 log "  $(component_dir kubernetes "$KUBERNETES_VERSION")/bin"
 log "  $(component_dir etcd "$ETCD_VERSION")/bin"
 log "  $(component_dir kwok "$KWOK_VERSION")/bin"
 log "  $(component_dir helm "$HELM_VERSION")/bin"
 log "  $cache_root/externalgrpc-interop/bin"
+log "  $(component_dir cluster-api "$CLUSTER_API_VERSION")/crds"

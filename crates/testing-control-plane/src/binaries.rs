@@ -30,6 +30,8 @@ pub struct PinnedVersions {
     pub kwok: String,
     /// Helm release the chart tests render with (`v3.21.4`).
     pub helm: String,
+    /// Cluster API release whose CRD manifests the Cluster API tests install (`v1.14.2`).
+    pub cluster_api: String,
 }
 
 impl PinnedVersions {
@@ -58,6 +60,7 @@ fn parse_versions(text: &str) -> Result<PinnedVersions, Error> {
         etcd: value_of("ETCD_VERSION")?,
         kwok: value_of("KWOK_VERSION")?,
         helm: value_of("HELM_VERSION")?,
+        cluster_api: value_of("CLUSTER_API_VERSION")?,
     })
 }
 
@@ -136,6 +139,51 @@ fn check_externalgrpc_interop_present(tool: PathBuf, looked_in: &str) -> Result<
             looked_in: looked_in.to_owned(),
         })
     }
+}
+
+/// The CRD manifests of Cluster API's core objects that `build.sh` copies out of the published
+/// `sigs.k8s.io/cluster-api` module, one file each, in the order they are installed.
+pub const CLUSTER_API_CRD_FILES: [&str; 5] = [
+    "cluster.x-k8s.io_clusters.yaml",
+    "cluster.x-k8s.io_machinedeployments.yaml",
+    "cluster.x-k8s.io_machinesets.yaml",
+    "cluster.x-k8s.io_machines.yaml",
+    "cluster.x-k8s.io_machinepools.yaml",
+];
+
+/// Finds the Cluster API CRD manifests (every one of [`CLUSTER_API_CRD_FILES`]) in
+/// `<cache>/cluster-api-<version>/crds`. They are data, not binaries, so
+/// `FERROSCALE_CONTROL_PLANE_BIN` does not apply; `FERROSCALE_CONTROL_PLANE_CACHE` does. Fails,
+/// naming the missing file and the command that fetches it, when any is absent: a Cluster API test
+/// must not pass without the real CRDs.
+pub fn locate_cluster_api_crds() -> Result<Vec<PathBuf>, Error> {
+    let versions = PinnedVersions::pinned()?;
+    let root = cache_root()?;
+    check_cluster_api_crds_present(&cluster_api_crds_in_cache(&root, &versions), &versions)
+}
+
+fn cluster_api_crds_in_cache(root: &Path, versions: &PinnedVersions) -> PathBuf {
+    root.join(format!("cluster-api-{}/crds", versions.cluster_api))
+}
+
+fn check_cluster_api_crds_present(
+    dir: &Path,
+    versions: &PinnedVersions,
+) -> Result<Vec<PathBuf>, Error> {
+    CLUSTER_API_CRD_FILES
+        .iter()
+        .map(|file| {
+            let path = dir.join(file);
+            if path.is_file() {
+                Ok(path)
+            } else {
+                Err(Error::MissingClusterApiCrds {
+                    path,
+                    version: versions.cluster_api.clone(),
+                })
+            }
+        })
+        .collect()
 }
 
 /// Paths of the binaries a control plane runs.
@@ -234,6 +282,7 @@ mod tests {
         let versions = PinnedVersions::pinned().expect("versions.env parses");
         assert!(versions.kubernetes.starts_with("v1."), "{versions:?}");
         assert!(versions.etcd.starts_with("v3."), "{versions:?}");
+        assert!(versions.cluster_api.starts_with("v1."), "{versions:?}");
         assert!(versions.kwok.starts_with('v'), "{versions:?}");
         assert!(versions.helm.starts_with("v3."), "{versions:?}");
     }
@@ -250,9 +299,16 @@ mod tests {
             Err(Error::Versions { name }) => assert_eq!(name, "HELM_VERSION"),
             other => panic!("expected a missing HELM_VERSION, got {other:?}"),
         }
-        let versions = parse_versions(&format!("{text}HELM_VERSION=v3.9.8\n")).expect("complete");
+        let text = format!("{text}HELM_VERSION=v3.9.8\n");
+        match parse_versions(&text) {
+            Err(Error::Versions { name }) => assert_eq!(name, "CLUSTER_API_VERSION"),
+            other => panic!("expected a missing CLUSTER_API_VERSION, got {other:?}"),
+        }
+        let versions =
+            parse_versions(&format!("{text}CLUSTER_API_VERSION=v1.10.11\n")).expect("complete");
         assert_eq!(versions.kubernetes, "v1.2.3");
         assert_eq!(versions.helm, "v3.9.8");
+        assert_eq!(versions.cluster_api, "v1.10.11");
     }
 
     #[test]
@@ -262,6 +318,7 @@ mod tests {
             etcd: "v3.4.5".into(),
             kwok: "v0.6.7".into(),
             helm: "v3.8.9".into(),
+            cluster_api: "v1.10.11".into(),
         };
         let binaries = Binaries::in_cache(Path::new("/cache"), &versions);
         assert_eq!(
@@ -273,6 +330,10 @@ mod tests {
         assert_eq!(
             helm_in_cache(Path::new("/cache"), &versions),
             Path::new("/cache/helm-v3.8.9/bin/helm")
+        );
+        assert_eq!(
+            cluster_api_crds_in_cache(Path::new("/cache"), &versions),
+            Path::new("/cache/cluster-api-v1.10.11/crds")
         );
     }
 
@@ -348,6 +409,52 @@ mod tests {
             check_externalgrpc_interop_present(externalgrpc_interop_in_cache(cache.path()), "test")
                 .expect("the tool is there");
         assert_eq!(found, bin.join("externalgrpc-interop"));
+    }
+
+    #[test]
+    fn missing_cluster_api_crds_fail_with_the_fetch_command() {
+        let empty = tempfile::tempdir().expect("temp dir");
+        let versions = PinnedVersions::pinned().expect("versions.env parses");
+        let dir = cluster_api_crds_in_cache(empty.path(), &versions);
+        let error =
+            check_cluster_api_crds_present(&dir, &versions).expect_err("no CRDs in an empty cache");
+        let message = error.to_string();
+        assert!(
+            message.contains("scripts/control-plane/build.sh"),
+            "{message}"
+        );
+        assert!(message.contains(&versions.cluster_api), "{message}");
+        assert!(
+            message.contains(&*dir.join(CLUSTER_API_CRD_FILES[0]).to_string_lossy()),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn fetched_cluster_api_crds_are_found_where_the_build_script_puts_them() {
+        let cache = tempfile::tempdir().expect("temp dir");
+        let versions = PinnedVersions::pinned().expect("versions.env parses");
+        let dir = cache
+            .path()
+            .join(format!("cluster-api-{}/crds", versions.cluster_api));
+        std::fs::create_dir_all(&dir).expect("create the cache layout");
+        for file in &CLUSTER_API_CRD_FILES[..4] {
+            std::fs::write(dir.join(file), "kind: CustomResourceDefinition").expect("write a CRD");
+        }
+        let error = check_cluster_api_crds_present(&dir, &versions)
+            .expect_err("the MachinePool CRD is missing");
+        assert!(
+            error.to_string().contains(CLUSTER_API_CRD_FILES[4]),
+            "{error}"
+        );
+        std::fs::write(
+            dir.join(CLUSTER_API_CRD_FILES[4]),
+            "kind: CustomResourceDefinition",
+        )
+        .expect("write a CRD");
+        let found = check_cluster_api_crds_present(&dir, &versions).expect("all CRDs are there");
+        let expected: Vec<PathBuf> = CLUSTER_API_CRD_FILES.iter().map(|f| dir.join(f)).collect();
+        assert_eq!(found, expected);
     }
 
     #[test]

@@ -31,8 +31,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use binaries::{
-    BIN_DIR_ENV, Binaries, CACHE_DIR_ENV, EXTERNALGRPC_INTEROP, PinnedVersions,
-    locate_externalgrpc_interop, locate_helm,
+    BIN_DIR_ENV, Binaries, CACHE_DIR_ENV, CLUSTER_API_CRD_FILES, EXTERNALGRPC_INTEROP,
+    PinnedVersions, locate_cluster_api_crds, locate_externalgrpc_interop, locate_helm,
 };
 pub use control_plane::{
     ControlPlane, FAKE_NODE_ANNOTATION_KEY, FAKE_NODE_ANNOTATION_VALUE, KEEP_DIR_ENV, Options,
@@ -81,6 +81,13 @@ pub enum Error {
         /// Which directory was searched and why: the cache, or FERROSCALE_CONTROL_PLANE_BIN.
         looked_in: String,
     },
+
+    #[error(
+        "the Cluster API CRD manifest {path} is missing: run scripts/control-plane/build.sh to fetch \
+         the CRDs of the pinned Cluster API {version} (sigs.k8s.io/cluster-api, a few seconds) into \
+         the cache"
+    )]
+    MissingClusterApiCrds { path: PathBuf, version: String },
 
     #[error("scripts/control-plane/versions.env has no value for {name}")]
     Versions { name: String },
