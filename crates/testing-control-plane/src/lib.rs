@@ -21,6 +21,7 @@
 //! ```
 
 mod binaries;
+pub mod cluster_api;
 mod control_plane;
 mod pki;
 mod probe;
@@ -33,6 +34,10 @@ use std::time::Duration;
 pub use binaries::{
     BIN_DIR_ENV, Binaries, CACHE_DIR_ENV, CLUSTER_API_CRD_FILES, EXTERNALGRPC_INTEROP,
     PinnedVersions, locate_cluster_api_crds, locate_externalgrpc_interop, locate_helm,
+};
+pub use cluster_api::{
+    ClusterApi, ClusterApiError, ClusterApiKind, InstalledClusterApi, ScalableResource,
+    install_cluster_api_crds, wait_for_machines,
 };
 pub use control_plane::{
     ControlPlane, FAKE_NODE_ANNOTATION_KEY, FAKE_NODE_ANNOTATION_VALUE, KEEP_DIR_ENV, Options,
