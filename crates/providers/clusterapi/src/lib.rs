@@ -6,3 +6,23 @@
 //! `kube::api::DynamicObject`, whose `spec` and `status` are untyped JSON) and answers questions
 //! about them without I/O, clock or hidden randomness, so every rule of the spec is unit-tested.
 //! The kube half watches the management cluster, scales resources and implements `CloudProvider`.
+
+// The pure half: Cluster API objects in, answers out.
+pub mod bad_input;
+pub mod capacity;
+pub mod discovery;
+pub mod fields;
+pub mod gpu;
+pub mod ids;
+pub mod instances;
+pub mod keys;
+pub mod options;
+pub mod rollout;
+pub mod scalable;
+pub mod syntax;
+
+pub use bad_input::{BadAnnotation, BadField};
+pub use keys::Keys;
+
+#[cfg(test)]
+mod test_objects;
