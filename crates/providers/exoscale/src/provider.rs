@@ -104,6 +104,14 @@ impl ExoscaleProvider {
         })
     }
 
+    /// The cached group with this id (the Instance Pool id), as its concrete type.
+    pub fn cached_group(&self, id: &str) -> Option<Arc<ExoscaleNodeGroup>> {
+        self.cached_groups()
+            .iter()
+            .find(|group| group.id == id)
+            .cloned()
+    }
+
     fn cached_groups(&self) -> MutexGuard<'_, Vec<Arc<ExoscaleNodeGroup>>> {
         self.groups
             .lock()
