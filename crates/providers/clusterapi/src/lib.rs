@@ -20,6 +20,7 @@ pub mod options;
 pub mod rollout;
 pub mod scalable;
 pub mod syntax;
+pub mod template;
 
 pub use bad_input::{BadAnnotation, BadField};
 pub use keys::Keys;
