@@ -33,9 +33,11 @@ pub fn annotations(obj: &DynamicObject) -> impl Iterator<Item = (&str, &str)> {
         .map(|(k, v)| (k.as_str(), v.as_str()))
 }
 
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
 /// The object's labels, or an empty map.
-pub fn labels(obj: &DynamicObject) -> BTreeMap<String, String> {
-    obj.metadata.labels.clone().unwrap_or_default()
+pub fn labels(obj: &DynamicObject) -> &BTreeMap<String, String> {
+    obj.metadata.labels.as_ref().unwrap_or(&NO_LABELS)
 }
 
 pub fn namespace(obj: &DynamicObject) -> &str {

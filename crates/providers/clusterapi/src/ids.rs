@@ -110,7 +110,7 @@ mod tests {
     }
 
     #[test]
-    fn synthetic_ids_round_trip_and_split_on_the_first_underscore() {
+    fn c31_synthetic_ids_round_trip_and_split_on_the_first_underscore() {
         for kind in SyntheticKind::ALL {
             let id = SyntheticId::new(kind, "ns1", "machine_with_underscores");
             let text = id.encode();

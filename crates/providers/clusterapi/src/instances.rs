@@ -94,7 +94,7 @@ pub fn machines_of<'a>(
     let cluster = cluster_name(resource, keys);
     Ok(machines
         .filter(|m| fields::namespace(m) == namespace)
-        .filter(|m| selector.matches(&fields::labels(m)))
+        .filter(|m| selector.matches(fields::labels(m)))
         .filter(|m| cluster.is_empty() || cluster_name(m, keys) == cluster)
         .collect())
 }
