@@ -7,6 +7,8 @@
 //! [`MachineController`] plays Cluster API's own controllers (MachineDeployment, MachineSet,
 //! Machine, MachinePool) so that scaling a resource creates and deletes Machines and kwok Nodes.
 
+pub mod controller;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
@@ -19,6 +21,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::binaries::locate_cluster_api_crds;
+
+pub use controller::{
+    FAIL_PROVISIONING_ANNOTATION, MachineController, OMIT_PROVIDER_ID_ANNOTATION,
+    PROVIDER_ID_SCHEME, PROVISIONING_DELAY_ANNOTATION,
+};
 
 /// Cluster API's own group; `install_cluster_api_crds` can install the CRDs under another one.
 pub const CLUSTER_API_GROUP: &str = "cluster.x-k8s.io";
@@ -173,7 +180,7 @@ impl ClusterApi {
 
     /// The Cluster API versions before v1beta2 reference objects by `apiVersion`, v1beta2 and
     /// later by `apiGroup`.
-    fn references_by_api_group(&self) -> bool {
+    pub(crate) fn references_by_api_group(&self) -> bool {
         !matches!(self.version.as_str(), "v1alpha3" | "v1alpha4" | "v1beta1")
     }
 }

@@ -36,8 +36,8 @@ pub use binaries::{
     PinnedVersions, locate_cluster_api_crds, locate_externalgrpc_interop, locate_helm,
 };
 pub use cluster_api::{
-    ClusterApi, ClusterApiError, ClusterApiKind, InstalledClusterApi, ScalableResource,
-    install_cluster_api_crds, wait_for_machines,
+    ClusterApi, ClusterApiError, ClusterApiKind, InstalledClusterApi, MachineController,
+    ScalableResource, install_cluster_api_crds, wait_for_machines,
 };
 pub use control_plane::{
     ControlPlane, FAKE_NODE_ANNOTATION_KEY, FAKE_NODE_ANNOTATION_VALUE, KEEP_DIR_ENV, Options,
