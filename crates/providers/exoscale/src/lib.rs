@@ -32,7 +32,12 @@
 //! - GETs are retried up to 3 times with exponential backoff after a 5xx, a transport error or a
 //!   timeout; scale and evict PUTs are never retried, because a repeated PUT after an unknown
 //!   outcome could scale or evict twice.
-//! - Requests are rate limited on the client (10/s, bursts of 20 by default).
+//! - Requests are rate limited on the client (50/s, bursts of 100 by default), and `nodes()` reads
+//!   up to 8 members at once instead of one after the other.
+//! - Every node lookup repeats the whole resolution and a refresh, as upstream (quirk Q6): the
+//!   core's gather only looks up nodes that no group's `nodes()` lists, so this is rare after the
+//!   first loop.
+//! - `delete_nodes` with no node succeeds without calling the API.
 //! - `EXOSCALE_API_ENDPOINT` overrides the whole base URL (not upstream, which only has
 //!   `EXOSCALE_API_ENVIRONMENT`).
 //! - `MaxSize` cannot call the API (the trait's method is synchronous): a plain group with no

@@ -10,6 +10,7 @@ use ferroscale_core::cloud::{
     InstanceStatus, NodeGroup,
 };
 use ferroscale_model::Node;
+use futures::{StreamExt, TryStreamExt, stream};
 use tracing::{debug, error, info, warn};
 
 use crate::api::{self, MANAGER_INSTANCE_POOL, MANAGER_SKS_NODEPOOL};
@@ -34,6 +35,9 @@ pub const UNLIMITED_QUOTA_MAX: i64 = 5000;
 
 /// Error info of an instance in a state the core has no name for (spec 8.3).
 pub const UNKNOWN_STATE_ERROR_CODE: &str = "no-code-exoscale";
+
+/// Instance reads in flight at once in `nodes()`.
+const CONCURRENT_INSTANCE_READS: usize = 8;
 
 /// GPU resources a node may carry, for the generic GPU config.
 const GPU_RESOURCES: [&str; 5] = [
@@ -512,6 +516,10 @@ impl NodeGroup for ExoscaleNodeGroup {
 
     /// Spec 8.2. Membership is not checked (quirk Q8): the API refuses foreign instances.
     async fn delete_nodes(&self, nodes: &[Node]) -> Result<(), CloudError> {
+        if nodes.is_empty() {
+            // Nothing to evict: the API would refuse an empty list.
+            return Ok(());
+        }
         let _one_delete_at_a_time = self.delete_lock.lock().await;
         self.wait_running().await?;
         let ids: Vec<String> = nodes
@@ -566,17 +574,21 @@ impl NodeGroup for ExoscaleNodeGroup {
                 })?
                 .member_ids(),
         };
-        let mut instances = Vec::with_capacity(members.len());
-        for member in &members {
-            let instance = client.get_instance(member).await.map_err(|e| {
-                provider_error(format!("unable to retrieve Compute instance {member}: {e}"))
-            })?;
-            instances.push(ExoscaleNodeGroup::instance(
-                member,
-                instance.state.as_deref(),
-            ));
-        }
-        Ok(instances)
+        // One read per member, a few at a time (in member order): sequential reads would make
+        // a loop of a large group as slow as the sum of the round trips.
+        stream::iter(members)
+            .map(|member| async move {
+                let instance = client.get_instance(&member).await.map_err(|e| {
+                    provider_error(format!("unable to retrieve Compute instance {member}: {e}"))
+                })?;
+                Ok(ExoscaleNodeGroup::instance(
+                    &member,
+                    instance.state.as_deref(),
+                ))
+            })
+            .buffered(CONCURRENT_INSTANCE_READS)
+            .try_collect()
+            .await
     }
 }
 

@@ -19,11 +19,13 @@ pub struct RateLimit {
 }
 
 impl Default for RateLimit {
-    /// 10 requests/s with bursts of 20: far above what one loop needs, well below API throttling.
+    /// 50 requests/s with bursts of 100. A loop reads every member of every plain pool (one
+    /// request per node, as upstream), so a cluster of a few hundred nodes fits in a 10 s loop;
+    /// what the limit stops is a runaway, e.g. hundreds of new nodes looked up at once.
     fn default() -> Self {
         RateLimit {
-            per_second: 10.0,
-            burst: 20,
+            per_second: 50.0,
+            burst: 100,
         }
     }
 }

@@ -362,3 +362,20 @@ async fn deleted_pool_fails_calls_and_is_dropped() {
     provider.refresh().await.unwrap();
     assert!(provider.node_groups().await.unwrap().is_empty());
 }
+
+/// Deleting no node sends nothing (the API would refuse an empty eviction list).
+#[tokio::test]
+async fn deleting_no_node_sends_nothing() {
+    let fake = fake().await;
+    let pool = fake.add_instance_pool("workers", 2);
+    let provider = provider(&fake, &[]);
+    let group = provider
+        .node_group_for_node(&node(&first_member(&fake, &pool)))
+        .await
+        .unwrap()
+        .unwrap();
+    fake.clear_requests();
+    group.delete_nodes(&[]).await.unwrap();
+    assert!(fake.requests().is_empty());
+    assert_eq!(group.target_size().await.unwrap(), 2);
+}
