@@ -6,6 +6,7 @@
 //! `kube::api::DynamicObject`, whose `spec` and `status` are untyped JSON) and answers questions
 //! about them without I/O, clock or hidden randomness, so every rule of the spec is unit-tested.
 //! The kube half watches the management cluster, scales resources and implements `CloudProvider`.
+pub mod management;
 
 // The pure half: Cluster API objects in, answers out.
 pub mod bad_input;
@@ -27,3 +28,10 @@ pub use keys::Keys;
 
 #[cfg(test)]
 mod test_objects;
+
+// The kube half: watches, scale subresource, the delete-machine protocol, `CloudProvider`.
+mod node_group;
+mod provider;
+
+pub use node_group::ClusterApiNodeGroup;
+pub use provider::{ClusterApiConfig, ClusterApiProvider, ConfigError, KubeconfigPaths};

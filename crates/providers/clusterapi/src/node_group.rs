@@ -1,0 +1,515 @@
+//! One node group: a MachineDeployment, MachineSet or MachinePool (spec §6.5, §8–§13).
+//!
+//! A group is rebuilt from the watch cache at every `NodeGroups()` / `NodeGroupForNode()` call;
+//! sizes are read and written through the resource's scale subresource, and deletions follow the
+//! delete-machine protocol of §10 under the provider-wide lock.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use ferroscale_core::cloud::{CloudError, GroupOptions, Instance, NodeGroup, NodeTemplate};
+use ferroscale_model::{Node, Timestamp};
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use tokio::sync::OnceCell;
+
+use crate::capacity;
+use crate::ids::{SyntheticId, normalize_provider_id};
+use crate::instances;
+use crate::options;
+use crate::provider::{Shared, provider_id_list};
+use crate::scalable::{self, ScalableKind};
+use crate::template::{self, ScaleFromZeroTemplate, TemplateInput};
+
+/// Event reasons for objects the provider skips.
+const REASON_BAD_ANNOTATION: &str = "InvalidAutoscalingAnnotation";
+const REASON_NO_TEMPLATE: &str = "ScaleFromZeroTemplateUnavailable";
+
+pub struct ClusterApiNodeGroup {
+    shared: Arc<Shared>,
+    kind: ScalableKind,
+    object: Arc<DynamicObject>,
+    id: String,
+    min: usize,
+    max: usize,
+    /// `spec.replicas` of the cached copy, updated after a successful `SetSize` (§9.2 step 3).
+    replicas: Mutex<Option<i64>>,
+    /// The infrastructure template, looked up once per group object (§11.2 step 6).
+    infrastructure: OnceCell<Option<Arc<DynamicObject>>>,
+}
+
+impl std::fmt::Debug for ClusterApiNodeGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.debug())
+    }
+}
+
+impl ClusterApiNodeGroup {
+    /// §6.3 in order. `Ok(None)`: the resource does not participate. `Err`: a bad annotation,
+    /// already reported on the object as a warning Event.
+    pub(crate) async fn build(
+        shared: Arc<Shared>,
+        kind: ScalableKind,
+        object: Arc<DynamicObject>,
+    ) -> Result<Option<ClusterApiNodeGroup>, CloudError> {
+        let mut group = ClusterApiNodeGroup {
+            id: scalable::group_id(kind, &object),
+            replicas: Mutex::new(scalable::replicas(&object)),
+            shared,
+            kind,
+            object,
+            min: 0,
+            max: 0,
+            infrastructure: OnceCell::new(),
+        };
+        let can_scale_from_zero = if scalable::replicas(&group.object) == Some(0) {
+            group.scale_from_zero_capacity().await.is_some()
+        } else {
+            false
+        };
+        match scalable::eligibility(
+            &group.object,
+            kind,
+            &group.shared.config.keys,
+            can_scale_from_zero,
+        ) {
+            Ok(Some((min, max))) => {
+                group.min = min;
+                group.max = max;
+                Ok(Some(group))
+            }
+            Ok(None) => Ok(None),
+            Err(bad) => {
+                let message = bad.to_string();
+                group
+                    .shared
+                    .events
+                    .warn(&group.object, REASON_BAD_ANNOTATION, &message)
+                    .await;
+                Err(CloudError::InvalidRequest(message))
+            }
+        }
+    }
+
+    fn namespace(&self) -> String {
+        self.object.namespace().unwrap_or_default()
+    }
+
+    fn api(&self) -> Result<Api<DynamicObject>, CloudError> {
+        let resource = self
+            .shared
+            .api_resource(self.kind)
+            .ok_or_else(|| CloudError::Provider(format!("{} is not served", self.kind.plural())))?;
+        Ok(Api::namespaced_with(
+            self.shared.management.clone(),
+            &self.namespace(),
+            resource,
+        ))
+    }
+
+    fn machines_api(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.shared.management.clone(),
+            &self.namespace(),
+            &self.shared.resources.machines,
+        )
+    }
+
+    /// §9.2 read: `spec.replicas` of the scale subresource.
+    async fn current_replicas(&self) -> Result<i64, CloudError> {
+        let scale = self
+            .api()?
+            .get_scale(&self.object.name_any())
+            .await
+            .map_err(|e| api_error(&format!("reading the scale of {}", self.id), e))?;
+        Ok(scale
+            .spec
+            .and_then(|s| s.replicas)
+            .map(i64::from)
+            .unwrap_or(0))
+    }
+
+    /// §9.2 write: bounds first, then a merge patch of the scale subresource that always carries
+    /// the value (zero included).
+    async fn set_size(&self, replicas: i64) -> Result<(), CloudError> {
+        if replicas > self.max as i64 {
+            return Err(CloudError::InvalidRequest(format!(
+                "size increase too large - desired:{replicas} max:{}",
+                self.max
+            )));
+        }
+        if replicas < self.min as i64 {
+            return Err(CloudError::InvalidRequest(format!(
+                "size decrease too large - desired:{replicas} min:{}",
+                self.min
+            )));
+        }
+        let patch = serde_json::json!({ "spec": { "replicas": replicas } });
+        self.api()?
+            .patch_scale(
+                &self.object.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| api_error(&format!("scaling {} to {replicas}", self.id), e))?;
+        *self.replicas.lock().unwrap_or_else(PoisonError::into_inner) = Some(replicas);
+        tracing::info!(group = %self.id, replicas, "set replicas through the scale subresource");
+        Ok(())
+    }
+
+    /// The infrastructure template of the resource (§11.2), looked up once. A reference that
+    /// cannot be resolved is reported on the resource and counts as "no template".
+    async fn infrastructure(&self) -> Option<Arc<DynamicObject>> {
+        self.infrastructure
+            .get_or_init(|| async {
+                match self.lookup_infrastructure().await {
+                    Ok(found) => found,
+                    Err(problem) => {
+                        self.shared
+                            .events
+                            .warn(&self.object, REASON_NO_TEMPLATE, &problem)
+                            .await;
+                        None
+                    }
+                }
+            })
+            .await
+            .clone()
+    }
+
+    async fn lookup_infrastructure(&self) -> Result<Option<Arc<DynamicObject>>, String> {
+        let Some(reference) =
+            capacity::infrastructure_ref(&self.object).map_err(|e| e.to_string())?
+        else {
+            return Ok(None);
+        };
+        let (group, version) = match (&reference.api_group, &reference.api_version) {
+            (Some(group), _) => {
+                let version = self
+                    .shared
+                    .infrastructure
+                    .version_for_kind(group, &reference.kind)
+                    .await
+                    .map_err(|e| format!("{}: {e}", self.id))?;
+                (group.clone(), version)
+            }
+            (None, Some(api_version)) => match api_version.split_once('/') {
+                Some((group, version)) => (group.to_string(), version.to_string()),
+                None => (String::new(), api_version.clone()),
+            },
+            (None, None) => {
+                return Err(format!(
+                    "{}: spec.template.spec.infrastructureRef has neither apiGroup nor apiVersion",
+                    self.id
+                ));
+            }
+        };
+        let api_version = if group.is_empty() {
+            version.clone()
+        } else {
+            format!("{group}/{version}")
+        };
+        let resource = ApiResource {
+            group,
+            version,
+            api_version,
+            kind: reference.kind.clone(),
+            plural: reference.resource_plural(),
+        };
+        let found = self
+            .shared
+            .infrastructure
+            .get(&resource, &self.namespace(), &reference.name)
+            .await
+            .map_err(|e| format!("{}: {e}", self.id))?;
+        if found.is_none() {
+            return Err(format!(
+                "{}: infrastructure template {} {}/{} does not exist",
+                self.id,
+                reference.kind,
+                self.namespace(),
+                reference.name
+            ));
+        }
+        Ok(found)
+    }
+
+    /// §11.3: the combined capacity when it allows scaling from zero.
+    async fn scale_from_zero_capacity(&self) -> Option<()> {
+        let infrastructure = self.infrastructure().await;
+        let combined = capacity::combined_capacity(&self.object, infrastructure.as_deref()).ok()?;
+        capacity::can_scale_from_zero(&combined).then_some(())
+    }
+
+    /// §8: every instance of the group.
+    fn instances(&self) -> Result<Vec<Instance>, CloudError> {
+        if self.kind == ScalableKind::MachinePool {
+            return Ok(instances::machine_pool_instances(&self.object));
+        }
+        let machines = self.shared.machines.store.state();
+        let owned = instances::machines_of(
+            &self.object,
+            machines.iter().map(Arc::as_ref),
+            &self.shared.config.keys,
+        )
+        .map_err(|e| CloudError::Provider(e.to_string()))?;
+        Ok(owned
+            .into_iter()
+            .filter_map(|machine| {
+                instances::machine_instance(machine, |name| self.shared.node_provider_id(name))
+            })
+            .collect())
+    }
+
+    /// §10 step 5.4: marks the Machine with the delete annotation (GET then UPDATE).
+    async fn mark_for_deletion(&self, machine: &DynamicObject) -> Result<(), CloudError> {
+        let api = self.machines_api();
+        let name = machine.name_any();
+        let mut fresh = api
+            .get(&name)
+            .await
+            .map_err(|e| api_error(&format!("reading Machine {name}"), e))?;
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        fresh
+            .annotations_mut()
+            .insert(self.shared.config.keys.delete_machine(), now);
+        api.replace(&name, &PostParams::default(), &fresh)
+            .await
+            .map_err(|e| api_error(&format!("marking Machine {name} for deletion"), e))?;
+        Ok(())
+    }
+
+    /// §10 step 5.5 rollback: best effort, errors ignored.
+    async fn unmark(&self, machine: &DynamicObject) {
+        let api = self.machines_api();
+        let name = machine.name_any();
+        let Ok(mut fresh) = api.get(&name).await else {
+            return;
+        };
+        fresh
+            .annotations_mut()
+            .remove(&self.shared.config.keys.delete_machine());
+        if let Err(error) = api.replace(&name, &PostParams::default(), &fresh).await {
+            tracing::warn!(machine = %name, %error, "removing the delete-machine annotation again");
+        }
+    }
+
+    /// The group a node belongs to, by its provider id (§10 step 3).
+    async fn group_id_of(&self, node: &Node) -> Result<Option<String>, CloudError> {
+        let id = normalize_provider_id(&node.provider_id);
+        let Some((kind, resource)) = self.shared.resource_for_id(id)? else {
+            return Ok(None);
+        };
+        if scalable::is_paused(&resource) {
+            return Ok(None);
+        }
+        Ok(Some(scalable::group_id(kind, &resource)))
+    }
+}
+
+/// A Kubernetes API error as a provider error, keeping "not found" recognisable.
+fn api_error(doing: &str, error: kube::Error) -> CloudError {
+    CloudError::Provider(format!("{doing}: {error}"))
+}
+
+fn is_not_found(error: &CloudError) -> bool {
+    matches!(error, CloudError::Provider(m) if m.contains("NotFound") || m.contains("not found"))
+}
+
+#[async_trait]
+impl NodeGroup for ClusterApiNodeGroup {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn min_size(&self) -> usize {
+        self.min
+    }
+
+    fn max_size(&self) -> usize {
+        self.max
+    }
+
+    /// §6.5, with the cached replicas (the trait's `debug` is not async).
+    fn debug(&self) -> String {
+        let replicas = *self.replicas.lock().unwrap_or_else(PoisonError::into_inner);
+        scalable::debug_text(&self.id, self.min, self.max, replicas)
+    }
+
+    /// §9.1: `spec.replicas` of the copy the group was built from.
+    async fn target_size(&self) -> Result<usize, CloudError> {
+        let replicas = *self.replicas.lock().unwrap_or_else(PoisonError::into_inner);
+        let replicas = replicas.ok_or_else(|| {
+            CloudError::Provider(format!("{}: spec.replicas is not set", self.id))
+        })?;
+        Ok(usize::try_from(replicas).unwrap_or(0))
+    }
+
+    /// §9.3.
+    async fn increase_size(&self, delta: usize) -> Result<(), CloudError> {
+        if delta == 0 {
+            return Err(CloudError::InvalidRequest(
+                "size increase must be positive".to_string(),
+            ));
+        }
+        let current = self.current_replicas().await?;
+        self.set_size(current + delta as i64).await
+    }
+
+    /// §10: mark each Machine, then lower replicas by one, under the provider-wide lock.
+    async fn delete_nodes(&self, nodes: &[Node]) -> Result<(), CloudError> {
+        let _serialised = self.shared.delete_lock.lock().await;
+        let mut replicas = self.current_replicas().await?;
+        if replicas <= self.min as i64 {
+            return Err(CloudError::InvalidRequest(
+                "min size reached, nodes will not be deleted".to_string(),
+            ));
+        }
+        let mut to_delete = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            match self.group_id_of(node).await {
+                Err(error) if is_not_found(&error) => continue,
+                Err(error) => return Err(error),
+                Ok(None) => {
+                    return Err(CloudError::InvalidRequest(format!(
+                        "no node group found for node {}",
+                        node.provider_id
+                    )));
+                }
+                Ok(Some(id)) if id != self.id => {
+                    return Err(CloudError::InvalidRequest(format!(
+                        "node {} doesn't belong to node group {}",
+                        node.provider_id, self.id
+                    )));
+                }
+                Ok(Some(_)) => to_delete.push(node),
+            }
+        }
+        if replicas - (to_delete.len() as i64) < self.min as i64 {
+            return Err(CloudError::InvalidRequest(format!(
+                "unable to delete {} machines in {}, machine replicas are {replicas}, minSize is {}",
+                to_delete.len(),
+                self.id,
+                self.min
+            )));
+        }
+        for node in to_delete {
+            let id = normalize_provider_id(&node.provider_id);
+            let Some(machine) = self.shared.find_machine(id)? else {
+                if self.kind == ScalableKind::MachinePool {
+                    let listed = provider_id_list(&self.object)
+                        .iter()
+                        .any(|p| normalize_provider_id(p) == id);
+                    if listed {
+                        tracing::warn!(node = %node.name, group = %self.id, "MachinePool member without a Machine: lowering replicas only");
+                        self.set_size(replicas - 1).await?;
+                        replicas -= 1;
+                        continue;
+                    }
+                    return Err(CloudError::InvalidRequest(format!(
+                        "node {} is not present in MachinePool providerIDList for nodegroup {}",
+                        node.provider_id, self.id
+                    )));
+                }
+                return Err(CloudError::InvalidRequest(format!(
+                    "unknown machine for node {}",
+                    node.provider_id
+                )));
+            };
+            if machine.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            self.mark_for_deletion(&machine).await?;
+            if let Err(error) = self.set_size(replicas - 1).await {
+                self.unmark(&machine).await;
+                return Err(error);
+            }
+            tracing::info!(machine = %machine.name_any(), node = %node.name, group = %self.id, "Machine marked for deletion and replicas lowered");
+            replicas -= 1;
+        }
+        Ok(())
+    }
+
+    /// §9.4: only Machines that have not become nodes may be cancelled.
+    async fn decrease_target_size(&self, delta: i64) -> Result<(), CloudError> {
+        if delta >= 0 {
+            return Err(CloudError::InvalidRequest(
+                "size decrease must be negative".to_string(),
+            ));
+        }
+        let replicas = self.current_replicas().await?;
+        let existing = instances::count_existing(&self.instances()?);
+        if replicas + delta < existing as i64 {
+            return Err(CloudError::InvalidRequest(format!(
+                "attempt to delete existing nodes currentReplicas:{replicas} delta:{delta} existingNodes: {existing}"
+            )));
+        }
+        self.set_size(replicas + delta).await
+    }
+
+    async fn nodes(&self) -> Result<Vec<Instance>, CloudError> {
+        self.instances()
+    }
+
+    /// §12: a template node when the group can scale from zero.
+    async fn template_node_info(&self) -> Result<NodeTemplate, CloudError> {
+        self.scale_from_zero_template()
+            .await?
+            .map(|t| t.template)
+            .ok_or(CloudError::NotImplemented)
+    }
+
+    /// §13: never an error; unparseable values were reported and keep their defaults.
+    async fn get_options(&self) -> Result<Option<GroupOptions>, CloudError> {
+        let (group_options, problems) =
+            options::group_options(&self.object, &self.shared.config.keys);
+        for problem in problems {
+            self.shared
+                .events
+                .warn(&self.object, REASON_BAD_ANNOTATION, &problem.to_string())
+                .await;
+        }
+        Ok(Some(group_options))
+    }
+}
+
+impl ClusterApiNodeGroup {
+    /// The whole scale-from-zero template (§12), with the DRA and CSI parts the engine's model
+    /// does not use yet.
+    pub async fn scale_from_zero_template(
+        &self,
+    ) -> Result<Option<ScaleFromZeroTemplate>, CloudError> {
+        let infrastructure = self.infrastructure().await;
+        let existing_node = self
+            .instances()
+            .ok()
+            .and_then(|instances| instances.into_iter().next())
+            .filter(|first| SyntheticId::parse(&first.id).is_none())
+            .and_then(|first| {
+                self.shared
+                    .node_by_normalized_id(normalize_provider_id(&first.id))
+            })
+            .and_then(|node| ferroscale_objects::convert::node_from_k8s(&node).ok());
+        let built = template::build_template(TemplateInput {
+            resource: &self.object,
+            keys: &self.shared.config.keys,
+            default_arch: &self.shared.config.default_architecture,
+            infrastructure: infrastructure.as_deref(),
+            existing_node: existing_node.as_ref(),
+            random_suffix: rand::random::<u64>() >> 1,
+            now: Timestamp::from_system_time(std::time::SystemTime::now()),
+        });
+        match built {
+            Ok(template) => Ok(template),
+            Err(bad) => {
+                let message = bad.to_string();
+                self.shared
+                    .events
+                    .warn(&self.object, REASON_BAD_ANNOTATION, &message)
+                    .await;
+                Ok(None)
+            }
+        }
+    }
+}
