@@ -9,7 +9,9 @@
 //!
 //! # Wiring
 //!
-//! Nothing is called at construction; a missing variable is a start-up error naming it:
+//! Nothing is called at construction; a missing variable is a start-up error naming it. The
+//! binary calls `ExoscaleProvider::from_process_env(&options.nodes)`; with an injected lookup and
+//! options:
 //!
 //! ```no_run
 //! # use ferroscale_provider_exoscale::{ConfigError, ExoscaleProvider, ProviderOptions};

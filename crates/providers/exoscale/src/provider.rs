@@ -83,6 +83,16 @@ impl ExoscaleProvider {
         ExoscaleProvider::new(&ExoscaleConfig::from_lookup(lookup)?, node_specs, options)
     }
 
+    /// [`ExoscaleProvider::from_env`] on the process environment with the default options: what
+    /// `ferroscale run` and `serve-provider` use, `nodes` being the `--nodes` values.
+    pub fn from_process_env(nodes: &[String]) -> Result<ExoscaleProvider, ConfigError> {
+        ExoscaleProvider::from_env(
+            |name| std::env::var(name).ok(),
+            nodes.to_vec(),
+            ProviderOptions::default(),
+        )
+    }
+
     /// Builds the provider from an explicit configuration (e.g. one whose `endpoint` points at a
     /// local fake of the API).
     pub fn new(
