@@ -32,7 +32,6 @@ pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
     "cloud-provider-gce-lb-src-cidrs",
     "cluster-name",
     "cluster-snapshot-parallelism",
-    "clusterapi-cloud-config-authoritative",
     "debugging-snapshot-enabled",
     "drain-priority-config",
     "dynamic-node-delete-delay-after-taint-enabled",
@@ -86,10 +85,8 @@ pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
     "vmodule",
 ];
 
-/// Providers upstream has that Ferroscale plans but has not built.
-const PLANNED_PROVIDERS: &[&str] = &["clusterapi", "exoscale"];
 /// What the provider errors list as built.
-const BUILT_PROVIDERS: &str = "kwok, externalgrpc";
+const BUILT_PROVIDERS: &str = "kwok, externalgrpc, clusterapi, exoscale";
 
 /// The cloud provider to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +94,10 @@ pub enum CloudProviderKind {
     Kwok,
     /// An out-of-tree provider over gRPC; `--cloud-config` names its connection file.
     ExternalGrpc,
+    /// Cluster API: `--cloud-config` is the management cluster's kubeconfig.
+    ClusterApi,
+    /// Exoscale SKS nodepools and Instance Pools; credentials from the environment.
+    Exoscale,
 }
 
 /// Leader election settings (`--leader-elect*`).
@@ -145,6 +146,9 @@ pub struct RunFlags {
     pub cloud_provider: CloudProviderKind,
     pub cloud_config: Option<PathBuf>,
     pub kubeconfig: Option<PathBuf>,
+    /// `--clusterapi-cloud-config-authoritative`: an empty `--cloud-config` means the in-cluster
+    /// configuration for the management cluster instead of `--kubeconfig`.
+    pub clusterapi_cloud_config_authoritative: bool,
     pub address: SocketAddr,
     pub leader_election: LeaderElectionFlags,
     /// `--v`: 1 decisions and errors, 5 every provider call.
@@ -168,6 +172,7 @@ fn is_process_flag(flag: &str) -> bool {
         "address"
             | "cloud-config"
             | "kubeconfig"
+            | "clusterapi-cloud-config-authoritative"
             | "v"
             | "logtostderr"
             | "leader-elect-lease-duration"
@@ -186,7 +191,10 @@ fn is_process_flag(flag: &str) -> bool {
 
 /// Whether a flag is a boolean (a bare `--flag` means true and never takes the next argument).
 fn is_boolean(flag: &str) -> bool {
-    if matches!(flag, "logtostderr" | "frequent-loops-enabled") {
+    if matches!(
+        flag,
+        "logtostderr" | "frequent-loops-enabled" | "clusterapi-cloud-config-authoritative"
+    ) {
         return true;
     }
     if is_process_flag(flag) {
@@ -303,6 +311,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     let mut unknown = Vec::new();
     let mut cloud_config = None;
     let mut kubeconfig = None;
+    let mut clusterapi_cloud_config_authoritative = false;
     let mut address_text = ":8085".to_string();
     let mut leader_election = LeaderElectionFlags {
         enabled: true,
@@ -330,6 +339,12 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             "kubeconfig" => {
                 kubeconfig = Some(PathBuf::from(value)).filter(|p| !p.as_os_str().is_empty())
             }
+            "clusterapi-cloud-config-authoritative" => match parse_bool(value) {
+                Some(v) => clusterapi_cloud_config_authoritative = v,
+                None => errors.push(format!(
+                    "invalid value {value:?} for flag --clusterapi-cloud-config-authoritative: expected true or false"
+                )),
+            },
             "v" => record(value.trim().parse().map(|v| verbosity = v).map_err(|_| {
                 format!(
                     "invalid value {value:?} for flag --v: expected a small non-negative integer"
@@ -415,15 +430,11 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             }
             Some(CloudProviderKind::ExternalGrpc)
         }
+        "clusterapi" => Some(CloudProviderKind::ClusterApi),
+        "exoscale" => Some(CloudProviderKind::Exoscale),
         "" => {
             errors.push(format!(
                 "--cloud-provider is required (built: {BUILT_PROVIDERS})"
-            ));
-            None
-        }
-        planned if PLANNED_PROVIDERS.contains(&planned) => {
-            errors.push(format!(
-                "--cloud-provider={planned}: not built yet (built: {BUILT_PROVIDERS})"
             ));
             None
         }
@@ -447,6 +458,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             cloud_provider,
             cloud_config,
             kubeconfig,
+            clusterapi_cloud_config_authoritative,
             address,
             leader_election,
             verbosity,
@@ -459,18 +471,24 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
 }
 
 pub const RUN_USAGE: &str = "\
-Usage: ferroscale [run] --cloud-provider=kwok|externalgrpc [FLAGS]
+Usage: ferroscale [run] --cloud-provider=kwok|externalgrpc|clusterapi|exoscale [FLAGS]
 
 Runs the autoscaler against the cluster: every --scan-interval one loop of scale-up and
 scale-down decisions, carried out through the cloud provider and the Kubernetes API.
 Flags use the upstream Cluster Autoscaler's names and syntax (--flag=value or --flag value;
 repeat a flag for lists), for example:
 
-  --cloud-provider=kwok            the provider: kwok or externalgrpc (clusterapi, exoscale: not
-                                   built yet)
+  --cloud-provider=kwok            the provider: kwok, externalgrpc, clusterapi or exoscale
   --cloud-config=FILE              provider configuration (kwok: instead of its ConfigMap;
-                                   externalgrpc: the server's address and TLS files)
+                                   externalgrpc: the server's address and TLS files;
+                                   clusterapi: the management cluster's kubeconfig)
   --kubeconfig=FILE                API access (default: in-cluster service account)
+  --clusterapi-cloud-config-authoritative
+                                   clusterapi: without --cloud-config, reach the management
+                                   cluster in-cluster rather than through --kubeconfig
+  --node-group-auto-discovery=clusterapi:namespace=NS,clusterName=NAME,KEY=VALUE
+                                   clusterapi: which scalable resources to manage (repeatable)
+  --nodes=MIN:MAX:NAME             exoscale: bounds of the pool or nodepool NAME (repeatable)
   --namespace=kube-system          status ConfigMap, leader-election Lease
   --address=:8085                  /metrics and /health-check
   --scan-interval=10s              loop period
@@ -587,11 +605,46 @@ mod tests {
     }
 
     #[test]
+    fn clusterapi_and_exoscale_take_their_upstream_flags() {
+        let flags = parse(&[
+            "--cloud-provider=clusterapi",
+            "--cloud-config=/etc/management/kubeconfig",
+            "--kubeconfig=/etc/workload/kubeconfig",
+            "--clusterapi-cloud-config-authoritative",
+            "--node-group-auto-discovery=clusterapi:namespace=team-a",
+            "--node-group-auto-discovery=clusterapi:clusterName=prod",
+        ])
+        .unwrap();
+        assert_eq!(flags.cloud_provider, CloudProviderKind::ClusterApi);
+        assert!(flags.clusterapi_cloud_config_authoritative);
+        assert_eq!(
+            flags.options.node_group_auto_discovery,
+            vec!["clusterapi:namespace=team-a", "clusterapi:clusterName=prod"]
+        );
+        let flags = parse(&["--cloud-provider=clusterapi"]).unwrap();
+        assert!(
+            !flags.clusterapi_cloud_config_authoritative,
+            "false by default"
+        );
+        let err = parse(&[
+            "--cloud-provider=clusterapi",
+            "--clusterapi-cloud-config-authoritative=maybe",
+        ])
+        .unwrap_err();
+        assert!(
+            err.contains("--clusterapi-cloud-config-authoritative"),
+            "{err}"
+        );
+
+        let flags = parse(&["--cloud-provider=exoscale", "--nodes=2:10:workers"]).unwrap();
+        assert_eq!(flags.cloud_provider, CloudProviderKind::Exoscale);
+        assert_eq!(flags.options.nodes, vec!["2:10:workers"]);
+    }
+
+    #[test]
     fn providers_are_checked() {
         for (provider, expected) in [
             ("externalgrpc", "needs --cloud-config"),
-            ("clusterapi", "not built yet"),
-            ("exoscale", "not built yet"),
             ("gce", "not supported"),
         ] {
             let err = parse(&[&format!("--cloud-provider={provider}")]).unwrap_err();

@@ -17,6 +17,8 @@ use ferroscale_kube::{
 };
 use ferroscale_metrics::{AutoscalerMetrics, HealthCheck};
 use ferroscale_model::Timestamp;
+use ferroscale_provider_clusterapi::{ClusterApiConfig, ClusterApiProvider, KubeconfigPaths};
+use ferroscale_provider_exoscale::{ExoscaleProvider, ProviderOptions as ExoscaleOptions};
 use ferroscale_provider_externalgrpc::{ExternalGrpcProvider, NodeGroupDefaults};
 use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use tokio::sync::Notify;
@@ -168,12 +170,14 @@ async fn build_provider(
     client: &kube::Client,
 ) -> anyhow::Result<Arc<dyn CloudProvider>> {
     let provider_name = &options.cloud_provider;
-    if !flags.static_node_groups.is_empty() {
+    let takes_nodes = flags.cloud_provider == CloudProviderKind::Exoscale;
+    if !flags.static_node_groups.is_empty() && !takes_nodes {
         tracing::warn!(
             "--nodes is ignored by the {provider_name} provider: its groups come from the provider"
         );
     }
-    if !options.node_group_auto_discovery.is_empty() {
+    let takes_discovery = flags.cloud_provider == CloudProviderKind::ClusterApi;
+    if !options.node_group_auto_discovery.is_empty() && !takes_discovery {
         tracing::warn!("--node-group-auto-discovery is ignored by the {provider_name} provider");
     }
     Ok(match flags.cloud_provider {
@@ -206,6 +210,39 @@ async fn build_provider(
                 NodeGroupDefaults::from_options(options),
             )
             .context("building the externalgrpc cloud provider")?;
+            Arc::new(provider)
+        }
+        CloudProviderKind::ClusterApi => {
+            let paths = KubeconfigPaths::select(
+                flags.cloud_config.as_deref(),
+                flags.kubeconfig.as_deref(),
+                flags.clusterapi_cloud_config_authoritative,
+            );
+            let management = if paths.management == paths.workload {
+                client.clone()
+            } else {
+                let config = environment
+                    .client_config(paths.management.as_deref())
+                    .await
+                    .context("configuring the management cluster client")?;
+                kube::Client::try_from(config).context("building the management cluster client")?
+            };
+            let config = ClusterApiConfig::from_env(
+                |name| std::env::var(name).ok(),
+                &options.node_group_auto_discovery,
+            )?;
+            let provider = ClusterApiProvider::start(management, client.clone(), config)
+                .await
+                .context("starting the clusterapi cloud provider")?;
+            Arc::new(provider)
+        }
+        CloudProviderKind::Exoscale => {
+            let provider = ExoscaleProvider::from_env(
+                |name| std::env::var(name).ok(),
+                options.nodes.clone(),
+                ExoscaleOptions::default(),
+            )
+            .context("building the exoscale cloud provider")?;
             Arc::new(provider)
         }
     })

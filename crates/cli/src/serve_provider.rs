@@ -17,13 +17,15 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use ferroscale_core::cloud::CloudProvider;
 use ferroscale_externalgrpc_sdk::{ProviderServer, Tls};
+use ferroscale_provider_clusterapi::{ClusterApiConfig, ClusterApiProvider, KubeconfigPaths};
+use ferroscale_provider_exoscale::{ExoscaleProvider, ProviderOptions as ExoscaleOptions};
 use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use ferroscale_sim::served::ServedSimulation;
 
 use crate::flags::{parse_bool, split_upstream_flags};
 
 pub const SERVE_PROVIDER_USAGE: &str = "\
-Usage: ferroscale serve-provider --cloud-provider=kwok|sim [FLAGS]
+Usage: ferroscale serve-provider --cloud-provider=kwok|sim|clusterapi|exoscale [FLAGS]
 
 Serves a built-in cloud provider as the externalgrpc cloud-provider service, for
 `ferroscale run --cloud-provider=externalgrpc` or the upstream Cluster Autoscaler.
@@ -40,6 +42,12 @@ Serves a built-in cloud provider as the externalgrpc cloud-provider service, for
   --namespace=kube-system          its ConfigMap in --namespace, or --cloud-config=FILE
   --cloud-provider=sim             the simulator's cloud: the node groups of
   --scenario=FILE                  --scenario (a file or a bundled scenario name)
+  --cloud-provider=clusterapi      Cluster API: --kubeconfig is the workload cluster,
+                                   --cloud-config the management cluster's kubeconfig, with
+                                   --clusterapi-cloud-config-authoritative and
+                                   --node-group-auto-discovery=clusterapi:... as for `run`
+  --cloud-provider=exoscale        Exoscale: credentials from EXOSCALE_API_KEY,
+                                   EXOSCALE_API_SECRET, EXOSCALE_ZONE; --nodes=MIN:MAX:NAME
   --v=1                            5: every call";
 
 /// What `serve-provider` was told.
@@ -61,6 +69,15 @@ pub enum ServedProvider {
     Sim {
         scenario: PathBuf,
     },
+    ClusterApi {
+        kubeconfig: Option<PathBuf>,
+        cloud_config: Option<PathBuf>,
+        authoritative: bool,
+        discovery: Vec<String>,
+    },
+    Exoscale {
+        nodes: Vec<String>,
+    },
 }
 
 #[derive(Debug)]
@@ -68,6 +85,9 @@ pub enum ServeCommand {
     Serve(ServeFlags),
     Help,
 }
+
+/// The providers `serve-provider` can serve, for its errors.
+const SERVED: &str = "kwok, sim, clusterapi or exoscale";
 
 const VALUE_FLAGS: &[&str] = &[
     "address",
@@ -83,6 +103,7 @@ const VALUE_FLAGS: &[&str] = &[
     "cluster-name",
     "nodes",
     "node-group-auto-discovery",
+    "clusterapi-cloud-config-authoritative",
     "v",
 ];
 
@@ -90,7 +111,7 @@ const VALUE_FLAGS: &[&str] = &[
 pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
     let pairs = split_upstream_flags(
         args,
-        |flag| flag == "insecure",
+        |flag| flag == "insecure" || flag == "clusterapi-cloud-config-authoritative",
         |flag| flag == "insecure" || VALUE_FLAGS.contains(&flag),
     )
     .map_err(|errors| errors.join("\n"))?;
@@ -108,6 +129,9 @@ pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
     let mut kubeconfig = None;
     let mut namespace = "kube-system".to_string();
     let mut verbosity = 0u8;
+    let mut authoritative = false;
+    let mut discovery = Vec::new();
+    let mut nodes = Vec::new();
     let file = |value: &str| Some(PathBuf::from(value)).filter(|p| !p.as_os_str().is_empty());
     for (flag, value) in &pairs {
         match flag.as_str() {
@@ -132,10 +156,16 @@ pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
                     "invalid value {value:?} for flag --v: expected a small non-negative integer"
                 )),
             },
-            "cluster-name" | "nodes" | "node-group-auto-discovery" => {
-                tracing::warn!(
-                    "--{flag} is ignored: the served providers configure their own groups"
-                )
+            "clusterapi-cloud-config-authoritative" => match parse_bool(value) {
+                Some(v) => authoritative = v,
+                None => errors.push(format!(
+                    "invalid value {value:?} for flag --clusterapi-cloud-config-authoritative: expected true or false"
+                )),
+            },
+            "node-group-auto-discovery" => discovery.push(value.clone()),
+            "nodes" => nodes.push(value.clone()),
+            "cluster-name" => {
+                tracing::warn!("--cluster-name is ignored by the served providers")
             }
             other => unknown.push(format!("--{other}")),
         }
@@ -185,14 +215,21 @@ pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
                 None
             }
         },
+        Some("clusterapi") => Some(ServedProvider::ClusterApi {
+            kubeconfig,
+            cloud_config,
+            authoritative,
+            discovery,
+        }),
+        Some("exoscale") => Some(ServedProvider::Exoscale { nodes }),
         Some(other) => {
             errors.push(format!(
-                "--cloud-provider={other}: serve-provider serves kwok or sim"
+                "--cloud-provider={other}: serve-provider serves {SERVED}"
             ));
             None
         }
         None => {
-            errors.push("--cloud-provider is required (kwok or sim)".to_string());
+            errors.push(format!("--cloud-provider is required ({SERVED})"));
             None
         }
     };
@@ -270,6 +307,42 @@ async fn build(provider: &ServedProvider) -> anyhow::Result<Arc<dyn CloudProvide
                 Arc::new(crate::run::system_now),
             ))
         }
+        ServedProvider::ClusterApi {
+            kubeconfig,
+            cloud_config,
+            authoritative,
+            discovery,
+        } => {
+            let paths = KubeconfigPaths::select(
+                cloud_config.as_deref(),
+                kubeconfig.as_deref(),
+                *authoritative,
+            );
+            let environment = KwokEnvironment::from_process();
+            let workload =
+                kube::Client::try_from(environment.client_config(paths.workload.as_deref()).await?)
+                    .context("building the workload cluster client")?;
+            let management = kube::Client::try_from(
+                environment
+                    .client_config(paths.management.as_deref())
+                    .await?,
+            )
+            .context("building the management cluster client")?;
+            let config = ClusterApiConfig::from_env(|name| std::env::var(name).ok(), discovery)?;
+            Arc::new(
+                ClusterApiProvider::start(management, workload, config)
+                    .await
+                    .context("starting the clusterapi cloud provider")?,
+            )
+        }
+        ServedProvider::Exoscale { nodes } => Arc::new(
+            ExoscaleProvider::from_env(
+                |name| std::env::var(name).ok(),
+                nodes.clone(),
+                ExoscaleOptions::default(),
+            )
+            .context("building the exoscale cloud provider")?,
+        ),
     })
 }
 
@@ -382,5 +455,39 @@ mod tests {
         assert!(err.contains("needs --scenario"), "{err}");
         let err = parse(&["--insecure"]).unwrap_err();
         assert!(err.contains("--cloud-provider is required"), "{err}");
+    }
+
+    #[test]
+    fn clusterapi_and_exoscale_are_served_with_their_flags() {
+        let flags = parse(&[
+            "--provider=clusterapi",
+            "--insecure",
+            "--kubeconfig=/w",
+            "--cloud-config=/m",
+            "--clusterapi-cloud-config-authoritative",
+            "--node-group-auto-discovery=clusterapi:namespace=a",
+        ])
+        .unwrap();
+        assert_eq!(
+            flags.provider,
+            ServedProvider::ClusterApi {
+                kubeconfig: Some(PathBuf::from("/w")),
+                cloud_config: Some(PathBuf::from("/m")),
+                authoritative: true,
+                discovery: vec!["clusterapi:namespace=a".to_string()],
+            }
+        );
+        let flags = parse(&[
+            "--cloud-provider=exoscale",
+            "--insecure",
+            "--nodes=1:5:pool",
+        ])
+        .unwrap();
+        assert_eq!(
+            flags.provider,
+            ServedProvider::Exoscale {
+                nodes: vec!["1:5:pool".to_string()]
+            }
+        );
     }
 }

@@ -37,8 +37,7 @@ fn quantity_annotation(resource: &DynamicObject, key: &str) -> Result<Quantity, 
     let Some(value) = fields::annotation(resource, key).filter(|v| !v.is_empty()) else {
         return Ok(Quantity::ZERO);
     };
-    let quantity =
-        Quantity::parse(value).map_err(|e| bad(resource, key, value, e.reason))?;
+    let quantity = Quantity::parse(value).map_err(|e| bad(resource, key, value, e.reason))?;
     if quantity < Quantity::ZERO {
         return Err(bad(resource, key, value, "must not be negative"));
     }

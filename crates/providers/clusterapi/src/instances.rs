@@ -99,14 +99,21 @@ pub fn machines_of<'a>(
         .collect())
 }
 
-/// Failure as Cluster API v1beta1 reports it: `status.failureMessage` set and phase `Failed`.
+/// Failure as Cluster API reports it: a failure message and phase `Failed`. v1beta1 Machines carry
+/// the message at `status.failureMessage`; v1beta2 Machines keep the same deprecated field at
+/// `status.deprecated.v1beta1.failureMessage` (a v1beta2 API server drops the top-level one).
 ///
-/// Quirk Q7 kept on purpose: v1beta2 Machines have no top-level `failureMessage`, so they are
-/// never reported as failed; the spec defines no v1beta2 signal and guessing one (e.g. from
-/// conditions) could delete Machines that are merely slow.
+/// Quirk Q7 not copied: upstream reads only the top-level field and so never sees a failed
+/// v1beta2 Machine. Reading the same signal where v1beta2 stores it is not a guess; conditions
+/// are not consulted, since a slow Machine must never look failed.
 fn has_failed(machine: &DynamicObject) -> bool {
-    fields::str_at(machine, &["status", "failureMessage"]).is_some()
-        && fields::str_at(machine, &["status", "phase"]) == Some("Failed")
+    let message = fields::str_at(machine, &["status", "failureMessage"]).or_else(|| {
+        fields::str_at(
+            machine,
+            &["status", "deprecated", "v1beta1", "failureMessage"],
+        )
+    });
+    message.is_some() && fields::str_at(machine, &["status", "phase"]) == Some("Failed")
 }
 
 fn has_node_ref(machine: &DynamicObject) -> bool {
@@ -331,6 +338,34 @@ mod tests {
         let error = status.error.expect("error info");
         assert_eq!(error.class, ErrorClass::Other);
         assert_eq!(error.code, PROVISIONING_FAILED);
+    }
+
+    /// A v1beta2 API server keeps the failure message only under `status.deprecated.v1beta1`.
+    #[test]
+    fn c30_failed_v1beta2_machine_is_reported_from_its_deprecated_failure_message() {
+        let m = machine(
+            "default",
+            "m1",
+            "md-0",
+            json!({}),
+            json!({"deprecated": {"v1beta1": {"failureMessage": "no capacity"}}, "phase": "Failed"}),
+        );
+        let instance = machine_instance(&m, no_nodes).expect("an instance");
+        assert_eq!(instance.id, "failed-machine-default_m1");
+        let status = instance.status.expect("a status");
+        assert_eq!(status.error.expect("error info").code, PROVISIONING_FAILED);
+        let slow = machine(
+            "default",
+            "m2",
+            "md-0",
+            json!({}),
+            json!({"deprecated": {"v1beta1": {"failureMessage": "no capacity"}}, "phase": "Provisioning"}),
+        );
+        let instance = machine_instance(&slow, no_nodes).expect("an instance");
+        assert_eq!(
+            instance.id, "pending-machine-default_m2",
+            "a message alone is not a failure"
+        );
     }
 
     #[test]

@@ -534,3 +534,81 @@ impl CloudProvider for ClusterApiProvider {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Conformance statement 7 and the four layouts of §3.
+    #[test]
+    fn c07_management_kubeconfig_follows_cloud_config_then_kubeconfig_unless_authoritative() {
+        let workload = Path::new("/workload");
+        let management = Path::new("/management");
+        // One kubeconfig for both.
+        assert_eq!(
+            KubeconfigPaths::select(None, Some(workload), false),
+            KubeconfigPaths {
+                management: Some(workload.into()),
+                workload: Some(workload.into()),
+            }
+        );
+        // The authoritative flag: the management cluster is the in-cluster one.
+        assert_eq!(
+            KubeconfigPaths::select(None, Some(workload), true),
+            KubeconfigPaths {
+                management: None,
+                workload: Some(workload.into()),
+            }
+        );
+        // Two kubeconfigs; --cloud-config wins whatever the flag says.
+        for authoritative in [false, true] {
+            assert_eq!(
+                KubeconfigPaths::select(Some(management), Some(workload), authoritative),
+                KubeconfigPaths {
+                    management: Some(management.into()),
+                    workload: Some(workload.into()),
+                }
+            );
+        }
+        // In the workload cluster with --cloud-config only.
+        assert_eq!(
+            KubeconfigPaths::select(Some(management), None, false),
+            KubeconfigPaths {
+                management: Some(management.into()),
+                workload: None,
+            }
+        );
+        // Both in-cluster.
+        assert_eq!(
+            KubeconfigPaths::select(None, None, false),
+            KubeconfigPaths {
+                management: None,
+                workload: None,
+            }
+        );
+    }
+
+    #[test]
+    fn configuration_comes_from_the_capi_variables_and_discovery_flags() {
+        let env = |name: &str| match name {
+            "CAPI_GROUP" => Some("test.k8s.io".to_string()),
+            "CAPI_VERSION" => Some("v1beta1".to_string()),
+            "CAPI_SCALE_ZERO_DEFAULT_ARCH" => Some("arm64".to_string()),
+            _ => None,
+        };
+        let config =
+            ClusterApiConfig::from_env(env, &["clusterapi:namespace=a".to_string()]).unwrap();
+        assert_eq!(config.keys.group(), "test.k8s.io");
+        assert_eq!(config.version.as_deref(), Some("v1beta1"));
+        assert_eq!(config.default_architecture, "arm64");
+        assert_eq!(config.discovery.len(), 1);
+        let config =
+            ClusterApiConfig::from_env(|name| (name == "CAPI_VERSION").then(String::new), &[])
+                .unwrap();
+        assert_eq!(config.keys.group(), "cluster.x-k8s.io");
+        assert_eq!(config.version, None, "an empty CAPI_VERSION means discover");
+        let err =
+            ClusterApiConfig::from_env(|_| None, &["clusterapi:a=b=c".to_string()]).unwrap_err();
+        assert!(err.to_string().contains("clusterapi:a=b=c"), "{err}");
+    }
+}
