@@ -84,6 +84,18 @@ impl Cluster {
         flags: &[&str],
         log_filter: &str,
     ) -> Autoscaler {
+        self.start_autoscaler_with_env(name, flags, log_filter, &[])
+    }
+
+    /// [`Cluster::start_autoscaler_logging`] with extra environment variables (a provider's
+    /// credentials or API group).
+    pub fn start_autoscaler_with_env(
+        &self,
+        name: &str,
+        flags: &[&str],
+        log_filter: &str,
+        env: &[(&str, &str)],
+    ) -> Autoscaler {
         let port = free_port();
         let mut arguments = vec![
             "run".to_string(),
@@ -96,7 +108,7 @@ impl Cluster {
             "--v=4".to_string(),
         ];
         arguments.extend(flags.iter().map(|flag| flag.to_string()));
-        self.spawn_ferroscale(name, &arguments, port, log_filter)
+        self.spawn_ferroscale(name, &arguments, port, log_filter, env)
     }
 
     /// Starts `ferroscale serve-provider --cloud-provider=kwok` as the ServiceAccount, serving mutual
@@ -117,7 +129,7 @@ impl Cluster {
             format!("--ca-cert={}", pki.ca_certificate.display()),
             "--v=5".to_string(),
         ];
-        let server = self.spawn_ferroscale(name, &arguments, port, "info,ferroscale=debug");
+        let server = self.spawn_ferroscale(name, &arguments, port, "info,ferroscale=debug", &[]);
         let cloud_config = self.dir.path().join(format!("{name}-cloud-config.yaml"));
         std::fs::write(
             &cloud_config,
@@ -138,6 +150,7 @@ impl Cluster {
         arguments: &[String],
         port: u16,
         log_filter: &str,
+        env: &[(&str, &str)],
     ) -> Autoscaler {
         let log_path = self.dir.path().join(format!("{name}.log"));
         let log = File::create(&log_path).expect("log file");
@@ -145,6 +158,7 @@ impl Cluster {
             .args(arguments)
             .env_remove("RUST_LOG")
             .env("RUST_LOG", log_filter)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file handle"))
             .stderr(log)
@@ -485,7 +499,7 @@ pub fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
 }
 
-async fn admin_client(kubeconfig: &Path) -> Client {
+pub async fn admin_client(kubeconfig: &Path) -> Client {
     let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("read the admin kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await

@@ -6,6 +6,8 @@
 //!
 //! Each test starts its own control plane (nodes are cluster-wide, so tests cannot share one).
 
+mod clusterapi;
+mod exoscale;
 mod harness;
 
 use std::time::Duration;
