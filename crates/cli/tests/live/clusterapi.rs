@@ -274,3 +274,55 @@ async fn clusterapi_with_a_separate_management_cluster_scales_up_from_zero() {
     assert!(management_nodes.items.is_empty());
     assert_eq!(cluster.pool_nodes().await.len(), 1);
 }
+
+/// `serve-provider --cloud-provider=clusterapi` wraps the provider in the externalgrpc service
+/// (mutual TLS), and `run --cloud-provider=externalgrpc` scales the MachineDeployment through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterapi_served_over_externalgrpc_scales_the_machine_deployment() {
+    let cluster = Cluster::start().await;
+    let client = cluster.client.clone();
+    let (api, _controller) = cluster_api(&client, &client).await;
+    create_namespace(&client, "team-a").await;
+    let mut workers = ScalableResource::new(&api, "team-a", "workers")
+        .replicas(1)
+        .size_limits(1, 3)
+        .capacity("4", "16Gi");
+    workers.node_labels = BTreeMap::from([("pool".to_string(), "general".to_string())]);
+    create_object(
+        &client,
+        &api,
+        ClusterApiKind::MachineDeployment,
+        &workers.machine_deployment(),
+    )
+    .await
+    .expect("create the MachineDeployment");
+    cluster.wait_pool_ready(1).await;
+
+    let (server, cloud_config) = cluster.start_provider_server_for(
+        "clusterapi-server",
+        &[
+            "--provider=clusterapi",
+            "--node-group-auto-discovery=clusterapi:namespace=team-a",
+        ],
+    );
+    let cloud_config = format!("--cloud-config={}", cloud_config.display());
+    let autoscaler = cluster.start_autoscaler(
+        "externalgrpc-to-clusterapi",
+        &["--cloud-provider=externalgrpc", &cloud_config],
+    );
+    wait_for_first_status(&cluster).await;
+    cluster.create_app(App::new("web", 2, "3")).await;
+    cluster.wait_running("web", 2).await;
+    assert_eq!(
+        replicas(&client, &api, "team-a", "workers").await,
+        2,
+        "autoscaler: {}\nserver: {}",
+        autoscaler.log(),
+        server.log()
+    );
+    assert!(
+        server.log().contains("MachineDeployment/team-a/workers"),
+        "{}",
+        server.log()
+    );
+}

@@ -116,9 +116,15 @@ impl Cluster {
     /// CA. Returns the process and a cloud-config file for `run --cloud-provider=externalgrpc` that
     /// connects with the admin client certificate of the same CA.
     pub fn start_provider_server(&self, name: &str) -> (Autoscaler, PathBuf) {
+        self.start_provider_server_for(name, &[])
+    }
+
+    /// [`Cluster::start_provider_server`] with `flags` after the defaults (a later flag wins),
+    /// e.g. `--cloud-provider=clusterapi`.
+    pub fn start_provider_server_for(&self, name: &str, flags: &[&str]) -> (Autoscaler, PathBuf) {
         let port = free_port();
         let pki = self.control_plane.pki_files();
-        let arguments = vec![
+        let mut arguments = vec![
             "serve-provider".to_string(),
             "--cloud-provider=kwok".to_string(),
             format!("--kubeconfig={}", self.service_account_kubeconfig.display()),
@@ -129,6 +135,7 @@ impl Cluster {
             format!("--ca-cert={}", pki.ca_certificate.display()),
             "--v=5".to_string(),
         ];
+        arguments.extend(flags.iter().map(|flag| flag.to_string()));
         let server = self.spawn_ferroscale(name, &arguments, port, "info,ferroscale=debug", &[]);
         let cloud_config = self.dir.path().join(format!("{name}-cloud-config.yaml"));
         std::fs::write(
