@@ -8,8 +8,12 @@
 
 mod support;
 
-use ferroscale_core::cloud::CloudProvider;
-use ferroscale_testing_control_plane::cluster_api::{CLUSTER_API_GROUP, create_object};
+use ferroscale_core::cloud::{CloudProvider, ErrorClass, Instance, InstanceState, InstanceStatus};
+use ferroscale_provider_clusterapi::ClusterApiProvider;
+use ferroscale_testing_control_plane::cluster_api::{
+    CLUSTER_API_GROUP, FAIL_PROVISIONING_ANNOTATION, OMIT_PROVIDER_ID_ANNOTATION,
+    PROVISIONING_DELAY_ANNOTATION, create_object,
+};
 use ferroscale_testing_control_plane::{
     ClusterApiKind, MachineController, ScalableResource, install_cluster_api_crds,
     wait_for_machines,
@@ -17,7 +21,7 @@ use ferroscale_testing_control_plane::{
 
 use k8s_openapi::api::core::v1::{Event, Namespace};
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::*;
 
@@ -368,4 +372,288 @@ async fn c11_c13_c16_c18_c19_node_groups_from_real_objects_with_discovery_filter
         let filtered = support::provider(&client, &[], specs).await;
         assert_eq!(group_ids(&filtered).await, expected, "discovery {specs:?}");
     }
+}
+
+/// The id of the group `NodeGroupForNode` gives the node, `None` for no group.
+async fn group_of(provider: &ClusterApiProvider, node: &ferroscale_model::Node) -> Option<String> {
+    provider
+        .node_group_for_node(node)
+        .await
+        .unwrap_or_else(|error| panic!("node group of {}: {error}", node.provider_id))
+        .map(|group| group.id().to_string())
+}
+
+fn machine_name(machine: &DynamicObject) -> String {
+    machine.metadata.name.clone().expect("Machine name")
+}
+
+/// Statements 22–32 on real Machines made by the test controller: nodes map to the
+/// MachineDeployment, standalone MachineSet or MachinePool behind them (through the Node's
+/// annotations when a Machine has no provider id), unknown ids and orphan Machines map to no
+/// group, paused groups keep their nodes out (19), and Machines report running, pending, failed
+/// (v1beta2's failure message) and deleting instances whose synthetic ids map back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c19_c22_c32_nodes_map_to_groups_and_machines_report_their_state() {
+    let (_control_plane, client) = start(api_server_only()).await;
+    let api = install_cluster_api_crds(&client, CLUSTER_API_GROUP)
+        .await
+        .expect("install the Cluster API CRDs")
+        .preferred();
+    let deployment = ScalableResource::new(&api, "default", "md-map")
+        .replicas(1)
+        .size_limits(1, 5);
+    create_object(
+        &client,
+        &api,
+        ClusterApiKind::MachineDeployment,
+        &deployment.machine_deployment(),
+    )
+    .await
+    .expect("create md-map");
+    let solo = ScalableResource::new(&api, "default", "ms-solo")
+        .replicas(1)
+        .size_limits(1, 5);
+    let no_id = ScalableResource::new(&api, "default", "ms-noid")
+        .replicas(1)
+        .size_limits(1, 5)
+        .annotation(OMIT_PROVIDER_ID_ANNOTATION, "true");
+    let paused = ScalableResource::new(&api, "default", "ms-paused")
+        .replicas(1)
+        .size_limits(1, 5)
+        .annotation("cluster.x-k8s.io/paused", "");
+    let slow = ScalableResource::new(&api, "default", "ms-slow")
+        .replicas(1)
+        .size_limits(0, 5)
+        .annotation(PROVISIONING_DELAY_ANNOTATION, "3600s");
+    let failing = ScalableResource::new(&api, "default", "ms-failing")
+        .replicas(1)
+        .size_limits(0, 5)
+        .annotation(FAIL_PROVISIONING_ANNOTATION, "no capacity in zone-a");
+    let deleting = ScalableResource::new(&api, "default", "ms-deleting")
+        .replicas(1)
+        .size_limits(0, 5)
+        .capacity("2", "8Gi");
+    for resource in [&solo, &no_id, &paused, &slow, &failing, &deleting] {
+        create_object(
+            &client,
+            &api,
+            ClusterApiKind::MachineSet,
+            &resource.machine_set(),
+        )
+        .await
+        .expect("create a MachineSet");
+    }
+    let pool = ScalableResource::new(&api, "default", "mp-0")
+        .replicas(2)
+        .size_limits(1, 5);
+    create_object(
+        &client,
+        &api,
+        ClusterApiKind::MachinePool,
+        &pool.machine_pool(),
+    )
+    .await
+    .expect("create mp-0");
+    // A Machine with a provider id that no MachineSet owns (25).
+    let mut orphan = ScalableResource::new(&api, "default", "orphan").machine_set();
+    orphan["kind"] = json!("Machine");
+    orphan["spec"] = json!({
+        "clusterName": "test-cluster",
+        "bootstrap": { "dataSecretName": "orphan-bootstrap" },
+        "infrastructureRef": orphan["spec"]["template"]["spec"]["infrastructureRef"].clone(),
+        "providerID": "test:///default/orphan",
+    });
+    create_object(&client, &api, ClusterApiKind::Machine, &orphan)
+        .await
+        .expect("create the orphan Machine");
+
+    let controller =
+        MachineController::start(client.clone(), client.clone(), &api.group, &api.version)
+            .await
+            .expect("start the test controller");
+    let mut running = Vec::new();
+    for resource in [&deployment, &solo, &no_id, &paused, &deleting] {
+        let machines = wait_for_machines(
+            &client,
+            &api,
+            "default",
+            &resource.label_selector(),
+            1,
+            WAIT_LIMIT,
+        )
+        .await
+        .expect("one running Machine");
+        running.push(machines[0].clone());
+    }
+    let [
+        md_machine,
+        solo_machine,
+        no_id_machine,
+        paused_machine,
+        deleting_machine,
+    ] = running.try_into().expect("five Machines");
+    let slow_machine = single_machine(&client, &api, &slow, "ms-slow's Machine provisions", |m| {
+        m.data["status"]["phase"] == "Provisioning"
+    })
+    .await;
+    let failed_machine =
+        single_machine(&client, &api, &failing, "ms-failing's Machine fails", |m| {
+            m.data["status"]["phase"] == "Failed"
+        })
+        .await;
+    let pool_ids: Vec<String> = eventually("mp-0 lists two provider ids", || async {
+        let pool = read(&client, &api, ClusterApiKind::MachinePool, "mp-0").await;
+        let ids: Vec<String> = pool.data["spec"]["providerIDList"]
+            .as_array()
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(|id| id.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if ids.len() == 2 {
+            Ok(ids)
+        } else {
+            Err(format!("{ids:?}"))
+        }
+    })
+    .await;
+    // The deleting Machine: held by a finalizer of the test once the controller deletes it.
+    api.namespaced(&client, ClusterApiKind::Machine, "default")
+        .patch(
+            &machine_name(&deleting_machine),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "finalizers": [
+                "testing.ferroscale.dev/machine-controller",
+                "testing.ferroscale.dev/held-by-the-test",
+            ] } })),
+        )
+        .await
+        .expect("hold the Machine");
+    api.namespaced(&client, ClusterApiKind::MachineSet, "default")
+        .patch_scale(
+            "ms-deleting",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "replicas": 0 } })),
+        )
+        .await
+        .expect("scale ms-deleting to zero");
+
+    let provider = provider(&client, &[], &[]).await;
+
+    // 22: each kind of node maps to its group.
+    let md_node = model_node(&client, &machine_name(&md_machine)).await;
+    assert_eq!(
+        group_of(&provider, &md_node).await.as_deref(),
+        Some("MachineDeployment/default/md-map")
+    );
+    let solo_node = model_node(&client, &machine_name(&solo_machine)).await;
+    assert_eq!(
+        group_of(&provider, &solo_node).await.as_deref(),
+        Some("MachineSet/default/ms-solo")
+    );
+    for id in &pool_ids {
+        let name = id.rsplit('/').next().expect("node name");
+        let pool_node = model_node(&client, name).await;
+        assert_eq!(pool_node.provider_id, *id);
+        assert_eq!(
+            group_of(&provider, &pool_node).await.as_deref(),
+            Some("MachinePool/default/mp-0")
+        );
+    }
+    // 23 and 25: unknown ids and a Machine without a MachineSet give no group, no error.
+    let unknown = node_with_provider_id("nothing", "test:///default/nothing");
+    assert_eq!(group_of(&provider, &unknown).await, None);
+    let orphan = node_with_provider_id("orphan", "test:///default/orphan");
+    assert_eq!(group_of(&provider, &orphan).await, None);
+    // 24: the Machine without spec.providerID is found through its Node's annotations.
+    assert!(no_id_machine.data["spec"]["providerID"].is_null());
+    let no_id_node = model_node(&client, &machine_name(&no_id_machine)).await;
+    assert_eq!(
+        group_of(&provider, &no_id_node).await.as_deref(),
+        Some("MachineSet/default/ms-noid")
+    );
+    // 19: a paused group keeps its nodes.
+    let paused_node = model_node(&client, &machine_name(&paused_machine)).await;
+    assert_eq!(group_of(&provider, &paused_node).await, None);
+    assert!(provider.has_instance(&md_node).await.expect("has instance"));
+
+    // 26: spec.providerID verbatim, Running.
+    let md_group = group(&provider, "MachineDeployment/default/md-map").await;
+    assert_eq!(
+        md_group.nodes().await.expect("instances"),
+        [Instance::running(md_node.provider_id.clone())]
+    );
+    // 27: no provider id on the Machine: its Node's.
+    let no_id_group = group(&provider, "MachineSet/default/ms-noid").await;
+    assert_eq!(
+        no_id_group.nodes().await.expect("instances"),
+        [Instance::running(no_id_node.provider_id.clone())]
+    );
+    // 28: without a Node yet.
+    let slow_group = group(&provider, "MachineSet/default/ms-slow").await;
+    let pending_id = format!("pending-machine-default_{}", machine_name(&slow_machine));
+    assert_eq!(
+        slow_group.nodes().await.expect("instances"),
+        [Instance {
+            id: pending_id.clone(),
+            status: Some(InstanceStatus {
+                state: InstanceState::Creating,
+                error: None
+            }),
+        }]
+    );
+    // 30: failed, read from v1beta2's status.deprecated.v1beta1.failureMessage.
+    let failing_group = group(&provider, "MachineSet/default/ms-failing").await;
+    let failed = failing_group.nodes().await.expect("instances");
+    let failed_id = format!("failed-machine-default_{}", machine_name(&failed_machine));
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].id, failed_id);
+    let status = failed[0].status.clone().expect("a status");
+    assert_eq!(status.state, InstanceState::Creating);
+    let error = status.error.expect("error info");
+    assert_eq!(
+        (error.class, error.code.as_str()),
+        (ErrorClass::Other, "ProvisioningFailed")
+    );
+    // 29: being deleted.
+    let deleting_group = group(&provider, "MachineSet/default/ms-deleting").await;
+    let deleting_id = format!(
+        "deleting-machine-default_{}",
+        machine_name(&deleting_machine)
+    );
+    instances_once(
+        deleting_group.as_ref(),
+        "ms-deleting reports a deleting Machine",
+        |i| {
+            i == [Instance {
+                id: deleting_id.clone(),
+                status: Some(InstanceStatus {
+                    state: InstanceState::Deleting,
+                    error: None,
+                }),
+            }]
+        },
+    )
+    .await;
+    // 32: pool members are the providerIDList entries, Running.
+    let pool_group = group(&provider, "MachinePool/default/mp-0").await;
+    let mut members = pool_group.nodes().await.expect("instances");
+    members.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut expected: Vec<Instance> = pool_ids.iter().map(Instance::running).collect();
+    expected.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(members, expected);
+    // 31: synthetic ids passed back as provider ids resolve to the same groups.
+    for (id, group_id) in [
+        (&pending_id, "MachineSet/default/ms-slow"),
+        (&failed_id, "MachineSet/default/ms-failing"),
+    ] {
+        let node = node_with_provider_id("synthetic", id);
+        assert_eq!(
+            group_of(&provider, &node).await.as_deref(),
+            Some(group_id),
+            "{id}"
+        );
+    }
+    controller.stop().await;
 }

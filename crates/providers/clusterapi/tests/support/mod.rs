@@ -182,3 +182,54 @@ pub fn has_annotation(object: &DynamicObject, key: &str) -> bool {
         .as_ref()
         .is_some_and(|annotations| annotations.contains_key(key))
 }
+
+/// The Machines of a resource (by its selector label) as the API server holds them now.
+pub async fn machines_of(
+    client: &Client,
+    api: &ClusterApi,
+    resource: &ferroscale_testing_control_plane::ScalableResource,
+) -> Vec<DynamicObject> {
+    let mut machines = api
+        .namespaced(client, ClusterApiKind::Machine, "default")
+        .list(&kube::api::ListParams::default().labels(&resource.label_selector()))
+        .await
+        .expect("list Machines")
+        .items;
+    machines.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    machines
+}
+
+/// Waits until the resource has exactly one Machine and `ready` accepts it, and returns it.
+pub async fn single_machine(
+    client: &Client,
+    api: &ClusterApi,
+    resource: &ferroscale_testing_control_plane::ScalableResource,
+    what: &str,
+    ready: impl Fn(&DynamicObject) -> bool,
+) -> DynamicObject {
+    eventually(what, || async {
+        let machines = machines_of(client, api, resource).await;
+        match machines.as_slice() {
+            [machine] if ready(machine) => Ok(machine.clone()),
+            other => Err(ferroscale_testing_control_plane::cluster_api::describe_machines(other)),
+        }
+    })
+    .await
+}
+
+/// The instances of a group, once `expected` says they are what the watch caches should show.
+pub async fn instances_once(
+    group: &dyn NodeGroup,
+    what: &str,
+    expected: impl Fn(&[ferroscale_core::cloud::Instance]) -> bool,
+) -> Vec<ferroscale_core::cloud::Instance> {
+    eventually(what, || async {
+        let instances = group.nodes().await.map_err(|e| e.to_string())?;
+        if expected(&instances) {
+            Ok(instances)
+        } else {
+            Err(format!("{instances:?}"))
+        }
+    })
+    .await
+}
