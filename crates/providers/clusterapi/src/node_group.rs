@@ -24,6 +24,8 @@ use crate::template::{self, ScaleFromZeroTemplate, TemplateInput};
 /// Event reasons for objects the provider skips.
 const REASON_BAD_ANNOTATION: &str = "InvalidAutoscalingAnnotation";
 const REASON_NO_TEMPLATE: &str = "ScaleFromZeroTemplateUnavailable";
+const REASON_NO_PROVIDER_ID: &str = "MachineWithoutProviderID";
+const REASON_BAD_TEMPLATE_FIELD: &str = "InvalidTemplateCapacity";
 
 pub struct ClusterApiNodeGroup {
     shared: Arc<Shared>,
@@ -244,8 +246,16 @@ impl ClusterApiNodeGroup {
 
     /// §8: every instance of the group.
     fn instances(&self) -> Result<Vec<Instance>, CloudError> {
+        Ok(self.instances_and_skipped()?.0)
+    }
+
+    /// The instances, and the Machines that give none (a node but no provider id to name it by).
+    fn instances_and_skipped(&self) -> Result<(Vec<Instance>, Vec<DynamicObject>), CloudError> {
         if self.kind == ScalableKind::MachinePool {
-            return Ok(instances::machine_pool_instances(&self.object));
+            if instances::machine_pool_provider_ids(&self.object).is_none() {
+                tracing::warn!(group = %self.id, "MachinePool has no spec.providerIDList yet");
+            }
+            return Ok((instances::machine_pool_instances(&self.object), Vec::new()));
         }
         let machines = self.shared.machines.store.state();
         let owned = instances::machines_of(
@@ -254,12 +264,15 @@ impl ClusterApiNodeGroup {
             &self.shared.config.keys,
         )
         .map_err(|e| CloudError::Provider(e.to_string()))?;
-        Ok(owned
-            .into_iter()
-            .filter_map(|machine| {
-                instances::machine_instance(machine, |name| self.shared.node_provider_id(name))
-            })
-            .collect())
+        let mut found = Vec::with_capacity(owned.len());
+        let mut skipped = Vec::new();
+        for machine in owned {
+            match instances::machine_instance(machine, |name| self.shared.node_provider_id(name)) {
+                Some(instance) => found.push(instance),
+                None => skipped.push(machine.clone()),
+            }
+        }
+        Ok((found, skipped))
     }
 
     /// §10 step 5.4: marks the Machine with the delete annotation (GET then UPDATE).
@@ -448,8 +461,26 @@ impl NodeGroup for ClusterApiNodeGroup {
         self.set_size(replicas + delta).await
     }
 
+    /// §8; a Machine that has a node but no provider id to name it by is skipped with a warning
+    /// Event on it (it becomes an instance once its Node has a provider id).
     async fn nodes(&self) -> Result<Vec<Instance>, CloudError> {
-        self.instances()
+        let (found, skipped) = self.instances_and_skipped()?;
+        for machine in skipped {
+            self.shared
+                .events
+                .warn(
+                    &machine,
+                    REASON_NO_PROVIDER_ID,
+                    &format!(
+                        "Machine {}/{} has a node but neither it nor its Node has a provider id: not counted as an instance of {}",
+                        machine.namespace().unwrap_or_default(),
+                        machine.name_any(),
+                        self.id
+                    ),
+                )
+                .await;
+        }
+        Ok(found)
     }
 
     /// §12: a template node when the group can scale from zero.
@@ -501,7 +532,31 @@ impl ClusterApiNodeGroup {
             now: Timestamp::from_system_time(std::time::SystemTime::now()),
         });
         match built {
-            Ok(template) => Ok(template),
+            Ok(template) => {
+                // Skipped label, taint and CSI items and template capacity entries: the template
+                // is built without them, and the object says why.
+                if let Some(built) = &template {
+                    for problem in &built.skipped_items {
+                        self.shared
+                            .events
+                            .warn(&self.object, REASON_BAD_ANNOTATION, &problem.to_string())
+                            .await;
+                    }
+                    if let Some(infrastructure) = &infrastructure {
+                        for problem in &built.skipped_capacity {
+                            self.shared
+                                .events
+                                .warn(
+                                    infrastructure,
+                                    REASON_BAD_TEMPLATE_FIELD,
+                                    &problem.to_string(),
+                                )
+                                .await;
+                        }
+                    }
+                }
+                Ok(template)
+            }
             Err(bad) => {
                 let message = bad.to_string();
                 self.shared
