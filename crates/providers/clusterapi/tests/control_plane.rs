@@ -15,7 +15,7 @@ use ferroscale_testing_control_plane::cluster_api::{
     PROVISIONING_DELAY_ANNOTATION, create_object,
 };
 use ferroscale_testing_control_plane::{
-    ClusterApiKind, MachineController, ScalableResource, install_cluster_api_crds,
+    ClusterApi, ClusterApiKind, MachineController, ScalableResource, install_cluster_api_crds,
     wait_for_machines,
 };
 
@@ -655,5 +655,327 @@ async fn c19_c22_c32_nodes_map_to_groups_and_machines_report_their_state() {
             "{id}"
         );
     }
+    controller.stop().await;
+}
+
+/// Whether any Machine of the resource carries the delete annotation.
+async fn any_marked(client: &Client, api: &ClusterApi, resource: &ScalableResource) -> bool {
+    machines_of(client, api, resource)
+        .await
+        .iter()
+        .any(|machine| has_annotation(machine, &api.key("delete-machine")))
+}
+
+/// Statements 33–43 with the test controller playing Cluster API: sizes go through the scale
+/// subresource and are read back from the API server; deleting nodes removes exactly their
+/// Machines; foreign nodes, the min bound and Machines already being deleted change nothing;
+/// a MachinePool without Machines only loses a replica; and when lowering replicas fails after
+/// the Machine was marked, the mark is removed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c33_c43_sizes_through_the_scale_subresource_and_the_delete_machine_protocol() {
+    let (_control_plane, client) = start(api_server_only()).await;
+    let api = install_cluster_api_crds(&client, CLUSTER_API_GROUP)
+        .await
+        .expect("install the Cluster API CRDs")
+        .preferred();
+    let sized = ScalableResource::new(&api, "default", "md-sized")
+        .replicas(3)
+        .size_limits(1, 10);
+    let deleted = ScalableResource::new(&api, "default", "md-del")
+        .replicas(4)
+        .size_limits(1, 10);
+    let other = ScalableResource::new(&api, "default", "md-other")
+        .replicas(1)
+        .size_limits(1, 5);
+    let over = ScalableResource::new(&api, "default", "md-over")
+        .replicas(3)
+        .size_limits(1, 5);
+    for resource in [&sized, &deleted, &other, &over] {
+        create_object(
+            &client,
+            &api,
+            ClusterApiKind::MachineDeployment,
+            &resource.machine_deployment(),
+        )
+        .await
+        .expect("create a MachineDeployment");
+    }
+    let pending = ScalableResource::new(&api, "default", "ms-pending")
+        .replicas(2)
+        .size_limits(0, 5)
+        .annotation(PROVISIONING_DELAY_ANNOTATION, "3600s");
+    create_object(
+        &client,
+        &api,
+        ClusterApiKind::MachineSet,
+        &pending.machine_set(),
+    )
+    .await
+    .expect("create ms-pending");
+    let pool = ScalableResource::new(&api, "default", "mp-0")
+        .replicas(2)
+        .size_limits(1, 5);
+    create_object(
+        &client,
+        &api,
+        ClusterApiKind::MachinePool,
+        &pool.machine_pool(),
+    )
+    .await
+    .expect("create mp-0");
+    let controller =
+        MachineController::start(client.clone(), client.clone(), &api.group, &api.version)
+            .await
+            .expect("start the test controller");
+    let mut running = Vec::new();
+    for (resource, count) in [(&sized, 3), (&deleted, 4), (&other, 1), (&over, 3)] {
+        running.push(
+            wait_for_machines(
+                &client,
+                &api,
+                "default",
+                &resource.label_selector(),
+                count,
+                WAIT_LIMIT,
+            )
+            .await
+            .expect("running Machines"),
+        );
+    }
+    let [_, deleted_machines, other_machines, over_machines] =
+        running.try_into().expect("four lists");
+    eventually("ms-pending has two provisioning Machines", || async {
+        let machines = machines_of(&client, &api, &pending).await;
+        let provisioning = machines
+            .iter()
+            .filter(|m| m.data["status"]["phase"] == "Provisioning")
+            .count();
+        if provisioning == 2 {
+            Ok(())
+        } else {
+            Err(format!("{machines:?}"))
+        }
+    })
+    .await;
+    let pool_ids: Vec<String> = eventually("mp-0 lists two provider ids", || async {
+        let pool = read(&client, &api, ClusterApiKind::MachinePool, "mp-0").await;
+        let ids: Vec<String> = pool.data["spec"]["providerIDList"]
+            .as_array()
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(|id| id.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if ids.len() == 2 {
+            Ok(ids)
+        } else {
+            Err(format!("{ids:?}"))
+        }
+    })
+    .await;
+    let provider = provider(&client, &[], &[]).await;
+    let replicas_of = |kind, name: &'static str| stored_replicas(&client, &api, kind, name);
+    let md = ClusterApiKind::MachineDeployment;
+
+    // 33, 36: three running Machines at replicas 3 cannot lose a target without losing a node.
+    let sized_group = group(&provider, "MachineDeployment/default/md-sized").await;
+    assert_eq!(sized_group.target_size().await.expect("target size"), 3);
+    let error = sized_group
+        .decrease_target_size(-1)
+        .await
+        .expect_err("no pending Machine");
+    assert!(
+        error
+            .to_string()
+            .contains("attempt to delete existing nodes"),
+        "{error}"
+    );
+    let error = sized_group
+        .decrease_target_size(1)
+        .await
+        .expect_err("positive delta");
+    assert!(
+        error.to_string().contains("size decrease must be negative"),
+        "{error}"
+    );
+    assert_eq!(replicas_of(md, "md-sized").await, 3);
+    // 34: through the scale subresource, bounded by max.
+    let error = sized_group.increase_size(0).await.expect_err("zero delta");
+    assert!(
+        error.to_string().contains("size increase must be positive"),
+        "{error}"
+    );
+    sized_group.increase_size(1).await.expect("3 → 4");
+    assert_eq!(replicas_of(md, "md-sized").await, 4);
+    assert_eq!(sized_group.target_size().await.expect("target size"), 4);
+    let error = sized_group
+        .increase_size(7)
+        .await
+        .expect_err("4 + 7 > max 10");
+    assert!(
+        error.to_string().contains("size increase too large"),
+        "{error}"
+    );
+    assert_eq!(replicas_of(md, "md-sized").await, 4);
+    // 35, 36: pending Machines do not count, and zero is written.
+    let pending_group = group(&provider, "MachineSet/default/ms-pending").await;
+    pending_group.decrease_target_size(-2).await.expect("2 → 0");
+    let stored = read(&client, &api, ClusterApiKind::MachineSet, "ms-pending").await;
+    assert_eq!(stored.data["spec"]["replicas"], json!(0));
+
+    // 37, 42: two node-group objects built before either deletion; each deletes one node and
+    // the replicas end two lower, with exactly those two Machines gone.
+    let first = group(&provider, "MachineDeployment/default/md-del").await;
+    let second = group(&provider, "MachineDeployment/default/md-del").await;
+    let names = machine_names(&deleted_machines);
+    let nodes = {
+        let mut nodes = Vec::new();
+        for name in &names {
+            nodes.push(model_node(&client, name).await);
+        }
+        nodes
+    };
+    first
+        .delete_nodes(&nodes[0..1])
+        .await
+        .expect("delete the first node");
+    second
+        .delete_nodes(&nodes[1..2])
+        .await
+        .expect("delete the second node");
+    assert_eq!(replicas_of(md, "md-del").await, 2);
+    let left = wait_for_machines(
+        &client,
+        &api,
+        "default",
+        &deleted.label_selector(),
+        2,
+        WAIT_LIMIT,
+    )
+    .await
+    .expect("two Machines left");
+    assert_eq!(machine_names(&left), names[2..]);
+
+    // 39: a node of another group: an error, and nothing changes.
+    let other_node = model_node(&client, &machine_names(&other_machines)[0]).await;
+    let error = first
+        .delete_nodes(&[other_node.clone()])
+        .await
+        .expect_err("foreign node");
+    assert!(
+        error.to_string().contains("doesn't belong to node group"),
+        "{error}"
+    );
+    assert_eq!(replicas_of(md, "md-del").await, 2);
+    assert_eq!(replicas_of(md, "md-other").await, 1);
+    assert!(!any_marked(&client, &api, &deleted).await);
+    assert!(!any_marked(&client, &api, &other).await);
+    // 40: at min, and below min after the deletion.
+    let other_group = group(&provider, "MachineDeployment/default/md-other").await;
+    let error = other_group
+        .delete_nodes(&[other_node])
+        .await
+        .expect_err("at min");
+    assert!(error.to_string().contains("min size reached"), "{error}");
+    let error = first
+        .delete_nodes(&nodes[2..4])
+        .await
+        .expect_err("2 - 2 < min 1");
+    assert!(
+        error.to_string().contains("unable to delete 2 machines"),
+        "{error}"
+    );
+    assert_eq!(replicas_of(md, "md-del").await, 2);
+    assert!(!any_marked(&client, &api, &deleted).await);
+    assert!(!any_marked(&client, &api, &other).await);
+
+    // 41: a Machine already being deleted (held by a finalizer of the test) is left alone.
+    let machines = api.namespaced(&client, ClusterApiKind::Machine, "default");
+    machines
+        .patch(
+            &names[2],
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "finalizers": [
+                "testing.ferroscale.dev/machine-controller",
+                "testing.ferroscale.dev/held-by-the-test",
+            ] } })),
+        )
+        .await
+        .expect("hold the Machine");
+    machines
+        .delete(&names[2], &Default::default())
+        .await
+        .expect("delete the Machine");
+    eventually("the provider sees the Machine being deleted", || async {
+        let instances = first.nodes().await.map_err(|e| e.to_string())?;
+        if instances
+            .iter()
+            .any(|i| i.id == format!("deleting-machine-default_{}", names[2]))
+        {
+            Ok(())
+        } else {
+            Err(format!("{instances:?}"))
+        }
+    })
+    .await;
+    first
+        .delete_nodes(&nodes[2..3])
+        .await
+        .expect("nothing to do");
+    assert_eq!(replicas_of(md, "md-del").await, 2);
+    assert!(!has_annotation(
+        &read(&client, &api, ClusterApiKind::Machine, &names[2]).await,
+        &api.key("delete-machine")
+    ));
+
+    // 43: MachinePool members have no Machines: a member only lowers replicas; a stranger is
+    // refused.
+    let pool_group = group(&provider, "MachinePool/default/mp-0").await;
+    let stranger = node_with_provider_id("stranger", "test:///default/stranger");
+    pool_group
+        .delete_nodes(&[stranger])
+        .await
+        .expect_err("not a member");
+    assert_eq!(replicas_of(ClusterApiKind::MachinePool, "mp-0").await, 2);
+    let member = node_with_provider_id("member", &pool_ids[0]);
+    pool_group
+        .delete_nodes(&[member])
+        .await
+        .expect("delete a member");
+    assert_eq!(replicas_of(ClusterApiKind::MachinePool, "mp-0").await, 1);
+
+    // 38: lowering replicas fails after the mark (max lowered below replicas − 1, which the
+    // scale write refuses): the mark is removed again and the error returned.
+    api.namespaced(&client, md, "default")
+        .patch(
+            "md-over",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": {
+                api.key("cluster-api-autoscaler-node-group-max-size"): "1",
+            } } })),
+        )
+        .await
+        .expect("lower md-over's max");
+    let over_group = eventually("md-over's max is 1", || async {
+        let over_group = group(&provider, "MachineDeployment/default/md-over").await;
+        if over_group.max_size() == 1 {
+            Ok(over_group)
+        } else {
+            Err(over_group.debug())
+        }
+    })
+    .await;
+    let over_node = model_node(&client, &machine_names(&over_machines)[0]).await;
+    let error = over_group
+        .delete_nodes(&[over_node])
+        .await
+        .expect_err("3 - 1 > max 1");
+    assert!(
+        error.to_string().contains("size increase too large"),
+        "{error}"
+    );
+    assert_eq!(replicas_of(md, "md-over").await, 3);
+    assert!(!any_marked(&client, &api, &over).await);
     controller.stop().await;
 }
