@@ -860,7 +860,7 @@ async fn c33_c43_sizes_through_the_scale_subresource_and_the_delete_machine_prot
     // 39: a node of another group: an error, and nothing changes.
     let other_node = model_node(&client, &machine_names(&other_machines)[0]).await;
     let error = first
-        .delete_nodes(&[other_node.clone()])
+        .delete_nodes(std::slice::from_ref(&other_node))
         .await
         .expect_err("foreign node");
     assert!(
