@@ -8,11 +8,17 @@
 
 mod support;
 
-use ferroscale_core::cloud::{CloudProvider, ErrorClass, Instance, InstanceState, InstanceStatus};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use ferroscale_core::cloud::{
+    CloudProvider, ErrorClass, Instance, InstanceState, InstanceStatus, NodeTemplate,
+};
 use ferroscale_provider_clusterapi::ClusterApiProvider;
 use ferroscale_testing_control_plane::cluster_api::{
-    CLUSTER_API_GROUP, FAIL_PROVISIONING_ANNOTATION, OMIT_PROVIDER_ID_ANNOTATION,
-    PROVISIONING_DELAY_ANNOTATION, create_object,
+    CAPACITY_ANNOTATION_PREFIX, CLUSTER_API_GROUP, DEPLOYMENT_NAME_LABEL,
+    FAIL_PROVISIONING_ANNOTATION, OMIT_PROVIDER_ID_ANNOTATION, PROVISIONING_DELAY_ANNOTATION,
+    REVISION_ANNOTATION, create_object, create_test_machine_template,
 };
 use ferroscale_testing_control_plane::{
     ClusterApi, ClusterApiKind, MachineController, ScalableResource, install_cluster_api_crds,
@@ -977,5 +983,196 @@ async fn c33_c43_sizes_through_the_scale_subresource_and_the_delete_machine_prot
     );
     assert_eq!(replicas_of(md, "md-over").await, 3);
     assert!(!any_marked(&client, &api, &over).await);
+    controller.stop().await;
+}
+
+const GI: i64 = 1024 * 1024 * 1024;
+
+/// The cpu (millicores) and memory (bytes) of a group's scale-from-zero template node.
+async fn template_capacity(provider: &ClusterApiProvider, id: &str) -> (i64, i64, NodeTemplate) {
+    let template = group(provider, id)
+        .await
+        .template_node_info()
+        .await
+        .unwrap_or_else(|error| panic!("template of {id}: {error}"));
+    let capacity = &template.node.capacity;
+    (capacity.get("cpu"), capacity.get("memory"), template)
+}
+
+/// Statements 17, 44, 47 and 48 on real objects — scale from zero with capacity from the
+/// annotations only, from a TestMachineTemplate's `status.capacity`/`status.nodeInfo` only (a
+/// v1beta2 `{apiGroup, kind, name}` reference), from both (the annotation wins), and from
+/// neither (no group) — and 57: the nodes of a MachineDeployment whose older-revision
+/// MachineSet still has replicas are vetoed for scale-down until it is scaled to zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c17_c44_c47_c48_c57_scale_from_zero_capacity_sources_and_the_rollout_veto() {
+    let (_control_plane, client) = start(api_server_only()).await;
+    let api = install_cluster_api_crds(&client, CLUSTER_API_GROUP)
+        .await
+        .expect("install the Cluster API CRDs")
+        .preferred();
+    let capacity: BTreeMap<String, String> = [("cpu", "8"), ("memory", "32Gi")]
+        .into_iter()
+        .map(|(name, quantity)| (name.to_string(), quantity.to_string()))
+        .collect();
+    create_test_machine_template(
+        &client,
+        "default",
+        "tpl-a",
+        &capacity,
+        Some(("arm64", "linux")),
+    )
+    .await
+    .expect("create the TestMachineTemplate");
+    let mut from_template = ScalableResource::new(&api, "default", "md-template").size_limits(0, 5);
+    from_template.infrastructure_template = Some("tpl-a".into());
+    let mut from_both = ScalableResource::new(&api, "default", "md-both")
+        .size_limits(0, 5)
+        .annotation(&format!("{CAPACITY_ANNOTATION_PREFIX}cpu"), "2");
+    from_both.infrastructure_template = Some("tpl-a".into());
+    let zero_groups = [
+        ScalableResource::new(&api, "default", "md-annotations")
+            .size_limits(0, 5)
+            .capacity("4", "16Gi"),
+        from_template,
+        from_both,
+        // No capacity anywhere (its reference names a template that does not exist).
+        ScalableResource::new(&api, "default", "md-nothing").size_limits(0, 5),
+    ];
+    for resource in &zero_groups {
+        create_object(
+            &client,
+            &api,
+            ClusterApiKind::MachineDeployment,
+            &resource.machine_deployment(),
+        )
+        .await
+        .expect("create a MachineDeployment at zero");
+    }
+    // A rolling MachineDeployment: an older-revision MachineSet of it, made by hand, still has
+    // a replica while the controller's new MachineSet (revision 2) has the other.
+    let rolling = ScalableResource::new(&api, "default", "md-rolling")
+        .replicas(1)
+        .size_limits(1, 5);
+    let rolling_md = create_object(
+        &client,
+        &api,
+        ClusterApiKind::MachineDeployment,
+        &rolling.machine_deployment(),
+    )
+    .await
+    .expect("create md-rolling");
+    let mut old_set = rolling.machine_set();
+    old_set["metadata"]["name"] = json!("md-rolling-old");
+    old_set["metadata"]["labels"] = json!({ DEPLOYMENT_NAME_LABEL: "md-rolling" });
+    old_set["metadata"]["annotations"] = json!({ REVISION_ANNOTATION: "1" });
+    old_set["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": api.api_version(),
+        "kind": "MachineDeployment",
+        "name": "md-rolling",
+        "uid": rolling_md.metadata.uid.clone().expect("uid"),
+        "controller": true,
+    }]);
+    create_object(&client, &api, ClusterApiKind::MachineSet, &old_set)
+        .await
+        .expect("create the old MachineSet");
+    let controller =
+        MachineController::start(client.clone(), client.clone(), &api.group, &api.version)
+            .await
+            .expect("start the test controller");
+    let rolling_machines = wait_for_machines(
+        &client,
+        &api,
+        "default",
+        &rolling.label_selector(),
+        2,
+        WAIT_LIMIT,
+    )
+    .await
+    .expect("a Machine of each MachineSet");
+    let new_set = read(&client, &api, ClusterApiKind::MachineSet, "md-rolling-ms").await;
+    assert_eq!(
+        new_set.metadata.annotations.clone().unwrap_or_default()[REVISION_ANNOTATION],
+        "2"
+    );
+
+    let provider = provider(&client, &[], &[]).await;
+    assert_eq!(
+        group_ids(&provider).await,
+        [
+            "MachineDeployment/default/md-annotations",
+            "MachineDeployment/default/md-both",
+            "MachineDeployment/default/md-rolling",
+            "MachineDeployment/default/md-template",
+        ]
+    );
+    // Annotations only.
+    let (cpu, memory, _) =
+        template_capacity(&provider, "MachineDeployment/default/md-annotations").await;
+    assert_eq!((cpu, memory), (4000, 16 * GI));
+    // The template only: its capacity and its nodeInfo.
+    let (cpu, memory, template) =
+        template_capacity(&provider, "MachineDeployment/default/md-template").await;
+    assert_eq!((cpu, memory), (8000, 32 * GI));
+    assert_eq!(template.node.label("kubernetes.io/arch"), Some("arm64"));
+    assert_eq!(template.node.label("kubernetes.io/os"), Some("linux"));
+    // Both: the annotation's cpu, the template's memory.
+    let (cpu, memory, _) = template_capacity(&provider, "MachineDeployment/default/md-both").await;
+    assert_eq!((cpu, memory), (2000, 32 * GI));
+    // 44: no capacity → not implemented (the engine then copies a real node).
+    let rolling_group = group(&provider, "MachineDeployment/default/md-rolling").await;
+    assert!(
+        rolling_group
+            .template_node_info()
+            .await
+            .is_err_and(|error| error.is_not_implemented())
+    );
+
+    // 57: both Machines' nodes are vetoed while the old MachineSet has a replica.
+    let mut nodes = Vec::new();
+    for name in machine_names(&rolling_machines) {
+        nodes.push(Arc::new(model_node(&client, &name).await));
+    }
+    let names: HashSet<String> = nodes.iter().map(|node| node.name.clone()).collect();
+    assert_eq!(provider.scale_down_vetoes(&nodes).await, names);
+    // A node no group owns is vetoed too.
+    let stranger = Arc::new(node_with_provider_id(
+        "stranger",
+        "test:///default/stranger",
+    ));
+    assert!(
+        provider
+            .scale_down_vetoes(&[stranger])
+            .await
+            .contains("stranger")
+    );
+    api.namespaced(&client, ClusterApiKind::MachineSet, "default")
+        .patch_scale(
+            "md-rolling-old",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "replicas": 0 } })),
+        )
+        .await
+        .expect("scale the old MachineSet to zero");
+    let remaining = wait_for_machines(
+        &client,
+        &api,
+        "default",
+        &rolling.label_selector(),
+        1,
+        WAIT_LIMIT,
+    )
+    .await
+    .expect("only the new MachineSet's Machine");
+    let kept = Arc::new(model_node(&client, &machine_names(&remaining)[0]).await);
+    eventually("the rollout veto is lifted", || async {
+        let vetoed = provider.scale_down_vetoes(&[Arc::clone(&kept)]).await;
+        if vetoed.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{vetoed:?}"))
+        }
+    })
+    .await;
     controller.stop().await;
 }
