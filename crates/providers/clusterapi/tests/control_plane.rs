@@ -26,18 +26,19 @@ use ferroscale_testing_control_plane::{
 };
 
 use k8s_openapi::api::core::v1::{Event, Namespace};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::*;
 
-/// Statements 4 and 5 (version from `CAPI_VERSION` verbatim, else the preferred one; a group the
+/// Statements 3 (an empty `CAPI_GROUP` is the default), 4 and 5 (version from `CAPI_VERSION` verbatim, else the preferred one; a group the
 /// server does not serve stops start-up; MachineDeployments and MachinePools watched when
 /// served) and 2 (with `CAPI_GROUP=test.k8s.io` the resources of that group are the node groups,
 /// the paused key keeps its own group, and deletion marks Machines with
 /// `test.k8s.io/delete-machine`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn c02_c04_c05_version_discovery_served_kinds_and_a_renamed_group() {
+async fn c02_c03_c04_c05_version_discovery_served_kinds_and_a_renamed_group() {
     let (_control_plane, client) = start(api_server_only()).await;
     let upstream = install_cluster_api_crds(&client, CLUSTER_API_GROUP)
         .await
@@ -70,6 +71,9 @@ async fn c02_c04_c05_version_discovery_served_kinds_and_a_renamed_group() {
         group_ids(&discovered).await,
         ["MachineDeployment/default/md-upstream"]
     );
+    // 3: an empty CAPI_GROUP is the default group.
+    let empty_group = provider(&client, &[("CAPI_GROUP", "")], &[]).await;
+    assert_eq!(empty_group.group_version(), (CLUSTER_API_GROUP, "v1beta2"));
     // CAPI_VERSION is used verbatim although v1beta2 is preferred, and the objects are read
     // through it.
     let pinned = provider(&client, &[("CAPI_VERSION", "v1beta1")], &[]).await;
@@ -1174,5 +1178,160 @@ async fn c17_c44_c47_c48_c57_scale_from_zero_capacity_sources_and_the_rollout_ve
         }
     })
     .await;
+    controller.stop().await;
+}
+
+/// The management-cluster role of the provider for MachineDeployments (spec §17), with or
+/// without `patch` on their scale subresource.
+async fn grant_management_role(client: &Client, user: &str, may_patch_scale: bool) {
+    let scale_verbs: &[&str] = if may_patch_scale {
+        &["get", "patch", "update"]
+    } else {
+        &["get"]
+    };
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": { "name": "ferroscale-management" },
+        "rules": [
+            {
+                "apiGroups": [CLUSTER_API_GROUP],
+                "resources": ["machinedeployments", "machinesets", "machinepools", "machines"],
+                "verbs": ["get", "list", "watch", "update", "patch"],
+            },
+            {
+                "apiGroups": [CLUSTER_API_GROUP],
+                "resources": ["machinedeployments/scale"],
+                "verbs": scale_verbs,
+            },
+            { "apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"] },
+        ],
+    }))
+    .expect("ClusterRole");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": "ferroscale-management" },
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "ferroscale-management",
+        },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user }],
+    }))
+    .expect("ClusterRoleBinding");
+    let apply = PatchParams::apply("ferroscale-test").force();
+    Api::<ClusterRole>::all(client.clone())
+        .patch("ferroscale-management", &apply, &Patch::Apply(&role))
+        .await
+        .expect("apply the ClusterRole");
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch("ferroscale-management", &apply, &Patch::Apply(&binding))
+        .await
+        .expect("apply the ClusterRoleBinding");
+}
+
+/// Statement 38 with a scale PATCH the management cluster really refuses (RBAC without
+/// `machinedeployments/scale` patch): the Machine is marked, the PATCH fails, the mark is removed
+/// again and the error returned; once the role allows the PATCH the same deletion works. Also
+/// §3: Machines in a management cluster and Nodes in a separate workload cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c38_a_refused_scale_patch_rolls_the_mark_back_with_separate_management_and_workload_clusters()
+ {
+    let (management_plane, management) = start(api_server_only()).await;
+    let (_workload_plane, workload) = start(api_server_only()).await;
+    let api = install_cluster_api_crds(&management, CLUSTER_API_GROUP)
+        .await
+        .expect("install the Cluster API CRDs")
+        .preferred();
+    let user = "ferroscale-autoscaler";
+    grant_management_role(&management, user, false).await;
+    let limited = client_as(&management_plane, user).await;
+    let deployment = ScalableResource::new(&api, "default", "md-0")
+        .replicas(2)
+        .size_limits(1, 5);
+    create_object(
+        &management,
+        &api,
+        ClusterApiKind::MachineDeployment,
+        &deployment.machine_deployment(),
+    )
+    .await
+    .expect("create md-0");
+    let controller = MachineController::start(
+        management.clone(),
+        workload.clone(),
+        &api.group,
+        &api.version,
+    )
+    .await
+    .expect("start the test controller");
+    let machines = wait_for_machines(
+        &management,
+        &api,
+        "default",
+        &deployment.label_selector(),
+        2,
+        WAIT_LIMIT,
+    )
+    .await
+    .expect("two running Machines");
+    let names = machine_names(&machines);
+    let provider = ClusterApiProvider::start(limited, workload.clone(), config(&[], &[]))
+        .await
+        .expect("start the provider with the management role");
+
+    // The Node is in the workload cluster only.
+    let node = model_node(&workload, &names[0]).await;
+    let md_group = provider
+        .node_group_for_node(&node)
+        .await
+        .expect("node group lookup")
+        .expect("the node has a group");
+    assert_eq!(md_group.id(), "MachineDeployment/default/md-0");
+    let before = read(&management, &api, ClusterApiKind::Machine, &names[0]).await;
+    let error = md_group
+        .delete_nodes(std::slice::from_ref(&node))
+        .await
+        .expect_err("the scale PATCH is forbidden");
+    assert!(error.to_string().contains("scaling"), "{error}");
+    let after = read(&management, &api, ClusterApiKind::Machine, &names[0]).await;
+    assert!(
+        !has_annotation(&after, &api.key("delete-machine")),
+        "{:?}",
+        after.metadata
+    );
+    // Written twice (mark, then rollback), not left untouched.
+    assert_ne!(
+        before.metadata.resource_version,
+        after.metadata.resource_version
+    );
+    assert_eq!(
+        stored_replicas(&management, &api, ClusterApiKind::MachineDeployment, "md-0").await,
+        2
+    );
+
+    grant_management_role(&management, user, true).await;
+    eventually(
+        "the deletion succeeds once the PATCH is allowed",
+        || async {
+            md_group
+                .delete_nodes(std::slice::from_ref(&node))
+                .await
+                .map_err(|error| error.to_string())
+        },
+    )
+    .await;
+    assert_eq!(
+        stored_replicas(&management, &api, ClusterApiKind::MachineDeployment, "md-0").await,
+        1
+    );
+    let left = wait_for_machines(
+        &management,
+        &api,
+        "default",
+        &deployment.label_selector(),
+        1,
+        WAIT_LIMIT,
+    )
+    .await
+    .expect("one Machine left");
+    assert_eq!(machine_names(&left), names[1..]);
     controller.stop().await;
 }

@@ -233,3 +233,15 @@ pub async fn instances_once(
     })
     .await
 }
+
+/// A client of the control plane that acts as `user` (in `system:authenticated`, so discovery is
+/// allowed) through impersonation by the admin, so RBAC decides what it may do.
+pub async fn client_as(control_plane: &ControlPlane, user: &str) -> Client {
+    let kubeconfig = Kubeconfig::read_from(control_plane.kubeconfig_path()).expect("kubeconfig");
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("client config");
+    config.auth_info.impersonate = Some(user.to_string());
+    config.auth_info.impersonate_groups = Some(vec!["system:authenticated".to_string()]);
+    Client::try_from(config).expect("client")
+}
