@@ -3,7 +3,6 @@
 //!
 //! Everything fails the test with the reason (a missing control-plane binary or CRD names the
 //! build script); nothing is skipped.
-#![allow(dead_code)] // Not every helper is used by every test of the file.
 
 use std::future::Future;
 use std::sync::Arc;
