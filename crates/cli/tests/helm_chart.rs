@@ -6,6 +6,10 @@
 //! PodDisruptionBudget select its pods; the container's arguments are accepted by the
 //! `ferroscale run` built from this workspace; and with the externalgrpc provider, the cloud config
 //! the chart writes is read by the provider's own parser and names files where they are mounted.
+//! With the clusterapi provider, what it reads from its environment and flags is what the values
+//! say, the management cluster's kubeconfig is the mounted Secret, and the management RBAC is that
+//! of `deploy/clusterapi`; with the exoscale provider, the credentials come from the Secret's keys
+//! (never from the rendered text) and read back into the provider's configuration.
 //!
 //! helm comes from `scripts/control-plane/build.sh` (found by `locate_helm`); without it the tests
 //! fail and say how to build it.
@@ -15,10 +19,15 @@ use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use ferroscale_provider_clusterapi::ClusterApiConfig;
+use ferroscale_provider_clusterapi::discovery::DiscoverySpec;
+use ferroscale_provider_exoscale::{ExoscaleConfig, NodeGroupSpec};
 use ferroscale_provider_externalgrpc::ExternalGrpcConfig;
 use ferroscale_testing_control_plane::locate_helm;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, EnvVar, PodSpec, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -50,6 +59,31 @@ externalgrpc:
   address: provider.cloud-tools.svc:8086
   grpcTimeout: 10s
   tlsSecret: provider-client-certificate
+";
+
+/// The clusterapi provider with every value of its section changed from the default.
+const CLUSTERAPI_VALUES: &str = "\
+cloudProvider: clusterapi
+clusterapi:
+  autoDiscovery:
+    - clusterapi:namespace=team-a
+    - clusterapi:clusterName=prod,autoscale=true
+  managementKubeconfigSecret: {name: prod-kubeconfig}
+  cloudConfigAuthoritative: true
+  group: cluster.example.com
+  version: v1beta2
+  scaleZeroDefaultArch: arm64
+";
+
+/// The exoscale provider with bounds for two pools and another API environment.
+const EXOSCALE_VALUES: &str = "\
+cloudProvider: exoscale
+exoscale:
+  credentialsSecret: exoscale-production
+  nodes:
+    - 1:10:workers
+    - 2:4:gpu:a100
+  apiEnvironment: ppapi
 ";
 
 /// An argument no version of `ferroscale run` knows, appended to the rendered ones: the parser
@@ -123,6 +157,18 @@ impl Rendered {
     }
 
     /// The only object of this kind, as its typed Kubernetes API object.
+    /// The object of this kind with this name, if the chart renders one.
+    fn named<T: DeserializeOwned>(&self, kind: &str, name: &str) -> Option<T> {
+        let object = self.objects.iter().find(|object| {
+            kind_of(object) == kind
+                && object["metadata"].get("name").and_then(Value::as_str) == Some(name)
+        })?;
+        Some(
+            serde_yaml_ng::from_value(object.clone())
+                .unwrap_or_else(|e| panic!("the rendered {kind} {name} is not valid: {e}")),
+        )
+    }
+
     fn one<T: DeserializeOwned>(&self, kind: &str) -> T {
         let mut matching = self.objects.iter().filter(|object| kind_of(object) == kind);
         let object = matching
@@ -174,6 +220,27 @@ impl Rendered {
 
     fn args(&self) -> Vec<String> {
         self.container().args.unwrap_or_default()
+    }
+
+    /// Every value of a repeatable `--flag=value`, in order.
+    fn flag_values(&self, flag: &str) -> Vec<String> {
+        let prefix = format!("{flag}=");
+        self.args()
+            .iter()
+            .filter_map(|arg| arg.strip_prefix(&prefix).map(str::to_owned))
+            .collect()
+    }
+
+    fn env(&self) -> Vec<EnvVar> {
+        self.container().env.unwrap_or_default()
+    }
+
+    /// The literal value of an environment variable of the container.
+    fn env_value(&self, name: &str) -> Option<String> {
+        self.env()
+            .into_iter()
+            .find(|var| var.name == name)
+            .and_then(|var| var.value)
     }
 
     /// The value of `--flag=value` in the container's arguments (the last one, as the parser does).
@@ -248,6 +315,35 @@ fn plain<T: DeserializeOwned>(kind: &str) -> T {
         .find(|object| kind_of(object) == kind)
         .unwrap_or_else(|| panic!("deploy/manifests has no {kind}"));
     serde_yaml_ng::from_value(object).unwrap_or_else(|e| panic!("the plain {kind}: {e}"))
+}
+
+/// The objects of `deploy/<path>`.
+fn deploy_objects(path: &str) -> Vec<Value> {
+    let file = deploy_dir().join(path);
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    documents(&text, path)
+}
+
+fn deploy_object<T: DeserializeOwned>(path: &str, kind: &str) -> T {
+    let object = deploy_objects(path)
+        .into_iter()
+        .find(|object| kind_of(object) == kind)
+        .unwrap_or_else(|| panic!("deploy/{path} has no {kind}"));
+    serde_yaml_ng::from_value(object).unwrap_or_else(|e| panic!("the {kind} of {path}: {e}"))
+}
+
+/// The grants of `deploy/clusterapi/rbac-management.yaml`, what the provider needs on the
+/// management cluster.
+fn plain_management_grants() -> BTreeSet<Grant> {
+    let role: ClusterRole = deploy_object("clusterapi/rbac-management.yaml", "ClusterRole");
+    let grants = grants(&role.rules.unwrap_or_default());
+    assert!(!grants.is_empty());
+    grants
+}
+
+/// The name the chart gives the management cluster's ClusterRole and its binding.
+fn management_role_name() -> String {
+    format!("{RELEASE}-clusterapi-management")
 }
 
 fn kinds(objects: &[Value]) -> BTreeMap<String, usize> {
@@ -371,25 +467,35 @@ fn without_kwok_the_autoscaler_may_not_create_or_delete_nodes() {
     let plain_grants = grants(&plain_cluster_role.rules.unwrap_or_default());
     assert!(node_writes.is_subset(&plain_grants), "{plain_grants:?}");
 
-    let rendered = Rendered::of(Some(EXTERNALGRPC_VALUES));
-    let cluster_role: ClusterRole = rendered.one("ClusterRole");
-    assert_same(
-        "ClusterRole rules without kwok",
-        grants(&cluster_role.rules.unwrap_or_default()),
-        plain_grants.difference(&node_writes).cloned().collect(),
-    );
-    let plain_role: Role = plain("Role");
-    let role: Role = rendered.one("Role");
-    assert_same(
-        "Role rules",
-        grants(&role.rules.unwrap_or_default()),
-        grants(&plain_role.rules.unwrap_or_default()),
-    );
+    for values in [EXTERNALGRPC_VALUES, CLUSTERAPI_VALUES, EXOSCALE_VALUES] {
+        let rendered = Rendered::of(Some(values));
+        let cluster_role: ClusterRole = rendered
+            .named("ClusterRole", RELEASE)
+            .expect("the autoscaler's ClusterRole");
+        assert_same(
+            "ClusterRole rules without kwok",
+            grants(&cluster_role.rules.unwrap_or_default()),
+            plain_grants.difference(&node_writes).cloned().collect(),
+        );
+        let plain_role: Role = plain("Role");
+        let role: Role = rendered.one("Role");
+        assert_same(
+            "Role rules",
+            grants(&role.rules.unwrap_or_default()),
+            grants(&plain_role.rules.unwrap_or_default()),
+        );
+    }
 }
 
 #[test]
 fn the_deployment_runs_as_the_service_account_that_the_rbac_binds() {
-    for values in [None, Some(USER_VALUES), Some(EXTERNALGRPC_VALUES)] {
+    for values in [
+        None,
+        Some(USER_VALUES),
+        Some(EXTERNALGRPC_VALUES),
+        Some(CLUSTERAPI_VALUES),
+        Some(EXOSCALE_VALUES),
+    ] {
         let rendered = Rendered::of(values);
         let account: ServiceAccount = rendered.one("ServiceAccount");
         let account_name = account.metadata.name.expect("ServiceAccount name");
@@ -400,8 +506,12 @@ fn the_deployment_runs_as_the_service_account_that_the_rbac_binds() {
             .and_then(|pod| pod.service_account_name);
         assert_eq!(runs_as.as_deref(), Some(account_name.as_str()));
 
-        let cluster_role: ClusterRole = rendered.one("ClusterRole");
-        let cluster_binding: ClusterRoleBinding = rendered.one("ClusterRoleBinding");
+        let cluster_role: ClusterRole = rendered
+            .named("ClusterRole", RELEASE)
+            .expect("the autoscaler's ClusterRole");
+        let cluster_binding: ClusterRoleBinding = rendered
+            .named("ClusterRoleBinding", RELEASE)
+            .expect("the autoscaler's ClusterRoleBinding");
         assert_eq!(cluster_binding.role_ref.kind, "ClusterRole");
         assert_eq!(
             Some(cluster_binding.role_ref.name),
@@ -640,10 +750,393 @@ fn values_the_binary_cannot_use_fail_the_install_with_the_value_named() {
         ("replicas: 2\n", "replicas"),
         ("extraArgs: [expander=least-waste]\n", "extraArgs"),
         ("port: \"8085\"\n", "port"),
+        ("cloudProvider: gce\n", "cloudProvider"),
+        (
+            "clusterapi: {autoDiscovery: \"clusterapi:namespace=a\"}\n",
+            "clusterapi/autoDiscovery",
+        ),
+        // The flag's whole value, as docs/clusterapi.md writes it, not only the part after it.
+        (
+            "clusterapi: {autoDiscovery: [namespace=team-a]}\n",
+            "clusterapi/autoDiscovery/0",
+        ),
+        (
+            "clusterapi: {managementKubeconfigSecret: prod-kubeconfig}\n",
+            "clusterapi/managementKubeconfigSecret",
+        ),
+        (
+            "clusterapi: {managementRbac: \"no\"}\n",
+            "clusterapi/managementRbac",
+        ),
+        (
+            "clusterapi: {scaleZeroDefaultArch: arm}\n",
+            "clusterapi/scaleZeroDefaultArch",
+        ),
+        ("clusterapi: {namespace: team-a}\n", "namespace"),
+        // The exoscale provider cannot scale from zero: a minimum of 0 is refused at install.
+        (
+            "exoscale: {nodes: [\"0:10:workers\"]}\n",
+            "exoscale/nodes/0",
+        ),
+        ("exoscale: {nodes: [\"1:10\"]}\n", "exoscale/nodes/0"),
+        (
+            "exoscale: {credentialsSecret: \"\"}\n",
+            "exoscale/credentialsSecret",
+        ),
     ] {
         match helm_template(Some(values)) {
             Ok(text) => panic!("helm rendered {values:?}:\n{text}"),
             Err(error) => assert!(error.contains(named), "{values:?}: {error}"),
         }
     }
+}
+
+/// The Cluster API provider's start-up configuration from the container's environment and its
+/// `--node-group-auto-discovery` flags, as the binary builds it.
+fn clusterapi_config(rendered: &Rendered) -> ClusterApiConfig {
+    ClusterApiConfig::from_env(
+        |name| rendered.env_value(name),
+        &rendered.flag_values("--node-group-auto-discovery"),
+    )
+    .unwrap_or_else(|e| panic!("the clusterapi provider refuses the rendered configuration: {e}"))
+}
+
+#[test]
+fn the_clusterapi_values_reach_the_provider_as_flags_and_environment() {
+    let rendered = Rendered::of(Some(CLUSTERAPI_VALUES));
+    assert_accepted_by_ferroscale_run(&rendered);
+    assert_eq!(
+        rendered.flag("--cloud-provider").as_deref(),
+        Some("clusterapi")
+    );
+    assert_eq!(
+        rendered
+            .flag("--clusterapi-cloud-config-authoritative")
+            .as_deref(),
+        Some("true")
+    );
+    let config = clusterapi_config(&rendered);
+    assert_eq!(
+        config.discovery,
+        [
+            DiscoverySpec {
+                namespace: "team-a".to_owned(),
+                ..DiscoverySpec::default()
+            },
+            DiscoverySpec {
+                cluster_name: "prod".to_owned(),
+                labels: [("autoscale".to_owned(), "true".to_owned())].into(),
+                ..DiscoverySpec::default()
+            },
+        ]
+    );
+    assert_eq!(config.keys.group(), "cluster.example.com");
+    assert_eq!(config.version.as_deref(), Some("v1beta2"));
+    assert_eq!(config.default_architecture, "arm64");
+    // No other provider's settings.
+    let env = rendered.env();
+    assert!(
+        env.iter()
+            .all(|var| var.name == "POD_NAMESPACE" || var.name.starts_with("CAPI_")),
+        "{env:?}"
+    );
+
+    // Only the provider selected: the provider's defaults, nothing the values did not ask for.
+    let defaults = Rendered::of(Some("cloudProvider: clusterapi\n"));
+    assert_accepted_by_ferroscale_run(&defaults);
+    assert_eq!(defaults.flag("--cloud-config"), None);
+    assert_eq!(
+        defaults.flag("--clusterapi-cloud-config-authoritative"),
+        None
+    );
+    let config = clusterapi_config(&defaults);
+    assert!(config.discovery.is_empty(), "{:?}", config.discovery);
+    assert_eq!(config.keys.group(), "cluster.x-k8s.io");
+    assert_eq!(config.version, None);
+    assert_eq!(config.default_architecture, "amd64");
+    assert!(
+        defaults
+            .env()
+            .iter()
+            .all(|var| !var.name.starts_with("CAPI_")),
+        "{:?}",
+        defaults.env()
+    );
+    assert_eq!(defaults.pod().volumes, None);
+
+    // The values of the section are the clusterapi provider's only.
+    let kwok = Rendered::of(Some(&CLUSTERAPI_VALUES.replace("clusterapi\n", "kwok\n")));
+    assert_eq!(kwok.flag("--cloud-provider").as_deref(), Some("kwok"));
+    assert!(kwok.flag_values("--node-group-auto-discovery").is_empty());
+    assert_eq!(kwok.flag("--cloud-config"), None);
+    assert_eq!(kwok.env_value("CAPI_GROUP"), None);
+}
+
+#[test]
+fn the_management_kubeconfig_secret_is_mounted_read_only_as_the_cloud_config() {
+    for (values, key) in [
+        (CLUSTERAPI_VALUES.to_owned(), "value"),
+        (
+            CLUSTERAPI_VALUES.replace(
+                "{name: prod-kubeconfig}",
+                "{name: prod-kubeconfig, key: management.conf}",
+            ),
+            "management.conf",
+        ),
+    ] {
+        let rendered = Rendered::of(Some(&values));
+        let path = PathBuf::from(rendered.flag("--cloud-config").expect("--cloud-config"));
+        assert_eq!(
+            rendered.mounted_file(&path),
+            Some(MountedFile::Secret {
+                name: "prod-kubeconfig".to_owned(),
+                key: key.to_owned(),
+            }),
+            "--cloud-config={}",
+            path.display()
+        );
+        let mounts = rendered.container().volume_mounts.unwrap_or_default();
+        assert!(
+            mounts
+                .iter()
+                .filter(|mount| path.starts_with(&mount.mount_path))
+                .all(|mount| mount.read_only == Some(true)),
+            "{mounts:?}"
+        );
+        assert_accepted_by_ferroscale_run(&rendered);
+        // A Secret the user creates: the chart renders none.
+        assert!(
+            rendered.objects.iter().all(|o| kind_of(o) != "Secret"),
+            "{:?}",
+            kinds(&rendered.objects)
+        );
+    }
+}
+
+#[test]
+fn the_management_rbac_is_that_of_deploy_clusterapi_for_the_chart_service_account() {
+    let plain = plain_management_grants();
+    let name = management_role_name();
+    for (values, group) in [
+        ("cloudProvider: clusterapi\n", "cluster.x-k8s.io"),
+        // A renamed Cluster API group is the one the provider then reads and scales.
+        (CLUSTERAPI_VALUES, "cluster.example.com"),
+    ] {
+        let rendered = Rendered::of(Some(values));
+        let role: ClusterRole = rendered
+            .named("ClusterRole", &name)
+            .unwrap_or_else(|| panic!("{values:?} renders no ClusterRole {name}"));
+        let expected: BTreeSet<Grant> = plain
+            .iter()
+            .map(|(api_group, resource, names, verb)| {
+                let api_group = if api_group == "cluster.x-k8s.io" {
+                    group
+                } else {
+                    api_group
+                };
+                (
+                    api_group.to_owned(),
+                    resource.clone(),
+                    names.clone(),
+                    verb.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            grants(&role.rules.unwrap_or_default()),
+            expected,
+            "{values:?}: the management ClusterRole differs from deploy/clusterapi/rbac-management.yaml"
+        );
+        assert_eq!(clusterapi_config(&rendered).keys.group(), group);
+
+        let binding: ClusterRoleBinding = rendered
+            .named("ClusterRoleBinding", &name)
+            .unwrap_or_else(|| panic!("{values:?} renders no ClusterRoleBinding {name}"));
+        assert_eq!(
+            (
+                binding.role_ref.kind.as_str(),
+                binding.role_ref.name.as_str()
+            ),
+            ("ClusterRole", name.as_str())
+        );
+        let account: ServiceAccount = rendered.one("ServiceAccount");
+        let subjects: Vec<_> = binding
+            .subjects
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| (s.kind, s.name, s.namespace))
+            .collect();
+        assert_eq!(
+            subjects,
+            [(
+                "ServiceAccount".to_owned(),
+                account.metadata.name.expect("ServiceAccount name"),
+                Some(NAMESPACE.to_owned())
+            )]
+        );
+        let mut expected_kinds = kinds(&plain_manifests());
+        *expected_kinds.entry("ClusterRole".to_owned()).or_default() += 1;
+        *expected_kinds
+            .entry("ClusterRoleBinding".to_owned())
+            .or_default() += 1;
+        assert_same("kinds of objects", kinds(&rendered.objects), expected_kinds);
+    }
+
+    // Not when disabled (the management cluster is elsewhere) nor for another provider.
+    for values in [
+        "cloudProvider: clusterapi\nclusterapi: {managementRbac: false}\n",
+        "clusterapi: {managementRbac: true}\n",
+        EXTERNALGRPC_VALUES,
+        EXOSCALE_VALUES,
+    ] {
+        let rendered = Rendered::of(Some(values));
+        assert!(
+            rendered
+                .named::<ClusterRole>("ClusterRole", &name)
+                .is_none()
+                && rendered
+                    .named::<ClusterRoleBinding>("ClusterRoleBinding", &name)
+                    .is_none(),
+            "{values:?} grants the management cluster's RBAC"
+        );
+        let cluster_roles = rendered
+            .objects
+            .iter()
+            .filter(|o| kind_of(o) == "ClusterRole")
+            .count();
+        assert_eq!(cluster_roles, 1, "{values:?}");
+    }
+}
+
+/// The container's environment with every Secret reference resolved against `secret`, as the
+/// kubelet would: the names it cannot resolve are left out.
+fn resolved_env(env: &[EnvVar], secret: &Secret) -> BTreeMap<String, String> {
+    let data = secret.string_data.clone().unwrap_or_default();
+    env.iter()
+        .filter_map(|var| {
+            if let Some(value) = &var.value {
+                return Some((var.name.clone(), value.clone()));
+            }
+            let reference = var.value_from.as_ref()?.secret_key_ref.as_ref()?;
+            (Some(&reference.name) == secret.metadata.name.as_ref())
+                .then(|| data.get(&reference.key))
+                .flatten()
+                .map(|value| (var.name.clone(), value.clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_exoscale_credentials_come_from_the_secret_keys_and_reach_the_provider() {
+    let rendered = Rendered::of(Some(EXOSCALE_VALUES));
+    assert_accepted_by_ferroscale_run(&rendered);
+    assert_eq!(
+        rendered.flag("--cloud-provider").as_deref(),
+        Some("exoscale")
+    );
+    let nodes: Vec<NodeGroupSpec> = rendered
+        .flag_values("--nodes")
+        .iter()
+        .map(|spec| {
+            NodeGroupSpec::parse(spec)
+                .unwrap_or_else(|e| panic!("the provider refuses --nodes={spec}: {e:?}"))
+        })
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            NodeGroupSpec {
+                min: 1,
+                max: 10,
+                name: "workers".to_owned()
+            },
+            NodeGroupSpec {
+                min: 2,
+                max: 4,
+                name: "gpu:a100".to_owned()
+            },
+        ]
+    );
+
+    // Each credential is a reference to its key of the Secret; none is written in the chart.
+    let env = rendered.env();
+    for (variable, key) in [
+        ("EXOSCALE_API_KEY", "api-key"),
+        ("EXOSCALE_API_SECRET", "api-secret"),
+        ("EXOSCALE_ZONE", "api-zone"),
+    ] {
+        let var = env
+            .iter()
+            .find(|var| var.name == variable)
+            .unwrap_or_else(|| panic!("no {variable} in {env:?}"));
+        assert_eq!(var.value, None, "{var:?}");
+        let reference = var
+            .value_from
+            .as_ref()
+            .and_then(|from| from.secret_key_ref.clone())
+            .unwrap_or_else(|| panic!("{variable} is not from a Secret: {var:?}"));
+        assert_eq!(
+            (reference.name.as_str(), reference.key.as_str()),
+            ("exoscale-production", key)
+        );
+    }
+    assert!(
+        rendered.objects.iter().all(|o| kind_of(o) != "Secret"),
+        "{:?}",
+        kinds(&rendered.objects)
+    );
+    assert_same(
+        "kinds of objects",
+        kinds(&rendered.objects),
+        kinds(&plain_manifests()),
+    );
+    assert_eq!(rendered.env_value("KWOK_PROVIDER_CONFIGMAP"), None);
+
+    // With the documented Secret of deploy/exoscale, the provider reads all it needs.
+    let secret: Secret = deploy_object("exoscale/secret.yaml", "Secret");
+    let defaults = Rendered::of(Some("cloudProvider: exoscale\n"));
+    assert_accepted_by_ferroscale_run(&defaults);
+    assert!(defaults.flag_values("--nodes").is_empty());
+    let environment = resolved_env(&defaults.env(), &secret);
+    let config = ExoscaleConfig::from_lookup(|name| environment.get(name).cloned())
+        .unwrap_or_else(|e| panic!("the provider refuses the rendered environment: {e}"));
+    let data = secret.string_data.clone().unwrap_or_default();
+    assert_eq!(Some(&config.zone), data.get("api-zone"));
+    assert_eq!(
+        Some(config.api_key.expose()),
+        data.get("api-key").map(String::as_str)
+    );
+    assert_eq!(
+        Some(config.api_secret.expose()),
+        data.get("api-secret").map(String::as_str)
+    );
+    assert_eq!(config.environment, "api");
+    // The same environment as the plain manifest of deploy/exoscale.
+    let plain: Deployment = deploy_object("exoscale/autoscaler.yaml", "Deployment");
+    let plain_env = plain
+        .spec
+        .and_then(|spec| spec.template.spec)
+        .and_then(|pod| pod.containers.into_iter().next())
+        .and_then(|container| container.env)
+        .unwrap_or_default();
+    assert_eq!(
+        defaults
+            .env()
+            .into_iter()
+            .filter(|var| var.name.starts_with("EXOSCALE_"))
+            .collect::<Vec<_>>(),
+        plain_env
+    );
+
+    // Another API environment, with the same credentials.
+    let environment = resolved_env(
+        &Rendered::of(Some(
+            &EXOSCALE_VALUES.replace("exoscale-production", "exoscale-api-credentials"),
+        ))
+        .env(),
+        &secret,
+    );
+    let config = ExoscaleConfig::from_lookup(|name| environment.get(name).cloned())
+        .unwrap_or_else(|e| panic!("the provider refuses the rendered environment: {e}"));
+    assert_eq!(config.environment, "ppapi");
 }
