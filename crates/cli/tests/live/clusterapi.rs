@@ -55,6 +55,20 @@ async fn create_namespace(client: &Client, name: &str) {
         .expect("create namespace");
 }
 
+/// A MachineDeployment of 4-CPU, 16 GiB nodes labelled `pool=general` (the harness's pool).
+async fn create_machine_deployment(client: &Client, resource: ScalableResource) {
+    let mut resource = resource.capacity("4", "16Gi");
+    resource.node_labels = BTreeMap::from([("pool".to_string(), "general".to_string())]);
+    create_object(
+        client,
+        &resource.api.clone(),
+        ClusterApiKind::MachineDeployment,
+        &resource.machine_deployment(),
+    )
+    .await
+    .expect("create the MachineDeployment");
+}
+
 async fn replicas(client: &Client, api: &ClusterApi, namespace: &str, name: &str) -> i64 {
     let object: DynamicObject = api
         .namespaced(client, ClusterApiKind::MachineDeployment, namespace)
@@ -83,19 +97,13 @@ async fn clusterapi_grows_a_machine_deployment_and_removes_exactly_the_chosen_ma
     let client = cluster.client.clone();
     let (api, _controller) = cluster_api(&client, &client).await;
     create_namespace(&client, "team-a").await;
-    let mut workers = ScalableResource::new(&api, "team-a", "workers")
-        .replicas(1)
-        .size_limits(1, 4)
-        .capacity("4", "16Gi");
-    workers.node_labels = BTreeMap::from([("pool".to_string(), "general".to_string())]);
-    create_object(
+    create_machine_deployment(
         &client,
-        &api,
-        ClusterApiKind::MachineDeployment,
-        &workers.machine_deployment(),
+        ScalableResource::new(&api, "team-a", "workers")
+            .replicas(1)
+            .size_limits(1, 4),
     )
-    .await
-    .expect("create the MachineDeployment");
+    .await;
     cluster.wait_pool_ready(1).await;
 
     let mut flags = QUICK_SCALE_DOWN.to_vec();
@@ -169,18 +177,9 @@ async fn clusterapi_discovery_filter_scales_only_the_selected_cluster() {
         create_namespace(&client, color).await;
         let mut resource = ScalableResource::new(&api, color, &format!("{color}-workers"))
             .replicas(1)
-            .size_limits(1, 3)
-            .capacity("4", "16Gi");
+            .size_limits(1, 3);
         resource.cluster_name = color.to_string();
-        resource.node_labels = BTreeMap::from([("pool".to_string(), "general".to_string())]);
-        create_object(
-            &client,
-            &api,
-            ClusterApiKind::MachineDeployment,
-            &resource.machine_deployment(),
-        )
-        .await
-        .expect("create the MachineDeployment");
+        create_machine_deployment(&client, resource).await;
     }
     cluster.wait_pool_ready(2).await;
 
@@ -235,19 +234,13 @@ async fn clusterapi_with_a_separate_management_cluster_scales_up_from_zero() {
     let management = admin_client(management_plane.kubeconfig_path()).await;
     let (api, _controller) = cluster_api(&management, &cluster.client).await;
     create_namespace(&management, "prod").await;
-    let mut workers = ScalableResource::new(&api, "prod", "workers")
-        .replicas(0)
-        .size_limits(0, 2)
-        .capacity("4", "16Gi");
-    workers.node_labels = BTreeMap::from([("pool".to_string(), "general".to_string())]);
-    create_object(
+    create_machine_deployment(
         &management,
-        &api,
-        ClusterApiKind::MachineDeployment,
-        &workers.machine_deployment(),
+        ScalableResource::new(&api, "prod", "workers")
+            .replicas(0)
+            .size_limits(0, 2),
     )
-    .await
-    .expect("create the MachineDeployment");
+    .await;
 
     let cloud_config = format!(
         "--cloud-config={}",
@@ -283,19 +276,13 @@ async fn clusterapi_served_over_externalgrpc_scales_the_machine_deployment() {
     let client = cluster.client.clone();
     let (api, _controller) = cluster_api(&client, &client).await;
     create_namespace(&client, "team-a").await;
-    let mut workers = ScalableResource::new(&api, "team-a", "workers")
-        .replicas(1)
-        .size_limits(1, 3)
-        .capacity("4", "16Gi");
-    workers.node_labels = BTreeMap::from([("pool".to_string(), "general".to_string())]);
-    create_object(
+    create_machine_deployment(
         &client,
-        &api,
-        ClusterApiKind::MachineDeployment,
-        &workers.machine_deployment(),
+        ScalableResource::new(&api, "team-a", "workers")
+            .replicas(1)
+            .size_limits(1, 3),
     )
-    .await
-    .expect("create the MachineDeployment");
+    .await;
     cluster.wait_pool_ready(1).await;
 
     let (server, cloud_config) = cluster.start_provider_server_for(

@@ -131,16 +131,22 @@ impl ClusterApiNodeGroup {
             .unwrap_or(0))
     }
 
-    /// §9.2 write: bounds first, then a merge patch of the scale subresource that always carries
-    /// the value (zero included).
-    async fn set_size(&self, replicas: i64) -> Result<(), CloudError> {
-        if replicas > self.max as i64 {
+    /// §9.2 write: the bound in the direction of the change first, then a merge patch of the
+    /// scale subresource that always carries the value (zero included).
+    ///
+    /// Deliberate difference: upstream checks both bounds on every write, so a group whose max
+    /// was lowered below its replicas can never lose a node (the write refuses even the
+    /// decrease). Here a decrease is checked against min only and an increase against max only:
+    /// a group outside its bounds is not scaled further in the violating direction (spec §18),
+    /// but can move back inside them.
+    async fn set_size(&self, replicas: i64, change: SizeChange) -> Result<(), CloudError> {
+        if change == SizeChange::Increase && replicas > self.max as i64 {
             return Err(CloudError::InvalidRequest(format!(
                 "size increase too large - desired:{replicas} max:{}",
                 self.max
             )));
         }
-        if replicas < self.min as i64 {
+        if change == SizeChange::Decrease && replicas < self.min as i64 {
             return Err(CloudError::InvalidRequest(format!(
                 "size decrease too large - desired:{replicas} min:{}",
                 self.min
@@ -321,6 +327,13 @@ impl ClusterApiNodeGroup {
     }
 }
 
+/// Which bound a replica write is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SizeChange {
+    Increase,
+    Decrease,
+}
+
 /// A Kubernetes API error as a provider error, keeping "not found" recognisable.
 fn api_error(doing: &str, error: kube::Error) -> CloudError {
     CloudError::Provider(format!("{doing}: {error}"))
@@ -367,7 +380,8 @@ impl NodeGroup for ClusterApiNodeGroup {
             ));
         }
         let current = self.current_replicas().await?;
-        self.set_size(current + delta as i64).await
+        self.set_size(current + delta as i64, SizeChange::Increase)
+            .await
     }
 
     /// §10: mark each Machine, then lower replicas by one, under the provider-wide lock.
@@ -416,7 +430,7 @@ impl NodeGroup for ClusterApiNodeGroup {
                         .any(|p| normalize_provider_id(p) == id);
                     if listed {
                         tracing::warn!(node = %node.name, group = %self.id, "MachinePool member without a Machine: lowering replicas only");
-                        self.set_size(replicas - 1).await?;
+                        self.set_size(replicas - 1, SizeChange::Decrease).await?;
                         replicas -= 1;
                         continue;
                     }
@@ -434,7 +448,7 @@ impl NodeGroup for ClusterApiNodeGroup {
                 continue;
             }
             self.mark_for_deletion(&machine).await?;
-            if let Err(error) = self.set_size(replicas - 1).await {
+            if let Err(error) = self.set_size(replicas - 1, SizeChange::Decrease).await {
                 self.unmark(&machine).await;
                 return Err(error);
             }
@@ -458,7 +472,7 @@ impl NodeGroup for ClusterApiNodeGroup {
                 "attempt to delete existing nodes currentReplicas:{replicas} delta:{delta} existingNodes: {existing}"
             )));
         }
-        self.set_size(replicas + delta).await
+        self.set_size(replicas + delta, SizeChange::Decrease).await
     }
 
     /// §8; a Machine that has a node but no provider id to name it by is skipped with a warning
