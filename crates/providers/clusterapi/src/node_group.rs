@@ -80,7 +80,28 @@ impl ClusterApiNodeGroup {
                 group.max = max;
                 Ok(Some(group))
             }
-            Ok(None) => Ok(None),
+            Ok(None) => {
+                // A min annotation without a max one is a half-configured group, worth saying;
+                // a resource with neither is simply not autoscaled.
+                let keys = &group.shared.config.keys;
+                let annotations = group.object.annotations();
+                if annotations.contains_key(&keys.min_size())
+                    && !annotations.contains_key(&keys.max_size())
+                {
+                    let message = format!(
+                        "{}: annotation {} is set but {} is missing, so it is not autoscaled",
+                        group.id,
+                        keys.min_size(),
+                        keys.max_size()
+                    );
+                    group
+                        .shared
+                        .events
+                        .warn(&group.object, REASON_BAD_ANNOTATION, &message)
+                        .await;
+                }
+                Ok(None)
+            }
             Err(bad) => {
                 let message = bad.to_string();
                 group
@@ -244,10 +265,19 @@ impl ClusterApiNodeGroup {
     }
 
     /// §11.3: the combined capacity when it allows scaling from zero.
+    /// A malformed capacity annotation disables scaling from zero and is reported on the object.
     async fn scale_from_zero_capacity(&self) -> Option<()> {
         let infrastructure = self.infrastructure().await;
-        let combined = capacity::combined_capacity(&self.object, infrastructure.as_deref()).ok()?;
-        capacity::can_scale_from_zero(&combined).then_some(())
+        match capacity::combined_capacity(&self.object, infrastructure.as_deref()) {
+            Ok(combined) => capacity::can_scale_from_zero(&combined).then_some(()),
+            Err(bad) => {
+                self.shared
+                    .events
+                    .warn(&self.object, REASON_BAD_ANNOTATION, &bad.to_string())
+                    .await;
+                None
+            }
+        }
     }
 
     /// §8: every instance of the group.

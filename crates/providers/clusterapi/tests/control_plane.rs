@@ -354,6 +354,16 @@ async fn c11_c13_c16_c18_c19_node_groups_from_real_objects_with_discovery_filter
         "{inverted:?}"
     );
     assert!(warnings_on(&client, "md-a").await.is_empty());
+    // 14: a min annotation without a max one is not a group, and says so once.
+    let min_only = warnings_on(&client, "md-min-only").await;
+    assert_eq!(min_only.len(), 1, "{min_only:?}");
+    assert!(
+        min_only[0]
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains(&max_key) && m.contains("missing")),
+        "{min_only:?}"
+    );
 
     // 11: discovery specs filter by namespace, cluster name and labels; any spec may match.
     for (specs, expected) in [
