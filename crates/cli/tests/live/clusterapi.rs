@@ -141,6 +141,8 @@ async fn clusterapi_grows_a_machine_deployment_and_removes_exactly_the_chosen_ma
         },
     )
     .await;
+    // A taint can come and go between two looks; the Events stay.
+    chosen.extend(cluster.nodes_scaled_down().await);
     let survivors: BTreeSet<String> = machines(&client, &api, "team-a")
         .await
         .iter()
@@ -152,7 +154,8 @@ async fn clusterapi_grows_a_machine_deployment_and_removes_exactly_the_chosen_ma
     assert_eq!(removed.len(), 2, "{}", autoscaler.log());
     assert!(
         removed.is_subset(&chosen),
-        "removed Machines {removed:?} were not all chosen by Ferroscale ({chosen:?})"
+        "removed Machines {removed:?} were not all chosen by Ferroscale ({chosen:?})\n{}",
+        autoscaler.log()
     );
     assert!(
         survivors.is_disjoint(&chosen),

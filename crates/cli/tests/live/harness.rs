@@ -6,7 +6,7 @@
 //! The autoscaler's log goes to a file that is printed when a test fails, so a red test shows
 //! what Ferroscale was thinking.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -237,6 +237,26 @@ impl Cluster {
             .into_iter()
             .filter(|event| event.involved_object.kind.as_deref() == Some(kind))
             .filter_map(|event| event.reason)
+            .collect()
+    }
+
+    /// The nodes Ferroscale announced it is removing (`ScaleDown` / `ScaleDownEmpty` Events): a
+    /// record that outlives the node, unlike its deletion taint.
+    pub async fn nodes_scaled_down(&self) -> BTreeSet<String> {
+        Api::<Event>::namespaced(self.client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|event| event.involved_object.kind.as_deref() == Some("Node"))
+            .filter(|event| {
+                matches!(
+                    event.reason.as_deref(),
+                    Some("ScaleDown" | "ScaleDownEmpty")
+                )
+            })
+            .filter_map(|event| event.involved_object.name)
             .collect()
     }
 
