@@ -18,7 +18,7 @@ use ferroscale_kube::{
 use ferroscale_metrics::{AutoscalerMetrics, HealthCheck};
 use ferroscale_model::Timestamp;
 use ferroscale_provider_clusterapi::{ClusterApiConfig, ClusterApiProvider, KubeconfigPaths};
-use ferroscale_provider_exoscale::{ExoscaleProvider, ProviderOptions as ExoscaleOptions};
+use ferroscale_provider_exoscale::ExoscaleProvider;
 use ferroscale_provider_externalgrpc::{ExternalGrpcProvider, NodeGroupDefaults};
 use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use tokio::sync::Notify;
@@ -212,40 +212,48 @@ async fn build_provider(
             .context("building the externalgrpc cloud provider")?;
             Arc::new(provider)
         }
-        CloudProviderKind::ClusterApi => {
-            let paths = KubeconfigPaths::select(
-                flags.cloud_config.as_deref(),
-                flags.kubeconfig.as_deref(),
-                flags.clusterapi_cloud_config_authoritative,
-            );
-            let management = if paths.management == paths.workload {
-                client.clone()
-            } else {
-                let config = environment
-                    .client_config(paths.management.as_deref())
-                    .await
-                    .context("configuring the management cluster client")?;
-                kube::Client::try_from(config).context("building the management cluster client")?
-            };
-            let config = ClusterApiConfig::from_env(
-                |name| std::env::var(name).ok(),
+        CloudProviderKind::ClusterApi => Arc::new(
+            start_clusterapi(
+                environment,
+                KubeconfigPaths::select(
+                    flags.cloud_config.as_deref(),
+                    flags.kubeconfig.as_deref(),
+                    flags.clusterapi_cloud_config_authoritative,
+                ),
+                client.clone(),
                 &options.node_group_auto_discovery,
-            )?;
-            let provider = ClusterApiProvider::start(management, client.clone(), config)
-                .await
-                .context("starting the clusterapi cloud provider")?;
-            Arc::new(provider)
-        }
-        CloudProviderKind::Exoscale => {
-            let provider = ExoscaleProvider::from_env(
-                |name| std::env::var(name).ok(),
-                options.nodes.clone(),
-                ExoscaleOptions::default(),
             )
-            .context("building the exoscale cloud provider")?;
+            .await?,
+        ),
+        CloudProviderKind::Exoscale => {
+            let provider = ExoscaleProvider::from_process_env(&options.nodes)
+                .context("building the exoscale cloud provider")?;
             Arc::new(provider)
         }
     })
+}
+
+/// The Cluster API provider for `run` and `serve-provider`: `workload` is the client of
+/// `paths.workload`, reused for the management cluster when both paths are the same (spec §3).
+pub(crate) async fn start_clusterapi(
+    environment: &KwokEnvironment,
+    paths: KubeconfigPaths,
+    workload: kube::Client,
+    discovery: &[String],
+) -> anyhow::Result<ClusterApiProvider> {
+    let management = if paths.management == paths.workload {
+        workload.clone()
+    } else {
+        let config = environment
+            .client_config(paths.management.as_deref())
+            .await
+            .context("configuring the management cluster client")?;
+        kube::Client::try_from(config).context("building the management cluster client")?
+    };
+    let config = ClusterApiConfig::from_env(|name| std::env::var(name).ok(), discovery)?;
+    ClusterApiProvider::start(management, workload, config)
+        .await
+        .context("starting the clusterapi cloud provider")
 }
 
 /// Before leadership is acquired a signal ends the process at once; once leading, the loop

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use ferroscale_core::cloud::CloudProvider;
 use ferroscale_externalgrpc_sdk::{ProviderServer, Tls};
-use ferroscale_provider_clusterapi::{ClusterApiConfig, ClusterApiProvider, KubeconfigPaths};
-use ferroscale_provider_exoscale::{ExoscaleProvider, ProviderOptions as ExoscaleOptions};
+use ferroscale_provider_clusterapi::KubeconfigPaths;
+use ferroscale_provider_exoscale::ExoscaleProvider;
 use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use ferroscale_sim::served::ServedSimulation;
 
@@ -322,26 +322,11 @@ async fn build(provider: &ServedProvider) -> anyhow::Result<Arc<dyn CloudProvide
             let workload =
                 kube::Client::try_from(environment.client_config(paths.workload.as_deref()).await?)
                     .context("building the workload cluster client")?;
-            let management = kube::Client::try_from(
-                environment
-                    .client_config(paths.management.as_deref())
-                    .await?,
-            )
-            .context("building the management cluster client")?;
-            let config = ClusterApiConfig::from_env(|name| std::env::var(name).ok(), discovery)?;
-            Arc::new(
-                ClusterApiProvider::start(management, workload, config)
-                    .await
-                    .context("starting the clusterapi cloud provider")?,
-            )
+            Arc::new(crate::run::start_clusterapi(&environment, paths, workload, discovery).await?)
         }
         ServedProvider::Exoscale { nodes } => Arc::new(
-            ExoscaleProvider::from_env(
-                |name| std::env::var(name).ok(),
-                nodes.clone(),
-                ExoscaleOptions::default(),
-            )
-            .context("building the exoscale cloud provider")?,
+            ExoscaleProvider::from_process_env(nodes)
+                .context("building the exoscale cloud provider")?,
         ),
     })
 }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use ferroscale_core::events::reasons;
 use ferroscale_testing_control_plane::ControlPlane;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -253,7 +254,7 @@ impl Cluster {
             .filter(|event| {
                 matches!(
                     event.reason.as_deref(),
-                    Some("ScaleDown" | "ScaleDownEmpty")
+                    Some(reasons::SCALE_DOWN | reasons::SCALE_DOWN_EMPTY)
                 )
             })
             .filter_map(|event| event.involved_object.name)

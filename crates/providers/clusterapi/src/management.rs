@@ -153,9 +153,7 @@ where
     }
 }
 
-/// Watches `resource` (in `namespace`, or everywhere) into a store, with kube-runtime's default
-/// backoff so a lost watch re-lists instead of ending. Managed fields are dropped: nothing reads
-/// them and they are most of an object's size.
+/// Watches `resource` (in `namespace`, or everywhere) into a store.
 pub fn watch_dynamic(
     client: &Client,
     resource: &ApiResource,
@@ -165,44 +163,46 @@ pub fn watch_dynamic(
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
         None => Api::all_with(client.clone(), resource),
     };
-    let writer = reflector::store::Writer::new(resource.clone());
-    let store = writer.as_reader();
-    let plural = resource.plural.clone();
-    let stream = reflector(
-        writer,
-        watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear()),
-    );
-    let task = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(error) = event {
-                tracing::warn!(resource = %plural, %error, "management cluster watch failed; retrying");
-            }
-        }
-    });
-    WatchedStore {
-        store,
-        _task: Arc::new(AbortOnDrop(task)),
-    }
+    watch_into_store(
+        api,
+        reflector::store::Writer::new(resource.clone()),
+        format!("management cluster {}", resource.plural),
+    )
 }
 
 /// Watches the workload cluster's Nodes (provider-id and node-name lookups, §4.2).
 pub fn watch_nodes(client: &Client) -> WatchedStore<K8sNode> {
-    let api: Api<K8sNode> = Api::all(client.clone());
-    let (store, writer) = reflector::store();
+    watch_into_store(
+        Api::all(client.clone()),
+        reflector::store::Writer::default(),
+        "workload cluster nodes".to_string(),
+    )
+}
+
+/// Runs a watch into `writer`'s store on a task, with kube-runtime's default backoff so a lost
+/// watch re-lists instead of ending. Managed fields are dropped: nothing reads them and they are
+/// most of an object's size.
+fn watch_into_store<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    what: String,
+) -> WatchedStore<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
+{
+    let store = writer.as_reader();
     let stream = reflector(
         writer,
         watcher(api, watcher::Config::default())
             .default_backoff()
-            .modify(|n: &mut K8sNode| n.managed_fields_mut().clear()),
+            .modify(|o: &mut K| o.managed_fields_mut().clear()),
     );
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             if let Err(error) = event {
-                tracing::warn!(%error, "workload cluster node watch failed; retrying");
+                tracing::warn!(watch = %what, %error, "watch failed; retrying");
             }
         }
     });

@@ -343,18 +343,6 @@ impl ClusterApiNodeGroup {
             tracing::warn!(machine = %name, %error, "removing the delete-machine annotation again");
         }
     }
-
-    /// The group a node belongs to, by its provider id (§10 step 3).
-    async fn group_id_of(&self, node: &Node) -> Result<Option<String>, CloudError> {
-        let id = normalize_provider_id(&node.provider_id);
-        let Some((kind, resource)) = self.shared.resource_for_id(id)? else {
-            return Ok(None);
-        };
-        if scalable::is_paused(&resource) {
-            return Ok(None);
-        }
-        Ok(Some(scalable::group_id(kind, &resource)))
-    }
 }
 
 /// Which bound a replica write is checked against.
@@ -364,13 +352,9 @@ enum SizeChange {
     Decrease,
 }
 
-/// A Kubernetes API error as a provider error, keeping "not found" recognisable.
+/// A Kubernetes API error as a provider error, saying what was being done.
 fn api_error(doing: &str, error: kube::Error) -> CloudError {
     CloudError::Provider(format!("{doing}: {error}"))
-}
-
-fn is_not_found(error: &CloudError) -> bool {
-    matches!(error, CloudError::Provider(m) if m.contains("NotFound") || m.contains("not found"))
 }
 
 #[async_trait]
@@ -425,22 +409,26 @@ impl NodeGroup for ClusterApiNodeGroup {
         }
         let mut to_delete = Vec::with_capacity(nodes.len());
         for node in nodes {
-            match self.group_id_of(node).await {
-                Err(error) if is_not_found(&error) => continue,
-                Err(error) => return Err(error),
-                Ok(None) => {
+            // §10 step 3 skips a node whose lookup answers "not found"; lookups here read the
+            // watch caches, where an absent object is `Ok(None)`, never an error.
+            let group = self
+                .shared
+                .active_resource(&node.provider_id)?
+                .map(|(kind, resource)| scalable::group_id(kind, &resource));
+            match group {
+                None => {
                     return Err(CloudError::InvalidRequest(format!(
                         "no node group found for node {}",
                         node.provider_id
                     )));
                 }
-                Ok(Some(id)) if id != self.id => {
+                Some(id) if id != self.id => {
                     return Err(CloudError::InvalidRequest(format!(
                         "node {} doesn't belong to node group {}",
                         node.provider_id, self.id
                     )));
                 }
-                Ok(Some(_)) => to_delete.push(node),
+                Some(_) => to_delete.push(node),
             }
         }
         if replicas - (to_delete.len() as i64) < self.min as i64 {

@@ -351,6 +351,19 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// §7.2 without building the group: the unpaused scalable resource behind a node's provider
+    /// id (normalised here), `None` when the node is not autoscaled.
+    pub(crate) fn active_resource(
+        &self,
+        provider_id: &str,
+    ) -> Result<Option<(ScalableKind, Arc<DynamicObject>)>, CloudError> {
+        Ok(self
+            .resource_for_id(normalize_provider_id(provider_id))?
+            .filter(|(_, resource)| !scalable::is_paused(resource)))
+    }
+}
+
 /// `spec.providerID` of a Machine, when set and non-empty.
 pub(crate) fn machine_provider_id(machine: &DynamicObject) -> Option<&str> {
     machine.data["spec"]["providerID"]
@@ -364,33 +377,6 @@ pub(crate) fn provider_id_list(pool: &DynamicObject) -> Vec<&str> {
         .as_array()
         .map(|ids| ids.iter().filter_map(|v| v.as_str()).collect())
         .unwrap_or_default()
-}
-
-impl ClusterApiProvider {
-    /// §6.3: the node group of a resource, `None` when it does not participate. A bad annotation
-    /// is reported on the object and skips this resource only.
-    async fn build_group(
-        &self,
-        kind: ScalableKind,
-        object: Arc<DynamicObject>,
-    ) -> Result<Option<ClusterApiNodeGroup>, CloudError> {
-        ClusterApiNodeGroup::build(Arc::clone(&self.shared), kind, object).await
-    }
-
-    /// §7.2 for a node, without the paused check's short-cut spelled twice.
-    async fn group_for_provider_id(
-        &self,
-        provider_id: &str,
-    ) -> Result<Option<ClusterApiNodeGroup>, CloudError> {
-        let id = normalize_provider_id(provider_id);
-        let Some((kind, resource)) = self.shared.resource_for_id(id)? else {
-            return Ok(None);
-        };
-        if scalable::is_paused(&resource) {
-            return Ok(None);
-        }
-        self.build_group(kind, resource).await
-    }
 }
 
 #[async_trait]
@@ -432,7 +418,9 @@ impl CloudProvider for ClusterApiProvider {
                 }
                 // A resource that cannot be built was reported on the object; the others
                 // keep working (the deliberate difference from quirk Q1).
-                if let Ok(Some(group)) = self.build_group(kind, object).await {
+                if let Ok(Some(group)) =
+                    ClusterApiNodeGroup::build(Arc::clone(&self.shared), kind, object).await
+                {
                     groups.push(Arc::new(group));
                 }
             }
@@ -444,16 +432,25 @@ impl CloudProvider for ClusterApiProvider {
         &self,
         node: &Node,
     ) -> Result<Option<Arc<dyn NodeGroup>>, CloudError> {
-        Ok(self
-            .group_for_provider_id(&node.provider_id)
-            .await
-            .map_err(|e| {
-                CloudError::Provider(format!(
-                    "failed to build nodegroup for node {}: {e}",
-                    node.name
-                ))
-            })?
-            .map(|g| Arc::new(g) as Arc<dyn NodeGroup>))
+        let failed = |e: CloudError| {
+            CloudError::Provider(format!(
+                "failed to build nodegroup for node {}: {e}",
+                node.name
+            ))
+        };
+        let Some((kind, resource)) = self
+            .shared
+            .active_resource(&node.provider_id)
+            .map_err(failed)?
+        else {
+            return Ok(None);
+        };
+        Ok(
+            ClusterApiNodeGroup::build(Arc::clone(&self.shared), kind, resource)
+                .await
+                .map_err(failed)?
+                .map(|g| Arc::new(g) as Arc<dyn NodeGroup>),
+        )
     }
 
     /// §7.4 (quirk Q11 kept): the Machine named by the node's annotations.
