@@ -607,6 +607,29 @@ impl ScalableResource {
     }
 }
 
+impl ScalableResource {
+    /// Creates this resource as a MachineDeployment, MachineSet or MachinePool (`kind`).
+    pub async fn create(
+        &self,
+        client: &Client,
+        kind: ClusterApiKind,
+    ) -> Result<DynamicObject, ClusterApiError> {
+        let object = match kind {
+            ClusterApiKind::MachineDeployment => self.machine_deployment(),
+            ClusterApiKind::MachineSet => self.machine_set(),
+            ClusterApiKind::MachinePool => self.machine_pool(),
+            other => {
+                return Err(ClusterApiError::Manifest {
+                    source_name: format!("{} {}/{}", other.kind(), self.namespace, self.name),
+                    problem: "a ScalableResource is a MachineDeployment, MachineSet or MachinePool"
+                        .to_owned(),
+                });
+            }
+        };
+        create_object(client, &self.api, kind, &object).await
+    }
+}
+
 /// Creates a Cluster API object built by [`ScalableResource`] (or by hand) in its namespace.
 pub async fn create_object(
     client: &Client,

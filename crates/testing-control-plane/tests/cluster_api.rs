@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use ferroscale_testing_control_plane::cluster_api::{
     CLUSTER_API_GROUP, FAIL_PROVISIONING_ANNOTATION, OMIT_PROVIDER_ID_ANNOTATION,
-    PROVISIONING_DELAY_ANNOTATION, REVISION_ANNOTATION, create_object,
-    create_test_machine_template, describe_machines,
+    PROVISIONING_DELAY_ANNOTATION, REVISION_ANNOTATION, create_test_machine_template,
+    describe_machines,
 };
 use ferroscale_testing_control_plane::{
     ClusterApi, ClusterApiKind, ControlPlane, MachineController, Options, ScalableResource,
@@ -81,14 +81,10 @@ async fn the_real_crds_are_served_under_their_own_group_and_a_renamed_one() {
         let resource = ScalableResource::new(&api, "default", "md-0")
             .replicas(2)
             .size_limits(1, 5);
-        create_object(
-            &client,
-            &api,
-            ClusterApiKind::MachineDeployment,
-            &resource.machine_deployment(),
-        )
-        .await
-        .expect("create a MachineDeployment");
+        resource
+            .create(&client, ClusterApiKind::MachineDeployment)
+            .await
+            .expect("create a MachineDeployment");
         let deployments = api.namespaced(&client, ClusterApiKind::MachineDeployment, "default");
         let scale = deployments.get_scale("md-0").await.expect("read the scale");
         assert_eq!(scale.spec.and_then(|spec| spec.replicas), Some(2));
@@ -243,14 +239,10 @@ async fn a_machine_deployment_scales_machines_and_kwok_nodes_and_a_pool_follows_
         .size_limits(0, 5)
         .capacity("2", "8Gi")
         .node_label("pool", "general");
-    create_object(
-        &client,
-        &api,
-        ClusterApiKind::MachineDeployment,
-        &deployment.machine_deployment(),
-    )
-    .await
-    .expect("create the MachineDeployment");
+    deployment
+        .create(&client, ClusterApiKind::MachineDeployment)
+        .await
+        .expect("create the MachineDeployment");
     let selector = deployment.label_selector();
 
     // 0 → 3: Machines with provider IDs, their Nodes Ready with the annotated capacity.
@@ -376,14 +368,9 @@ async fn a_machine_deployment_scales_machines_and_kwok_nodes_and_a_pool_follows_
         .replicas(2)
         .size_limits(0, 4)
         .node_label("pool", "pooled");
-    create_object(
-        &client,
-        &api,
-        ClusterApiKind::MachinePool,
-        &pool.machine_pool(),
-    )
-    .await
-    .expect("create the MachinePool");
+    pool.create(&client, ClusterApiKind::MachinePool)
+        .await
+        .expect("create the MachinePool");
     let pools = api.namespaced(&client, ClusterApiKind::MachinePool, "default");
     for replicas in [2_usize, 1] {
         if replicas == 1 {
@@ -439,14 +426,9 @@ async fn machines_in_a_management_cluster_get_nodes_in_a_workload_cluster_under_
         .replicas(1)
         .annotation(PROVISIONING_DELAY_ANNOTATION, "3s")
         .annotation(OMIT_PROVIDER_ID_ANNOTATION, "true");
-    create_object(
-        &management,
-        &api,
-        ClusterApiKind::MachineSet,
-        &slow.machine_set(),
-    )
-    .await
-    .expect("create the slow MachineSet");
+    slow.create(&management, ClusterApiKind::MachineSet)
+        .await
+        .expect("create the slow MachineSet");
     let slow_selector = slow.label_selector();
     eventually(
         "the slow Machine is seen provisioning, without a Node",
@@ -504,14 +486,10 @@ async fn machines_in_a_management_cluster_get_nodes_in_a_workload_cluster_under_
     let failing = ScalableResource::new(&api, "default", "ms-failing")
         .replicas(1)
         .annotation(FAIL_PROVISIONING_ANNOTATION, "no capacity in zone-a");
-    create_object(
-        &management,
-        &api,
-        ClusterApiKind::MachineSet,
-        &failing.machine_set(),
-    )
-    .await
-    .expect("create the failing MachineSet");
+    failing
+        .create(&management, ClusterApiKind::MachineSet)
+        .await
+        .expect("create the failing MachineSet");
     let failing_selector = failing.label_selector();
     let failed = eventually("the failing Machine is Failed with its message", || {
         let machines = machines.clone();

@@ -6,8 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ferroscale_testing_control_plane::cluster_api::{
-    ClusterApi, ClusterApiKind, MachineController, ScalableResource, create_object,
-    install_cluster_api_crds,
+    ClusterApi, ClusterApiKind, MachineController, ScalableResource, install_cluster_api_crds,
 };
 use ferroscale_testing_control_plane::{ControlPlane, Options};
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -59,14 +58,10 @@ async fn create_namespace(client: &Client, name: &str) {
 async fn create_machine_deployment(client: &Client, resource: ScalableResource) {
     let mut resource = resource.capacity("4", "16Gi");
     resource.node_labels = BTreeMap::from([("pool".to_string(), "general".to_string())]);
-    create_object(
-        client,
-        &resource.api.clone(),
-        ClusterApiKind::MachineDeployment,
-        &resource.machine_deployment(),
-    )
-    .await
-    .expect("create the MachineDeployment");
+    resource
+        .create(client, ClusterApiKind::MachineDeployment)
+        .await
+        .expect("create the MachineDeployment");
 }
 
 async fn replicas(client: &Client, api: &ClusterApi, namespace: &str, name: &str) -> i64 {

@@ -53,14 +53,10 @@ async fn c02_c03_c04_c05_version_discovery_served_kinds_and_a_renamed_group() {
     let upstream_md = ScalableResource::new(&upstream, "default", "md-upstream")
         .replicas(1)
         .size_limits(1, 5);
-    create_object(
-        &client,
-        &upstream,
-        ClusterApiKind::MachineDeployment,
-        &upstream_md.machine_deployment(),
-    )
-    .await
-    .expect("create md-upstream");
+    upstream_md
+        .create(&client, ClusterApiKind::MachineDeployment)
+        .await
+        .expect("create md-upstream");
 
     // §4.1: without CAPI_VERSION the preferred version; MachineDeployments and MachinePools
     // are served by the real CRDs, so both are watched.
@@ -118,14 +114,10 @@ async fn c02_c03_c04_c05_version_discovery_served_kinds_and_a_renamed_group() {
         &paused_group_key,
         &upstream_keys,
     ] {
-        create_object(
-            &client,
-            &renamed,
-            ClusterApiKind::MachineDeployment,
-            &resource.machine_deployment(),
-        )
-        .await
-        .expect("create a MachineDeployment under test.k8s.io");
+        resource
+            .create(&client, ClusterApiKind::MachineDeployment)
+            .await
+            .expect("create a MachineDeployment under test.k8s.io");
     }
     let controller = MachineController::start(
         client.clone(),
@@ -232,14 +224,10 @@ async fn c11_c13_c16_c18_c19_node_groups_from_real_objects_with_discovery_filter
         .replicas(2)
         .size_limits(1, 10);
     md_a.labels.insert("color".into(), "green".into());
-    let md_a = create_object(
-        &client,
-        &api,
-        ClusterApiKind::MachineDeployment,
-        &md_a.machine_deployment(),
-    )
-    .await
-    .expect("create md-a");
+    let md_a = md_a
+        .create(&client, ClusterApiKind::MachineDeployment)
+        .await
+        .expect("create md-a");
     // md-a's MachineSet, with size annotations of its own: still not a group (18).
     let mut owned = ScalableResource::new(&api, "default", "ms-owned")
         .replicas(2)
@@ -280,37 +268,24 @@ async fn c11_c13_c16_c18_c19_node_groups_from_real_objects_with_discovery_filter
         },
     ];
     for resource in &deployments {
-        create_object(
-            &client,
-            &api,
-            ClusterApiKind::MachineDeployment,
-            &resource.machine_deployment(),
-        )
-        .await
-        .expect("create a MachineDeployment");
+        resource
+            .create(&client, ClusterApiKind::MachineDeployment)
+            .await
+            .expect("create a MachineDeployment");
     }
     let equal = ScalableResource::new(&api, "default", "ms-equal")
         .replicas(2)
         .size_limits(2, 2);
-    create_object(
-        &client,
-        &api,
-        ClusterApiKind::MachineSet,
-        &equal.machine_set(),
-    )
-    .await
-    .expect("create ms-equal");
+    equal
+        .create(&client, ClusterApiKind::MachineSet)
+        .await
+        .expect("create ms-equal");
     let pool = ScalableResource::new(&api, "default", "mp-0")
         .replicas(1)
         .size_limits(1, 4);
-    create_object(
-        &client,
-        &api,
-        ClusterApiKind::MachinePool,
-        &pool.machine_pool(),
-    )
-    .await
-    .expect("create mp-0");
+    pool.create(&client, ClusterApiKind::MachinePool)
+        .await
+        .expect("create mp-0");
 
     let all = [
         "MachineDeployment/blue/md-blue",
@@ -422,14 +397,10 @@ async fn c19_c22_c32_nodes_map_to_groups_and_machines_report_their_state() {
     let deployment = ScalableResource::new(&api, "default", "md-map")
         .replicas(1)
         .size_limits(1, 5);
-    create_object(
-        &client,
-        &api,
-        ClusterApiKind::MachineDeployment,
-        &deployment.machine_deployment(),
-    )
-    .await
-    .expect("create md-map");
+    deployment
+        .create(&client, ClusterApiKind::MachineDeployment)
+        .await
+        .expect("create md-map");
     let solo = ScalableResource::new(&api, "default", "ms-solo")
         .replicas(1)
         .size_limits(1, 5);
@@ -454,26 +425,17 @@ async fn c19_c22_c32_nodes_map_to_groups_and_machines_report_their_state() {
         .size_limits(0, 5)
         .capacity("2", "8Gi");
     for resource in [&solo, &no_id, &paused, &slow, &failing, &deleting] {
-        create_object(
-            &client,
-            &api,
-            ClusterApiKind::MachineSet,
-            &resource.machine_set(),
-        )
-        .await
-        .expect("create a MachineSet");
+        resource
+            .create(&client, ClusterApiKind::MachineSet)
+            .await
+            .expect("create a MachineSet");
     }
     let pool = ScalableResource::new(&api, "default", "mp-0")
         .replicas(2)
         .size_limits(1, 5);
-    create_object(
-        &client,
-        &api,
-        ClusterApiKind::MachinePool,
-        &pool.machine_pool(),
-    )
-    .await
-    .expect("create mp-0");
+    pool.create(&client, ClusterApiKind::MachinePool)
+        .await
+        .expect("create mp-0");
     // A Machine with a provider id that no MachineSet owns (25).
     let mut orphan = ScalableResource::new(&api, "default", "orphan").machine_set();
     orphan["kind"] = json!("Machine");
@@ -711,38 +673,25 @@ async fn c33_c43_sizes_through_the_scale_subresource_and_the_delete_machine_prot
         .replicas(3)
         .size_limits(1, 5);
     for resource in [&sized, &deleted, &other, &over] {
-        create_object(
-            &client,
-            &api,
-            ClusterApiKind::MachineDeployment,
-            &resource.machine_deployment(),
-        )
-        .await
-        .expect("create a MachineDeployment");
+        resource
+            .create(&client, ClusterApiKind::MachineDeployment)
+            .await
+            .expect("create a MachineDeployment");
     }
     let pending = ScalableResource::new(&api, "default", "ms-pending")
         .replicas(2)
         .size_limits(0, 5)
         .annotation(PROVISIONING_DELAY_ANNOTATION, "3600s");
-    create_object(
-        &client,
-        &api,
-        ClusterApiKind::MachineSet,
-        &pending.machine_set(),
-    )
-    .await
-    .expect("create ms-pending");
+    pending
+        .create(&client, ClusterApiKind::MachineSet)
+        .await
+        .expect("create ms-pending");
     let pool = ScalableResource::new(&api, "default", "mp-0")
         .replicas(2)
         .size_limits(1, 5);
-    create_object(
-        &client,
-        &api,
-        ClusterApiKind::MachinePool,
-        &pool.machine_pool(),
-    )
-    .await
-    .expect("create mp-0");
+    pool.create(&client, ClusterApiKind::MachinePool)
+        .await
+        .expect("create mp-0");
     let controller =
         MachineController::start(client.clone(), client.clone(), &api.group, &api.version)
             .await
@@ -1058,28 +1007,20 @@ async fn c17_c44_c47_c48_c57_scale_from_zero_capacity_sources_and_the_rollout_ve
         ScalableResource::new(&api, "default", "md-nothing").size_limits(0, 5),
     ];
     for resource in &zero_groups {
-        create_object(
-            &client,
-            &api,
-            ClusterApiKind::MachineDeployment,
-            &resource.machine_deployment(),
-        )
-        .await
-        .expect("create a MachineDeployment at zero");
+        resource
+            .create(&client, ClusterApiKind::MachineDeployment)
+            .await
+            .expect("create a MachineDeployment at zero");
     }
     // A rolling MachineDeployment: an older-revision MachineSet of it, made by hand, still has
     // a replica while the controller's new MachineSet (revision 2) has the other.
     let rolling = ScalableResource::new(&api, "default", "md-rolling")
         .replicas(1)
         .size_limits(1, 5);
-    let rolling_md = create_object(
-        &client,
-        &api,
-        ClusterApiKind::MachineDeployment,
-        &rolling.machine_deployment(),
-    )
-    .await
-    .expect("create md-rolling");
+    let rolling_md = rolling
+        .create(&client, ClusterApiKind::MachineDeployment)
+        .await
+        .expect("create md-rolling");
     let mut old_set = rolling.machine_set();
     old_set["metadata"]["name"] = json!("md-rolling-old");
     old_set["metadata"]["labels"] = json!({ DEPLOYMENT_NAME_LABEL: "md-rolling" });
@@ -1260,14 +1201,10 @@ async fn c38_a_refused_scale_patch_rolls_the_mark_back_with_separate_management_
     let deployment = ScalableResource::new(&api, "default", "md-0")
         .replicas(2)
         .size_limits(1, 5);
-    create_object(
-        &management,
-        &api,
-        ClusterApiKind::MachineDeployment,
-        &deployment.machine_deployment(),
-    )
-    .await
-    .expect("create md-0");
+    deployment
+        .create(&management, ClusterApiKind::MachineDeployment)
+        .await
+        .expect("create md-0");
     let controller = MachineController::start(
         management.clone(),
         workload.clone(),
