@@ -1,5 +1,6 @@
-//! Synthetic clusters for the scale-up benchmarks, shared with the simulator's and the CLI's
-//! stress runs (cargo feature `bench-fixtures`).
+//! Synthetic clusters for the scale-up benchmarks (`crates/core/benches`) and the tests that keep
+//! them honest (`crates/core/tests/bench_fixtures.rs`); compiled only with the cargo feature
+//! `bench-fixtures`, which nothing outside this crate's benches and tests turns on.
 //!
 //! Every fixture is deterministic: same arguments, same cluster. Pods belong to ReplicaSets so that
 //! equivalence groups form as they would in a real cluster.

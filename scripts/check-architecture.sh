@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Checks the crate dependency rules that ARCHITECTURE.md states, on the resolved dependency graph
+# (`cargo tree`, normal dependencies only: dev-dependencies may pull in anything a test needs).
+# It fails, naming the crate and the forbidden dependency, when a rule is broken, so the layering
+# cannot drift silently. Needs nothing but cargo; builds nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+failures=0
+
+# The transitive normal dependencies of a workspace crate, one package name per line.
+dependencies_of() {
+  cargo tree --locked -p "$1" -e normal --prefix none -f '{p}' 2>/dev/null |
+    awk '{print $1}' | sort -u
+}
+
+# forbid CRATE REASON DEP... : none of DEP may be among CRATE's transitive normal dependencies.
+forbid() {
+  local crate=$1 reason=$2
+  shift 2
+  local deps
+  deps=$(dependencies_of "$crate") || {
+    echo "check-architecture: cargo tree failed for $crate" >&2
+    exit 1
+  }
+  [ -n "$deps" ] || { echo "check-architecture: no dependency graph for $crate" >&2; exit 1; }
+  local dep
+  for dep in "$@"; do
+    if grep -qx -- "$dep" <<<"$deps"; then
+      echo "check-architecture: $crate depends on $dep, but $reason" >&2
+      failures=$((failures + 1))
+    fi
+  done
+}
+
+# I/O and runtime crates that the pure layers must never reach, directly or through another crate.
+io_crates=(tokio mio kube kube-client kube-runtime tonic hyper reqwest tower prometheus tracing-subscriber)
+# The crates above the pure layers, in the order of ARCHITECTURE.md's picture.
+upper_workspace_crates=(ferroscale ferroscale-sim ferroscale-kube ferroscale-metrics
+  ferroscale-externalgrpc-sdk ferroscale-externalgrpc-proto ferroscale-provider-kwok
+  ferroscale-provider-externalgrpc ferroscale-provider-clusterapi ferroscale-provider-exoscale
+  ferroscale-testing-control-plane ferroscale-testing-exoscale)
+
+forbid ferroscale-model "the model is pure (thiserror only)" "${io_crates[@]}" \
+  ferroscale-scheduling ferroscale-core ferroscale-objects k8s-openapi serde_yaml_ng
+forbid ferroscale-scheduling "scheduling is pure and knows no node groups" "${io_crates[@]}" \
+  ferroscale-core ferroscale-objects "${upper_workspace_crates[@]}"
+forbid ferroscale-core "Decide never performs I/O (core knows only its two async contracts)" \
+  "${io_crates[@]}" k8s-openapi ferroscale-objects "${upper_workspace_crates[@]}"
+forbid ferroscale-objects "converting objects is pure" "${io_crates[@]}" \
+  ferroscale-core "${upper_workspace_crates[@]}"
+forbid ferroscale-sim "the simulator never waits on a wall clock or the network" "${io_crates[@]}" \
+  ferroscale-kube ferroscale-metrics ferroscale-provider-kwok ferroscale-provider-externalgrpc \
+  ferroscale-provider-clusterapi ferroscale-provider-exoscale ferroscale
+forbid ferroscale-kube "the kube layer decides nothing of a provider's or the simulator's" \
+  ferroscale-sim ferroscale-provider-kwok ferroscale-provider-externalgrpc \
+  ferroscale-provider-clusterapi ferroscale-provider-exoscale tonic ferroscale
+forbid ferroscale-externalgrpc-proto "the wire contract performs no Kubernetes I/O" \
+  kube kube-client kube-runtime ferroscale-core ferroscale
+for provider in ferroscale-provider-kwok ferroscale-provider-externalgrpc \
+  ferroscale-provider-clusterapi ferroscale-provider-exoscale; do
+  forbid "$provider" "providers sit below the binary and beside each other" ferroscale ferroscale-sim \
+    $(printf '%s\n' ferroscale-provider-kwok ferroscale-provider-externalgrpc \
+      ferroscale-provider-clusterapi ferroscale-provider-exoscale | grep -vx "$provider")
+done
+
+if [ "$failures" -gt 0 ]; then
+  echo "check-architecture: $failures rule(s) broken; see ARCHITECTURE.md (Code map)" >&2
+  exit 1
+fi
+echo "check-architecture: the crate dependency rules of ARCHITECTURE.md hold"
