@@ -1,6 +1,6 @@
-//! Node-group backoff (spec 2.11): after a failed scale-up a group is left alone for a while, longer
-//! after each repeated failure, so the engine tries other groups instead of hammering a cloud that
-//! is out of capacity.
+//! Node-group backoff (docs/behaviour.md SU-40–SU-42): after a failed scale-up a group is left
+//! alone for a while, longer after each repeated failure, so the engine tries other groups instead
+//! of hammering a cloud that is out of capacity.
 //!
 //! Keyed by group id. The first failure backs off for the initial duration; a failure after the
 //! previous backoff expired doubles it (capped); a failure while still backed off keeps the current
@@ -153,6 +153,7 @@ mod tests {
         Timestamp::from_secs(minutes * MIN)
     }
 
+    /// docs/behaviour.md SU-40.
     #[test]
     fn s40_first_failure_backs_off_for_five_minutes() {
         let mut b = NodeGroupBackoff::default();
@@ -166,6 +167,7 @@ mod tests {
         );
     }
 
+    /// docs/behaviour.md SU-41.
     #[test]
     fn s41_failures_after_expiry_double_up_to_thirty_minutes() {
         let mut b = NodeGroupBackoff::default();
@@ -199,6 +201,7 @@ mod tests {
         );
     }
 
+    /// docs/behaviour.md SU-42.
     #[test]
     fn s42_no_failure_for_three_hours_resets_to_five_minutes() {
         let mut b = NodeGroupBackoff::default();

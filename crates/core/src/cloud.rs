@@ -1,4 +1,5 @@
-//! The cloud provider contract: what the engine asks of any cloud (section 7 of the core spec).
+//! The cloud provider contract: what the engine asks of any cloud (docs/behaviour.md CP-101,
+//! CP-102).
 //!
 //! Methods that talk to the cloud are async. Optional methods have default bodies returning
 //! [`CloudError::NotImplemented`]; the engine falls back as upstream does. Gather code calls this

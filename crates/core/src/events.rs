@@ -81,7 +81,7 @@ pub mod reasons {
     pub const PRIORITY_CONFIG_MAP_NOT_MATCHED_GROUP: &str = "PriorityConfigMapNotMatchedGroup";
     pub const PRIORITY_CONFIG_MAP_NO_GROUP_MATCHED: &str = "PriorityConfigMapNoGroupMatched";
 
-    // Scale-down, cluster state and the loop (spec 5.2).
+    // Scale-down, cluster state and the loop (docs/behaviour.md OBS-102).
     pub const SCALE_DOWN: &str = "ScaleDown";
     pub const SCALE_DOWN_EMPTY: &str = "ScaleDownEmpty";
     pub const SCALE_DOWN_FAILED: &str = "ScaleDownFailed";

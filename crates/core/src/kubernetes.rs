@@ -15,7 +15,8 @@ use thiserror::Error;
 use crate::events::Event;
 
 /// A workload controller that exists in the cluster, as Gather saw it. Drain rules need to know
-/// whether a pod's controller still exists and how many replicas it wants (spec 3.4).
+/// whether a pod's controller still exists and how many replicas it wants (docs/behaviour.md SD-76,
+/// SD-106).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkloadController {
     /// `ReplicationController`, `ReplicaSet`, `Job`, `StatefulSet` or `DaemonSet`.
@@ -43,7 +44,8 @@ pub struct ClusterObjects {
     pub priority_expander_config: Option<String>,
 }
 
-/// The status ConfigMap as it is written (spec 4.9): `data.status` already rendered to YAML.
+/// The status ConfigMap as it is written (docs/behaviour.md ST-101): `data.status` already rendered
+/// to YAML.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusConfigMap {
     pub namespace: String,
@@ -93,8 +95,8 @@ pub enum EvictionError {
 /// What the engine reads from and writes to the Kubernetes API.
 ///
 /// Writes are few and targeted: taints (and cordoning) on nodes, evictions, events and the status
-/// ConfigMap. The engine never deletes Node objects (spec 3.8): that is the cloud node
-/// controller's job once the instance is gone.
+/// ConfigMap. The engine never deletes Node objects (docs/behaviour.md SD-93): that is the cloud
+/// node controller's job once the instance is gone.
 #[async_trait]
 pub trait ClusterApi: Send + Sync {
     /// Reads everything one loop needs.

@@ -109,15 +109,15 @@ pub struct GpuLimit {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AutoscalingOptions {
     // --- scale-up ---
-    /// `expander`: the chain of expanders, applied in order (2.7).
+    /// `expander`: the chain of expanders, applied in order (docs/behaviour.md SU-33).
     pub expander: Vec<ExpanderName>,
     /// `expendable-pods-priority-cutoff`: pods with a priority strictly below never trigger scale-up.
     pub expendable_pods_priority_cutoff: i32,
     /// `new-pod-scale-up-delay`: minimum pod age before it may trigger a scale-up.
     pub new_pod_scale_up_delay: Duration,
     /// While every pending pod is younger than this, scale-up waits for the rest of the burst
-    /// (spec 2.1: 2 s upstream, the default). Not a flag of its own: `ferroscale run` sets it from
-    /// `--unschedulable-pods-batching-window` when loops are event-driven.
+    /// (docs/behaviour.md SU-09: 2 s upstream, the default). Not a flag of its own: `ferroscale
+    /// run` sets it from `--unschedulable-pods-batching-window` when loops are event-driven.
     pub new_pods_window: Duration,
     /// `max-nodes-total`: cluster node cap, 0 = none.
     pub max_nodes_total: usize,
@@ -743,6 +743,7 @@ mod tests {
         assert!(o.validate().is_ok());
     }
 
+    /// docs/behaviour.md SU-34.
     #[test]
     fn s34_random_followed_by_another_expander_is_refused() {
         let err = set("expander", "random,most-pods").unwrap_err();

@@ -1,6 +1,7 @@
-//! Cluster-state behaviour (spec section 4) and the section 9 statements it covers: readiness and
-//! node classification, unregistered and failed instances, scale-up timeouts, incorrect sizes,
-//! health, and the content of the status ConfigMap.
+//! Cluster-state behaviour (docs/behaviour.md, "Cluster state and health" and "Status ConfigMap"):
+//! readiness and node classification, unregistered and failed instances, scale-up timeouts,
+//! incorrect sizes, health, and the content of the status ConfigMap. A test named `sNN_` checks
+//! the statement numbered NN there (`s64_` checks CS-64).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -113,6 +114,7 @@ fn default_world() -> World {
     World::new(AutoscalingOptions::default())
 }
 
+/// docs/behaviour.md CS-43.
 #[test]
 fn s43_instance_failing_with_out_of_resources_backs_off_and_is_deleted() {
     let mut w = default_world();
@@ -174,6 +176,7 @@ fn s43_instance_failing_with_out_of_resources_backs_off_and_is_deleted() {
     assert_eq!(report.failed_instances_to_delete.len(), 1);
 }
 
+/// Checks docs/behaviour.md CS-43.
 #[test]
 fn failures_of_every_requested_node_end_the_request() {
     let mut w = default_world();
@@ -201,6 +204,7 @@ fn failures_of_every_requested_node_end_the_request() {
     );
 }
 
+/// docs/behaviour.md CS-45, SU-28.
 #[test]
 fn s45_s28_requested_nodes_that_never_register_time_out() {
     let mut w = default_world();
@@ -243,6 +247,7 @@ fn s45_s28_requested_nodes_that_never_register_time_out() {
     assert!(!w.registry.is_scaling_up("g"));
 }
 
+/// Checks docs/behaviour.md CS-104.
 #[test]
 fn request_completes_when_the_nodes_are_ready() {
     let mut w = default_world();
@@ -269,6 +274,7 @@ fn request_completes_when_the_nodes_are_ready() {
     assert!(report.timed_out_scale_ups.is_empty());
 }
 
+/// Checks docs/behaviour.md CS-104.
 #[test]
 fn upcoming_counts_only_with_a_request_and_without_backoff() {
     let nodes = [node("g-1", at(0), true), node("g-2", at(9), false)];
@@ -303,6 +309,7 @@ fn upcoming_counts_only_with_a_request_and_without_backoff() {
     );
 }
 
+/// Checks docs/behaviour.md CS-105.
 #[test]
 fn unregistered_instances_become_long_unregistered_after_max_provision_time() {
     let mut w = default_world();
@@ -347,6 +354,7 @@ fn unregistered_instances_become_long_unregistered_after_max_provision_time() {
     assert_eq!(report.group("g").unwrap().counts.unregistered, 1);
 }
 
+/// Checks docs/behaviour.md CS-105.
 #[test]
 fn group_max_provision_time_overrides_the_flag() {
     let mut w = default_world();
@@ -361,6 +369,7 @@ fn group_max_provision_time_overrides_the_flag() {
     assert_eq!(report.group("g").unwrap().counts.long_unregistered, 1);
 }
 
+/// docs/behaviour.md CS-46.
 #[test]
 fn s46_long_unregistered_instance_at_min_size_is_kept_unless_forced() {
     let obs = || observe(group("g", 1, 5, 1), &[], vec![creating("g-1")]);
@@ -384,6 +393,7 @@ fn s46_long_unregistered_instance_at_min_size_is_kept_unless_forced() {
     assert!(report.long_unregistered_to_delete[0].force);
 }
 
+/// Checks docs/behaviour.md CS-105.
 #[test]
 fn long_unregistered_deletions_are_capped_at_target_minus_min() {
     let obs = || {
@@ -399,6 +409,7 @@ fn long_unregistered_deletions_are_capped_at_target_minus_min() {
     assert_eq!(report.long_unregistered_to_delete.len(), 2);
 }
 
+/// docs/behaviour.md CS-47.
 #[test]
 fn s47_target_above_instances_for_longer_than_provision_time_is_decreased() {
     let nodes: Vec<_> = (1..=3)
@@ -414,6 +425,7 @@ fn s47_target_above_instances_for_longer_than_provision_time_is_decreased() {
     assert_eq!(report.incorrect_sizes_to_fix[0].delta, -2);
 }
 
+/// Checks docs/behaviour.md CS-47.
 #[test]
 fn incorrect_size_clock_restarts_when_the_numbers_change() {
     let nodes: Vec<_> = (1..=3)
@@ -435,6 +447,7 @@ fn incorrect_size_clock_restarts_when_the_numbers_change() {
     assert!(report.incorrect_sizes_to_fix.is_empty());
 }
 
+/// Checks docs/behaviour.md CS-47.
 #[test]
 fn more_registered_nodes_than_target_is_never_fixed_by_decreasing() {
     let nodes: Vec<_> = (1..=3)
@@ -452,6 +465,7 @@ fn cluster_with_unready(total: usize, unready: usize) -> Vec<Arc<Node>> {
         .collect()
 }
 
+/// docs/behaviour.md CS-64.
 #[test]
 fn s64_ten_unready_of_twenty_is_unhealthy() {
     let mut w = default_world();
@@ -465,6 +479,7 @@ fn s64_ten_unready_of_twenty_is_unhealthy() {
     assert!(event.message.contains("10 of 20"), "{}", event.message);
 }
 
+/// docs/behaviour.md CS-65.
 #[test]
 fn s65_three_unready_of_four_is_still_healthy() {
     let mut w = default_world();
@@ -486,6 +501,7 @@ fn s65_three_unready_of_four_is_still_healthy() {
     );
 }
 
+/// Checks docs/behaviour.md CS-65.
 #[test]
 fn not_started_nodes_do_not_count_as_unready_for_health() {
     let mut w = default_world();
@@ -504,6 +520,7 @@ fn not_started_nodes_do_not_count_as_unready_for_health() {
     assert!(!report.cluster_healthy);
 }
 
+/// Checks docs/behaviour.md CS-102.
 #[test]
 fn startup_tainted_nodes_start_then_turn_unready_while_status_taints_stay_ready() {
     let mut options = AutoscalingOptions::default();
@@ -533,6 +550,7 @@ fn startup_tainted_nodes_start_then_turn_unready_while_status_taints_stay_ready(
     );
 }
 
+/// Checks docs/behaviour.md CS-102.
 #[test]
 fn gpu_nodes_without_gpus_are_resource_unready() {
     let options = AutoscalingOptions::default();
@@ -564,6 +582,7 @@ fn gpu_nodes_without_gpus_are_resource_unready() {
     );
 }
 
+/// Checks docs/behaviour.md SD-111.
 #[test]
 fn nodes_without_an_instance_or_with_the_deletion_taint_are_being_deleted() {
     let mut w = default_world();
@@ -585,6 +604,7 @@ fn nodes_without_an_instance_or_with_the_deletion_taint_are_being_deleted() {
     assert_eq!((counts.ready, counts.being_deleted), (1, 1));
 }
 
+/// Checks docs/behaviour.md CS-65.
 #[test]
 fn suspended_nodes_are_counted_apart_and_are_not_unready() {
     let mut w = default_world();
@@ -602,6 +622,7 @@ fn suspended_nodes_are_counted_apart_and_are_not_unready() {
     assert!(report.cluster_healthy);
 }
 
+/// Checks docs/behaviour.md CS-106.
 #[test]
 fn group_health() {
     let mut w = default_world();
@@ -631,6 +652,7 @@ fn group_health() {
     );
 }
 
+/// Checks docs/behaviour.md CS-103.
 #[test]
 fn scale_down_requests_widen_the_acceptable_maximum_for_five_minutes() {
     let mut w = default_world();
@@ -659,6 +681,7 @@ fn status(
     })
 }
 
+/// docs/behaviour.md ST-94.
 #[test]
 fn s94_status_content_after_an_iteration() {
     let mut w = default_world();
@@ -708,6 +731,7 @@ fn s94_status_content_after_an_iteration() {
     assert_eq!(g["scaleUp"]["status"].as_str(), Some("NoActivity"));
 }
 
+/// docs/behaviour.md ST-95.
 #[test]
 fn s95_backed_off_group_shows_backoff_with_the_last_error() {
     let mut w = default_world();
@@ -744,6 +768,7 @@ fn s95_backed_off_group_shows_backoff_with_the_last_error() {
     assert!(yaml.contains("errorCode: QUOTA_EXCEEDED"), "{yaml}");
 }
 
+/// Checks docs/behaviour.md ST-95.
 #[test]
 fn scale_up_status_precedence_in_progress_over_unhealthy_over_backoff() {
     let mut w = default_world();
@@ -789,6 +814,7 @@ fn scale_up_status_precedence_in_progress_over_unhealthy_over_backoff() {
     assert!(s.group("g").unwrap().scale_up.backoff_info.is_none());
 }
 
+/// docs/behaviour.md ST-96.
 #[test]
 fn s96_transition_time_changes_only_with_the_status() {
     let mut w = default_world();

@@ -402,6 +402,7 @@ fn check_plan(built: &Built, plan: &ScaleDownPlan) -> Result<(), TestCaseError> 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
+    /// Checks docs/behaviour.md SD-104.
     #[test]
     fn planned_removals_are_safe(spec in cluster_spec()) {
         let built = build(&spec);

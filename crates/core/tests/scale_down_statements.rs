@@ -1,9 +1,9 @@
-//! Behaviour statements of the core spec (section 9) about the scale-down decision, one test per
-//! statement, named after its number: eligibility 50–63 and 66, drainability 67–80, and the
-//! decide-level parts of actuation 81–92 (which nodes are chosen, how many per loop, which pods are
-//! listed for eviction, soft-taint caps, re-evaluation after a failure). Statements 64–65 (cluster
-//! health) belong to the cluster-state registry; the Act-level parts of 81–93 (tainting, eviction
-//! calls, waits, `DeleteNodes`) to the actuation layer.
+//! The scale-down statements of docs/behaviour.md about the decision, one test per statement,
+//! named after its number (`s74_` checks SD-74): eligibility SD-50–SD-63 and SD-66, drainability
+//! SD-67–SD-80, and the decide-level parts of actuation SD-81–SD-92 (which nodes are chosen, how
+//! many per loop, which pods are listed for eviction, soft-taint caps, re-evaluation after a
+//! failure). Cluster health (CS-64, CS-65) belongs to the cluster-state registry; the Act-level
+//! parts of SD-81–SD-93 (tainting, eviction calls, waits, `DeleteNodes`) to the actuation layer.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -213,6 +213,7 @@ fn candidate_with(pods: Vec<Pod>) -> Cluster {
 
 // --- Scale-down eligibility -------------------------------------------------------------
 
+/// docs/behaviour.md SD-50.
 #[test]
 fn s50_underutilized_node_is_unneeded_and_deleted_after_more_than_ten_minutes() {
     let c = candidate_with(vec![web("p1", "a", 1000, 4 * GIB)]);
@@ -240,6 +241,7 @@ fn s50_underutilized_node_is_unneeded_and_deleted_after_more_than_ten_minutes() 
     assert_eq!(removal.pods_to_evict.len(), 1);
 }
 
+/// docs/behaviour.md SD-51.
 #[test]
 fn s51_exactly_half_utilization_is_underutilized() {
     // Memory exactly half, cpu 40 %.
@@ -256,6 +258,7 @@ fn s51_exactly_half_utilization_is_underutilized() {
     );
 }
 
+/// docs/behaviour.md SD-52.
 #[test]
 fn s52_max_of_cpu_and_memory_decides() {
     // 10 % cpu, 60 % memory.
@@ -269,6 +272,7 @@ fn s52_max_of_cpu_and_memory_decides() {
     assert!((u.utilization.unwrap().value - 0.6).abs() < 1e-6);
 }
 
+/// docs/behaviour.md SD-53.
 #[test]
 fn s53_ignore_daemonsets_utilization_removes_them_from_both_sides() {
     // DaemonSet 1 CPU + web 1.5 CPU on 4 CPUs.
@@ -287,6 +291,7 @@ fn s53_ignore_daemonsets_utilization_removes_them_from_both_sides() {
     assert_eq!(unneeded(&plan), vec!["a"], "1.5 of 3 CPUs is exactly 50 %");
 }
 
+/// docs/behaviour.md SD-54.
 #[test]
 fn s54_gpu_node_uses_the_gpu_threshold_only() {
     let mut c = Cluster::new();
@@ -310,6 +315,7 @@ fn s54_gpu_node_uses_the_gpu_threshold_only() {
     assert!((u.value - 0.3).abs() < 1e-9 && u.cpu > 0.89);
 }
 
+/// docs/behaviour.md SD-55.
 #[test]
 fn s55_scale_down_disabled_annotation_keeps_the_node() {
     let mut c = candidate_with(Vec::new());
@@ -326,6 +332,7 @@ fn s55_scale_down_disabled_annotation_keeps_the_node() {
     );
 }
 
+/// docs/behaviour.md SD-56.
 #[test]
 fn s56_group_at_min_size_has_no_candidates() {
     let mut c = candidate_with(Vec::new());
@@ -340,6 +347,7 @@ fn s56_group_at_min_size_has_no_candidates() {
     assert_eq!(plan.status, ScaleDownStatus::NoCandidates);
 }
 
+/// docs/behaviour.md SD-57.
 #[test]
 fn s57_min_size_limits_removals_within_one_batch() {
     let mut c = Cluster::new();
@@ -357,6 +365,7 @@ fn s57_min_size_limits_removals_within_one_batch() {
     );
 }
 
+/// docs/behaviour.md SD-58.
 #[test]
 fn s58_recent_scale_up_suspends_deletion_but_not_tracking() {
     let c = candidate_with(Vec::new());
@@ -371,6 +380,7 @@ fn s58_recent_scale_up_suspends_deletion_but_not_tracking() {
     assert_eq!(plan.status, ScaleDownStatus::InCooldown);
 }
 
+/// docs/behaviour.md SD-59.
 #[test]
 fn s59_zero_delay_after_add_allows_deletion_in_the_scale_up_loop() {
     let mut c = candidate_with(Vec::new());
@@ -381,6 +391,7 @@ fn s59_zero_delay_after_add_allows_deletion_in_the_scale_up_loop() {
     assert_eq!(deleted(&c.plan_at(now, &state)), vec!["a"]);
 }
 
+/// docs/behaviour.md SD-60.
 #[test]
 fn s60_re_entering_the_unneeded_set_restarts_the_timer() {
     let mut c = candidate_with(Vec::new());
@@ -397,6 +408,7 @@ fn s60_re_entering_the_unneeded_set_restarts_the_timer() {
     assert!(deleted(&later).is_empty(), "only 4 minutes since re-entry");
 }
 
+/// docs/behaviour.md SD-61.
 #[test]
 fn s61_unready_node_uses_the_unready_time() {
     let mut c = candidate_with(Vec::new());
@@ -414,6 +426,7 @@ fn s61_unready_node_uses_the_unready_time() {
     assert!(!at_21.empty_to_delete[0].ready);
 }
 
+/// docs/behaviour.md SD-62.
 #[test]
 fn s62_unready_scale_down_can_be_disabled() {
     let mut c = candidate_with(Vec::new());
@@ -427,6 +440,7 @@ fn s62_unready_scale_down_can_be_disabled() {
     );
 }
 
+/// docs/behaviour.md SD-63.
 #[test]
 fn s63_failed_simulation_is_not_retried_for_five_minutes() {
     // The pod fits nowhere else (1.7 CPUs > 1.6 free on big).
@@ -452,6 +466,7 @@ fn s63_failed_simulation_is_not_retried_for_five_minutes() {
     assert!(unneeded(&later).contains(&"a"));
 }
 
+/// docs/behaviour.md SD-66.
 #[test]
 fn s66_cores_minimum_keeps_the_node() {
     // Two nodes of 4 and one of 2 cores: 10 cores; removing a 4-core node leaves 6 < 8.
@@ -483,6 +498,7 @@ fn bare(name: &str, node: &str) -> Pod {
     p
 }
 
+/// docs/behaviour.md SD-67.
 #[test]
 fn s67_pod_without_owner_blocks_unless_safe_to_evict() {
     let c = candidate_with(vec![bare("lonely", "a")]);
@@ -500,6 +516,7 @@ fn s67_pod_without_owner_blocks_unless_safe_to_evict() {
     );
 }
 
+/// docs/behaviour.md SD-68.
 #[test]
 fn s68_safe_to_evict_false_blocks() {
     let mut p = web("p", "a", 500, GIB);
@@ -530,6 +547,7 @@ fn pdb(namespace: &str, app: &str, allowed: i32) -> PodDisruptionBudget {
     }
 }
 
+/// docs/behaviour.md SD-69.
 #[test]
 fn s69_young_kube_system_pod_without_pdb_blocks() {
     let young = kube_system_pod(t0() - 30 * MINUTE);
@@ -552,6 +570,7 @@ fn s69_young_kube_system_pod_without_pdb_blocks() {
     );
 }
 
+/// docs/behaviour.md SD-70.
 #[test]
 fn s70_system_pods_do_not_block_when_the_check_is_off() {
     let mut c = candidate_with(vec![kube_system_pod(t0())]);
@@ -571,6 +590,7 @@ fn with_volume(memory_medium: bool) -> Pod {
     p
 }
 
+/// docs/behaviour.md SD-71.
 #[test]
 fn s71_disk_empty_dir_blocks_unless_listed_safe() {
     let plan = candidate_with(vec![with_volume(false)]).plan_at(t0(), &ScaleDownState::new());
@@ -585,12 +605,14 @@ fn s71_disk_empty_dir_blocks_unless_listed_safe() {
     assert_eq!(unneeded(&plan), vec!["a"]);
 }
 
+/// docs/behaviour.md SD-72.
 #[test]
 fn s72_memory_empty_dir_does_not_block() {
     let plan = candidate_with(vec![with_volume(true)]).plan_at(t0(), &ScaleDownState::new());
     assert_eq!(unneeded(&plan), vec!["a"]);
 }
 
+/// docs/behaviour.md SD-73.
 #[test]
 fn s73_pdb_without_disruptions_blocks() {
     let mut c = candidate_with(vec![web("p", "a", 500, GIB)]);
@@ -599,6 +621,7 @@ fn s73_pdb_without_disruptions_blocks() {
     assert_eq!(block_of(&plan, "a"), Some(DrainBlock::NotEnoughPdb));
 }
 
+/// docs/behaviour.md SD-74.
 #[test]
 fn s74_pdb_budget_is_consumed_across_nodes_in_one_loop() {
     let mut c = Cluster::new();
@@ -615,6 +638,7 @@ fn s74_pdb_budget_is_consumed_across_nodes_in_one_loop() {
     assert_eq!(block_of(&plan, "b"), Some(DrainBlock::NotEnoughPdb));
 }
 
+/// docs/behaviour.md SD-75.
 #[test]
 fn s75_custom_controller_pods_block_unless_allowed() {
     let mut c = candidate_with(vec![owned("x", "a", "CloneSet", "x", 500, GIB)]);
@@ -627,6 +651,7 @@ fn s75_custom_controller_pods_block_unless_allowed() {
     );
 }
 
+/// docs/behaviour.md SD-76.
 #[test]
 fn s76_pod_of_a_missing_replicaset_blocks() {
     let mut c = candidate_with(vec![web("p", "a", 500, GIB)]);
@@ -662,6 +687,7 @@ fn s76_pod_of_a_missing_replicaset_blocks() {
     assert_eq!(block_of(&plan, "a"), Some(DrainBlock::MinReplicasReached));
 }
 
+/// docs/behaviour.md SD-77.
 #[test]
 fn s77_succeeded_ownerless_pod_does_not_block() {
     let mut p = bare("done", "a");
@@ -671,6 +697,7 @@ fn s77_succeeded_ownerless_pod_does_not_block() {
     assert_eq!(unneeded(&plan), vec!["a"]);
 }
 
+/// docs/behaviour.md SD-78.
 #[test]
 fn s78_on_completion_pod_keeps_the_node_until_it_finishes() {
     let mut p = web("job", "a", 500, GIB);
@@ -688,6 +715,7 @@ fn s78_on_completion_pod_keeps_the_node_until_it_finishes() {
     assert_eq!(deleted(&c.plan_twice(11 * MINUTE)), vec!["a"]);
 }
 
+/// docs/behaviour.md SD-79.
 #[test]
 fn s79_pod_with_no_other_place_keeps_the_node() {
     let plan =
@@ -700,6 +728,7 @@ fn s79_pod_with_no_other_place_keeps_the_node() {
     assert_eq!(u.pod.as_deref(), Some("default/huge"));
 }
 
+/// docs/behaviour.md SD-80.
 #[test]
 fn s80_shared_destination_is_used_by_one_removal_only() {
     let mut c = Cluster::new();
@@ -738,6 +767,7 @@ fn empty_nodes(n: usize) -> Cluster {
     c
 }
 
+/// docs/behaviour.md SD-81.
 #[test]
 fn s81_empty_node_unneeded_long_enough_is_deleted_without_evictions() {
     let mut c = empty_nodes(1);
@@ -749,6 +779,7 @@ fn s81_empty_node_unneeded_long_enough_is_deleted_without_evictions() {
     assert_eq!(removal.group_id, "g");
 }
 
+/// docs/behaviour.md SD-82.
 #[test]
 fn s82_at_most_ten_empty_nodes_per_loop() {
     let c = empty_nodes(15);
@@ -758,6 +789,7 @@ fn s82_at_most_ten_empty_nodes_per_loop() {
     assert!(plan.drain_to_delete.is_empty());
 }
 
+/// docs/behaviour.md SD-83.
 #[test]
 fn s83_one_drain_at_a_time() {
     let mut c = Cluster::new();
@@ -784,6 +816,7 @@ fn s83_one_drain_at_a_time() {
     assert_eq!(plan.status, ScaleDownStatus::InProgress);
 }
 
+/// docs/behaviour.md SD-86.
 #[test]
 fn s86_daemonset_pods_are_evicted_from_drained_nodes_only() {
     let mut c = candidate_with(vec![
@@ -810,6 +843,7 @@ fn s86_daemonset_pods_are_evicted_from_drained_nodes_only() {
     assert_eq!(plan.empty_to_delete[0].daemonset_pods_to_evict.len(), 1);
 }
 
+/// docs/behaviour.md SD-87.
 #[test]
 fn s87_daemonset_pod_can_opt_out_of_eviction() {
     let mut ds = daemonset_pod("ds-a", "a", 100);
@@ -829,6 +863,7 @@ fn s87_daemonset_pod_can_opt_out_of_eviction() {
     assert_eq!(names, vec!["ds-b"]);
 }
 
+/// docs/behaviour.md SD-90.
 #[test]
 fn s90_soft_taints_are_capped_and_removed_from_needed_nodes() {
     let mut c = empty_nodes(15);
@@ -846,6 +881,7 @@ fn s90_soft_taints_are_capped_and_removed_from_needed_nodes() {
     assert!(plan.soft_taints_to_add.is_empty() && plan.soft_taints_to_remove.is_empty());
 }
 
+/// docs/behaviour.md SD-92.
 #[test]
 fn s92_failed_deletion_delays_then_node_is_evaluated_again() {
     let c = empty_nodes(1);
@@ -880,6 +916,7 @@ fn host_port_conflict_keeps_the_node() {
     );
 }
 
+/// Checks docs/behaviour.md LOOP-113.
 #[test]
 fn disabled_loop_and_disabled_scale_down() {
     let mut c = empty_nodes(1);

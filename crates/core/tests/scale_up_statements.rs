@@ -1,9 +1,10 @@
-//! Behaviour statements of the core spec (section 9) about the whole scale-up decision and its
-//! execution, one test per statement, named after its number. Unit tests next to the code cover
-//! the same statements at their own level (estimator 16/18/23, expanders 29–33, options 34,
-//! similarity 36–38) and the ones that live in a single module: backoff 40–42 (`backoff.rs`) and
-//! min-size enforcement 48 (`scale_up/min_size.rs`). Statements 43 and 45–47 need the
-//! cluster-state registry and are not covered here.
+//! The scale-up statements of docs/behaviour.md about the whole decision and its execution, one
+//! test per statement, named after its number (`s16_` checks SU-16). Unit tests next to the code
+//! cover the same statements at their own level (estimator SU-16/SU-18/SU-23, expanders
+//! SU-29–SU-33, options SU-34, similarity SU-36–SU-38) and the ones that live in a single module:
+//! backoff SU-40–SU-42 (`backoff.rs`) and min-size enforcement SU-48 (`scale_up/min_size.rs`).
+//! CS-43 and CS-45–CS-47 need the cluster-state registry and are checked in
+//! `cluster_state_statements.rs`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -148,6 +149,7 @@ fn reasons_for<'a>(plan: &'a ScaleUpPlan, pod: &str) -> Vec<(&'a str, &'a str)> 
 
 // ---- Scale-up intake ----
 
+/// docs/behaviour.md SU-01.
 #[test]
 fn s01_unschedulable_pod_older_than_two_seconds_raises_the_fitting_group_by_one() {
     let mut case = Case::new(
@@ -165,6 +167,7 @@ fn s01_unschedulable_pod_older_than_two_seconds_raises_the_fitting_group_by_one(
     );
 }
 
+/// docs/behaviour.md SU-02.
 #[test]
 fn s02_pod_fitting_an_existing_node_does_not_scale_up_and_stays_placed() {
     let mut case = Case::new(vec![pending("p", 1000)], vec![group("g", 4000, 1)]);
@@ -180,6 +183,7 @@ fn s02_pod_fitting_an_existing_node_does_not_scale_up_and_stays_placed() {
     );
 }
 
+/// docs/behaviour.md SU-03.
 #[test]
 fn s03_expendable_pod_does_not_trigger_scale_up() {
     let mut p = pending("p", 1000);
@@ -189,6 +193,7 @@ fn s03_expendable_pod_does_not_trigger_scale_up() {
     assert!(plan.increases.is_empty());
 }
 
+/// docs/behaviour.md SU-04.
 #[test]
 fn s04_priority_equal_to_the_cutoff_is_not_expendable() {
     let mut p = pending("p", 1000);
@@ -197,6 +202,7 @@ fn s04_priority_equal_to_the_cutoff_is_not_expendable() {
     assert_eq!(increases(&plan), vec![("g".to_string(), 0, 1)]);
 }
 
+/// docs/behaviour.md SU-05.
 #[test]
 fn s05_pod_without_priority_is_not_expendable() {
     let p = pending("p", 1000);
@@ -205,6 +211,7 @@ fn s05_pod_without_priority_is_not_expendable() {
     assert_eq!(plan.status, ScaleUpStatus::Successful);
 }
 
+/// docs/behaviour.md SU-06.
 #[test]
 fn s06_nominated_pod_does_not_scale_up_and_occupies_its_node() {
     let mut p = pending("p", 3000);
@@ -223,6 +230,7 @@ fn s06_nominated_pod_does_not_scale_up_and_occupies_its_node() {
     assert_eq!(busy.pods[0].name, "p");
 }
 
+/// docs/behaviour.md SU-07.
 #[test]
 fn s07_new_pod_scale_up_delay_ignores_younger_pods() {
     let mut case = Case::new(vec![pending_aged("p", 1000, 10)], vec![group("g", 4000, 0)]);
@@ -232,6 +240,7 @@ fn s07_new_pod_scale_up_delay_ignores_younger_pods() {
     assert_eq!(case.plan().status, ScaleUpStatus::Successful, "31 s old");
 }
 
+/// docs/behaviour.md SU-08.
 #[test]
 fn s08_smaller_pod_scale_up_delay_annotation_is_ignored() {
     let mut p = pending_aged("p", 1000, 10);
@@ -251,6 +260,7 @@ fn s08_smaller_pod_scale_up_delay_annotation_is_ignored() {
     assert_eq!(case.plan().status, ScaleUpStatus::NotNeeded);
 }
 
+/// docs/behaviour.md SU-09.
 #[test]
 fn s09_only_new_pods_waits_and_blocks_scale_down() {
     let plan = Case::new(vec![pending_aged("p", 1000, 1)], vec![group("g", 4000, 0)]).plan();
@@ -260,6 +270,8 @@ fn s09_only_new_pods_waits_and_blocks_scale_down() {
 }
 
 /// `ferroscale run` shortens the wait to its batching window: a one-second-old pod then counts.
+///
+/// Checks docs/behaviour.md SU-09.
 #[test]
 fn a_shorter_new_pods_window_lets_a_one_second_old_pod_scale_up() {
     let mut case = Case::new(vec![pending_aged("p", 1000, 1)], vec![group("g", 4000, 0)]);
@@ -269,6 +281,7 @@ fn a_shorter_new_pods_window_lets_a_one_second_old_pod_scale_up() {
     assert_eq!(plan.increases.len(), 1);
 }
 
+/// docs/behaviour.md SU-10.
 #[test]
 fn s10_young_gpu_pod_makes_the_loop_wait() {
     let mut gpu = pending_aged("gpu", 1000, 20);
@@ -282,6 +295,7 @@ fn s10_young_gpu_pod_makes_the_loop_wait() {
     assert!(plan.skip_scale_down_this_loop);
 }
 
+/// docs/behaviour.md SU-11.
 #[test]
 fn s11_max_nodes_total_reached_blocks_scale_up_with_an_event() {
     let mut case = Case::new(vec![pending("p", 1000)], vec![group("g", 4000, 5)]);
@@ -302,6 +316,7 @@ fn s11_max_nodes_total_reached_blocks_scale_up_with_an_event() {
     );
 }
 
+/// docs/behaviour.md SU-12.
 #[test]
 fn s12_daemonset_pod_never_triggers_scale_up() {
     let mut p = pending("ds-pod", 1000);
@@ -310,6 +325,7 @@ fn s12_daemonset_pod_never_triggers_scale_up() {
     assert_eq!(plan.status, ScaleUpStatus::NotNeeded);
 }
 
+/// docs/behaviour.md SU-13.
 #[test]
 fn s13_pods_of_schedulers_not_allowed_are_ignored() {
     let mut p = pending("p", 1000);
@@ -319,6 +335,7 @@ fn s13_pods_of_schedulers_not_allowed_are_ignored() {
     assert_eq!(case.plan().status, ScaleUpStatus::NotNeeded);
 }
 
+/// docs/behaviour.md SU-14.
 #[test]
 fn s14_bypassed_scheduler_pods_scale_up_without_waiting() {
     let mut p = pending_aged("p", 1000, 1);
@@ -340,6 +357,7 @@ fn s14_bypassed_scheduler_pods_scale_up_without_waiting() {
     assert_eq!(increases(&plan), vec![("g".to_string(), 0, 1)]);
 }
 
+/// docs/behaviour.md SU-15.
 #[test]
 fn s15_pods_of_draining_nodes_get_capacity_in_the_same_iteration() {
     let mut evicted = pending("evicted", 3000);
@@ -354,6 +372,7 @@ fn s15_pods_of_draining_nodes_get_capacity_in_the_same_iteration() {
 
 // ---- Scale-up planning ----
 
+/// docs/behaviour.md SU-16.
 #[test]
 fn s16_binpacking_estimate_is_ceil_of_pods_per_node() {
     // End to end: 10 pods of 1 CPU, template of 4 CPUs with a 1-CPU DaemonSet pod: 3 per node.
@@ -368,6 +387,7 @@ fn s16_binpacking_estimate_is_ceil_of_pods_per_node() {
     assert_eq!(increases(&plan), vec![("g".to_string(), 0, 4)]);
 }
 
+/// docs/behaviour.md SU-17.
 #[test]
 fn s17_pod_larger_than_every_template_is_reported_not_helped() {
     let plan = Case::new(
@@ -393,6 +413,7 @@ fn s17_pod_larger_than_every_template_is_reported_not_helped() {
     );
 }
 
+/// docs/behaviour.md SU-18.
 #[test]
 fn s18_hostname_anti_affinity_estimates_one_node_per_pod() {
     use ferroscale_model::labels::HOSTNAME;
@@ -412,6 +433,7 @@ fn s18_hostname_anti_affinity_estimates_one_node_per_pod() {
     assert_eq!(increases(&plan), vec![("g".to_string(), 0, 4)]);
 }
 
+/// docs/behaviour.md SU-19.
 #[test]
 fn s19_group_at_max_size_is_skipped() {
     let mut at_max = group("g", 4000, 5);
@@ -424,6 +446,7 @@ fn s19_group_at_max_size_is_skipped() {
     );
 }
 
+/// docs/behaviour.md SU-20.
 #[test]
 fn s20_backed_off_group_is_skipped_and_another_chosen() {
     let mut case = Case::new(
@@ -449,12 +472,14 @@ fn s20_backed_off_group_is_skipped_and_another_chosen() {
     );
 }
 
+/// docs/behaviour.md SU-21.
 #[test]
 fn s21_group_with_no_nodes_scales_from_zero_with_a_template() {
     let plan = Case::new(vec![pending("p", 1000)], vec![group("empty", 4000, 0)]).plan();
     assert_eq!(increases(&plan), vec![("empty".to_string(), 0, 1)]);
 }
 
+/// docs/behaviour.md SU-22.
 #[test]
 fn s22_group_without_template_cannot_scale() {
     let g = NodeGroupView::new("g", 0, 10, 0, None);
@@ -466,6 +491,7 @@ fn s22_group_without_template_cannot_scale() {
     );
 }
 
+/// docs/behaviour.md SU-23.
 #[test]
 fn s23_at_most_max_nodes_per_scaleup_in_one_iteration() {
     let pods = (0..2000).map(|i| pending(&format!("p{i}"), 4000)).collect();
@@ -475,6 +501,7 @@ fn s23_at_most_max_nodes_per_scaleup_in_one_iteration() {
     assert_eq!(increases(&plan), vec![("g".to_string(), 0, 1000)]);
 }
 
+/// docs/behaviour.md SU-24.
 #[test]
 fn s24_max_nodes_total_counts_upcoming_nodes() {
     let pods = (0..7).map(|i| pending(&format!("p{i}"), 4000)).collect();
@@ -496,6 +523,7 @@ fn s24_max_nodes_total_counts_upcoming_nodes() {
     );
 }
 
+/// docs/behaviour.md SU-25.
 #[test]
 fn s25_cores_total_caps_the_scale_up() {
     let pods = (0..3).map(|i| pending(&format!("p{i}"), 4000)).collect();
@@ -505,6 +533,7 @@ fn s25_cores_total_caps_the_scale_up() {
     assert_eq!(increases(&case.plan()), vec![("g".to_string(), 3, 4)]);
 }
 
+/// docs/behaviour.md SU-26.
 #[test]
 fn s26_group_exceeding_cores_total_with_one_node_is_skipped_and_counted() {
     let mut case = Case::new(vec![pending("p", 4000)], vec![group("g", 4000, 3)]);
@@ -519,6 +548,7 @@ fn s26_group_exceeding_cores_total_with_one_node_is_skipped_and_counted() {
     );
 }
 
+/// docs/behaviour.md SU-27.
 #[test]
 fn s27_upcoming_nodes_that_fit_prevent_another_scale_up() {
     let pods = (0..4).map(|i| pending(&format!("p{i}"), 2000)).collect();
@@ -530,6 +560,7 @@ fn s27_upcoming_nodes_that_fit_prevent_another_scale_up() {
     assert_eq!(plan.pods_schedulable_on_existing.len(), 4);
 }
 
+/// docs/behaviour.md SU-28.
 #[test]
 fn s28_timed_out_group_is_backed_off_and_another_group_chosen() {
     // The timed-out group's placeholders are no longer injected and it is backed off with
@@ -547,6 +578,7 @@ fn s28_timed_out_group_is_backed_off_and_another_group_chosen() {
     assert_eq!(increases(&plan), vec![("other".to_string(), 0, 1)]);
 }
 
+/// docs/behaviour.md SU-29.
 #[test]
 fn s29_most_pods_expander_picks_the_group_fitting_more_pods() {
     // "wide" fits both pod kinds; "narrow" only the small ones.
@@ -556,6 +588,7 @@ fn s29_most_pods_expander_picks_the_group_fitting_more_pods() {
     assert_eq!(increases(&case.plan()), vec![("wide".to_string(), 0, 1)]);
 }
 
+/// docs/behaviour.md SU-30.
 #[test]
 fn s30_least_waste_picks_the_tighter_fit() {
     let pods = (0..4).map(|i| pending(&format!("p{i}"), 1000)).collect();
@@ -563,6 +596,7 @@ fn s30_least_waste_picks_the_tighter_fit() {
     assert_eq!(increases(&plan), vec![("snug".to_string(), 0, 1)]);
 }
 
+/// docs/behaviour.md SU-31.
 #[test]
 fn s31_priority_expander_picks_the_highest_priority_group() {
     let mut case = Case::new(
@@ -577,6 +611,7 @@ fn s31_priority_expander_picks_the_highest_priority_group() {
     );
 }
 
+/// docs/behaviour.md SU-32.
 #[test]
 fn s32_missing_priority_config_falls_back_to_any_option() {
     let mut case = Case::new(
@@ -589,6 +624,7 @@ fn s32_missing_priority_config_falls_back_to_any_option() {
     assert_eq!(plan.increases.len(), 1);
 }
 
+/// docs/behaviour.md SU-33.
 #[test]
 fn s33_priority_ties_broken_by_least_waste() {
     let pods = (0..4).map(|i| pending(&format!("p{i}"), 1000)).collect();
@@ -610,6 +646,7 @@ fn s33_priority_ties_broken_by_least_waste() {
     );
 }
 
+/// docs/behaviour.md SU-34.
 #[test]
 fn s34_random_then_most_pods_is_refused() {
     let mut options = AutoscalingOptions::default();
@@ -622,6 +659,7 @@ fn similar_group(id: &str, zone: &str, target: usize) -> NodeGroupView {
     NodeGroupView::new(id, 0, 100, target, Some(t))
 }
 
+/// docs/behaviour.md SU-35.
 #[test]
 fn s35_balancing_splits_four_nodes_over_similar_groups() {
     let pods = (0..4).map(|i| pending(&format!("p{i}"), 4000)).collect();
@@ -648,6 +686,7 @@ fn s35_balancing_splits_four_nodes_over_similar_groups() {
     assert_eq!(plan.increases[0].delta(), 4);
 }
 
+/// docs/behaviour.md SU-36–SU-38.
 #[test]
 fn s36_to_s38_similarity_rules_feed_balancing() {
     // Memory 1 % apart: balanced; 2 % apart: not.
@@ -713,6 +752,7 @@ fn s36_to_s38_similarity_rules_feed_balancing() {
     assert_eq!(case.plan().increases.len(), 2);
 }
 
+/// docs/behaviour.md SU-39.
 #[test]
 fn s39_zone_selector_scales_only_the_matching_group_of_a_similar_set() {
     let pods = (0..4)
@@ -805,6 +845,7 @@ fn two_group_plan() -> ScaleUpPlan {
     plan
 }
 
+/// docs/behaviour.md SU-40.
 #[test]
 fn s40_failed_increase_emits_event_and_backs_off_five_minutes() {
     let a = FakeGroup::new("a", true);
@@ -841,6 +882,7 @@ fn s40_failed_increase_emits_event_and_backs_off_five_minutes() {
     );
 }
 
+/// docs/behaviour.md SU-44.
 #[test]
 fn s44_successful_scale_up_emits_events_and_counts_nodes() {
     let (a, b) = (FakeGroup::new("a", false), FakeGroup::new("b", false));
@@ -883,6 +925,7 @@ fn s44_successful_scale_up_emits_events_and_counts_nodes() {
     );
 }
 
+/// docs/behaviour.md SU-49.
 #[test]
 fn s49_sequential_scale_up_stops_at_the_first_failure() {
     let (a, b) = (FakeGroup::new("a", true), FakeGroup::new("b", false));

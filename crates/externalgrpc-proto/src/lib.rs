@@ -1,4 +1,4 @@
-//! The externalgrpc wire contract (spec `externalgrpc.md`): the protobuf messages, the gRPC
+//! The externalgrpc wire contract (docs/externalgrpc.md): the protobuf messages, the gRPC
 //! client and server stubs, and the Kubernetes Node and Pod bytes those messages carry. Both the
 //! externalgrpc provider (ferroscale as client) and the provider SDK (ferroscale as server) build
 //! on this crate; it performs no I/O itself.
@@ -12,11 +12,13 @@
 //!   `protoc`. The client and server are tower services over any transport: the crates that dial
 //!   or listen enable tonic's transport features.
 //! - [`decode_node`], [`encode_node`], [`decode_pod`], [`encode_pod`]: `nodeBytes` and `pod_bytes`,
-//!   the plain protobuf encodings of `k8s.io.api.core.v1.Node` and `Pod` (spec 3.7).
+//!   the plain protobuf encodings of `k8s.io.api.core.v1.Node` and `Pod` (docs/externalgrpc.md
+//!   GRPC-11).
 //! - Conveniences on generated messages: "not autoscaled" answers and the GPU type set
 //!   ([`v1::NodeGroupForNodeResponse::not_autoscaled`],
 //!   [`v1::GetAvailableGpuTypesResponse::type_names`], ...), and the fallbacks to the fields of
-//!   peers older than upstream 1.35 (`*_or_legacy`, `with_legacy_fields`, spec 3.9).
+//!   peers older than upstream 1.35 (`*_or_legacy`, `with_legacy_fields`, docs/externalgrpc.md
+//!   GRPC-34).
 //!
 //! # How the Kubernetes bytes are read
 //!

@@ -1,6 +1,6 @@
 //! Conveniences on generated messages whose meaning the schema alone does not tell: the node view
-//! a client sends (spec 4.8.1), "not autoscaled" answers (spec 2.2, 3.6) and the GPU type set in
-//! disguise (spec 3.8).
+//! a client sends (docs/externalgrpc.md GRPC-14, GRPC-31), "not autoscaled" answers (GRPC-06,
+//! GRPC-19) and the GPU type set in disguise (GRPC-08, GRPC-27).
 
 use ferroscale_model::Node;
 

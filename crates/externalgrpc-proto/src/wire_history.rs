@@ -1,4 +1,5 @@
-//! Talking to peers built on the schema of upstream 1.34.x and older (spec 3.9).
+//! Talking to peers built on the schema of upstream 1.34.x and older (docs/externalgrpc.md
+//! GRPC-34).
 //!
 //! Those peers put templates, option durations, pricing times and the priced pod in fields that
 //! the current schema no longer declares; this crate keeps them as `legacy_*` fields. The readers

@@ -1,6 +1,6 @@
-//! `nodeBytes` and `pod_bytes` (spec 3.7): model objects survive a trip through the bytes, nodes
-//! encoded the way Go encodes them read the same as minimal ones, and every kind of bad input is an
-//! error that says what is wrong, never a panic.
+//! `nodeBytes` and `pod_bytes` (docs/externalgrpc.md GRPC-11, GRPC-35): model objects survive a
+//! trip through the bytes, nodes encoded the way Go encodes them read the same as minimal ones, and
+//! every kind of bad input is an error that says what is wrong, never a panic.
 
 use std::collections::BTreeMap;
 

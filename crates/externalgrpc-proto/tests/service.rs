@@ -1,6 +1,6 @@
 //! The generated client and server talk to each other in process, with no transport in between:
-//! every method travels on the exact HTTP/2 path of spec 1.1, methods a server does not write
-//! answer status 12, and request and answer fields arrive as sent.
+//! every method travels on the exact HTTP/2 path of docs/externalgrpc.md GRPC-01, methods a server
+//! does not write answer status 12, and request and answer fields arrive as sent.
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};

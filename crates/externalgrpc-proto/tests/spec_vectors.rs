@@ -1,5 +1,5 @@
-//! The protobuf test vectors of spec section 6: every message decodes from the bytes a Go peer
-//! sends, and encodes to exactly those bytes where the encoding is canonical.
+//! The protobuf test vectors of docs/externalgrpc.md (GRPC-33): every message decodes from the
+//! bytes a Go peer sends, and encodes to exactly those bytes where the encoding is canonical.
 
 use ferroscale_externalgrpc_proto::v1::instance_status::InstanceState;
 use ferroscale_externalgrpc_proto::v1::{

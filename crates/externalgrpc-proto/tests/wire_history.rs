@@ -1,5 +1,6 @@
-//! Peers built on the schema of upstream 1.34.x and older (spec 3.9): what they send is read
-//! through the fallbacks, and what the `with_legacy_fields` builders send is what they read.
+//! Peers built on the schema of upstream 1.34.x and older (docs/externalgrpc.md GRPC-34): what they
+//! send is read through the fallbacks, and what the `with_legacy_fields` builders send is what they
+//! read.
 //!
 //! The old peers are played by messages declared here with the old field numbers only, so the
 //! tests do not depend on how this crate names its legacy fields.

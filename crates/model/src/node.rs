@@ -13,7 +13,7 @@ pub enum ConditionStatus {
     Unknown,
 }
 
-/// The node conditions that decide readiness (section 4.1 of the core spec).
+/// The node conditions that decide readiness (docs/behaviour.md CS-101).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeConditions {
     /// `None` when the node reports no `Ready` condition at all (treated as not ready).

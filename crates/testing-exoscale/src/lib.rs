@@ -1,6 +1,6 @@
-//! A local fake of the Exoscale API v2 for tests (spec `exoscale.md` section 15): an HTTP server on
+//! A local fake of the Exoscale API v2 for tests (docs/exoscale.md, Testing): an HTTP server on
 //! 127.0.0.1 holding instances, Instance Pools, SKS clusters with nodepools, the instance quota and
-//! asynchronous operations, answering the endpoints the `exoscale` provider uses with the spec's
+//! asynchronous operations, answering the endpoints the `exoscale` provider uses with the API's
 //! JSON shapes.
 //!
 //! It checks every request's `EXO2-HMAC-SHA256` signature with its own implementation (the `hmac`
@@ -47,7 +47,7 @@ impl Credentials {
     }
 }
 
-/// The endpoints of spec section 15.2, for fault injection and counting.
+/// The endpoints the provider uses, for fault injection and counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Endpoint {
     GetInstance,
@@ -1015,7 +1015,8 @@ fn poll_operation(state: &mut State, id: &str) -> Answer {
 mod tests {
     use super::*;
 
-    /// The fake's own check agrees with the spec's vectors, so it can judge the provider's signer.
+    /// The fake's own check agrees with Exoscale's published signature examples (docs/exoscale.md
+    /// EXO-03), so it can judge the provider's signer.
     #[test]
     fn signature_check_matches_the_spec_vectors() {
         let sign = |method, path, body: &str, values| {

@@ -1,8 +1,9 @@
-//! The cluster-state registry (spec section 4): what the autoscaler remembers between loops about
-//! node groups — requested scale-ups and when they are due, instances seen but not registered as
-//! nodes, instances that failed to be created, sizes that disagree with the cloud — and what it
-//! concludes from one loop's observations: readiness counts, upcoming nodes, acceptable size
-//! ranges, cluster and group health, and the clean-up the loop should carry out.
+//! The cluster-state registry (docs/behaviour.md, Cluster state and health): what the autoscaler
+//! remembers between loops about node groups — requested scale-ups and when they are due, instances
+//! seen but not registered as nodes, instances that failed to be created, sizes that disagree with
+//! the cloud — and what it concludes from one loop's observations: readiness counts, upcoming
+//! nodes, acceptable size ranges, cluster and group health, and the clean-up the loop should carry
+//! out.
 //!
 //! Pure Decide code: [`ClusterStateRegistry::update`] takes the time and the gathered observations
 //! and returns a [`ClusterStateReport`]; the loop acts on it (decrease target sizes, delete
@@ -32,9 +33,9 @@ pub use status::{StatusInput, StatusReport, render_status_yaml};
 /// Annotation on the placeholder nodes handed to `DeleteNodes` for instances that have no Node
 /// object, with the reason as value.
 pub const FAKE_NODE_REASON_ANNOTATION: &str = "k8s.io/cluster-autoscaler/fake-node-reason";
-/// Placeholder reason for instances that never registered in time (4.5).
+/// Placeholder reason for instances that never registered in time (docs/behaviour.md CS-105).
 pub const FAKE_NODE_REASON_UNREGISTERED: &str = "unregistered";
-/// Placeholder reason for instances the cloud failed to create (4.6).
+/// Placeholder reason for instances the cloud failed to create (docs/behaviour.md CS-43).
 pub const FAKE_NODE_REASON_CREATE_ERROR: &str = "create-error";
 /// How long a registered scale-down keeps widening the acceptable range after the deletion call.
 pub const SCALE_DOWN_REQUEST_TTL: Duration = Duration::from_secs(5 * 60);
@@ -51,7 +52,7 @@ pub struct GroupObservation {
     pub nodes: Vec<Arc<Node>>,
     /// Whether `instances` is authoritative (the `Nodes()` call succeeded). When false, a node whose
     /// instance is missing is not taken as deleted; the `ToBeDeletedByClusterAutoscaler` taint is
-    /// used instead (3.10).
+    /// used instead (docs/behaviour.md SD-111).
     pub instances_known: bool,
 }
 
@@ -91,23 +92,23 @@ pub struct GroupState {
     pub max_size: usize,
     pub target_size: usize,
     pub counts: ReadinessCounts,
-    /// Acceptable range of registered nodes (4.3).
+    /// Acceptable range of registered nodes (docs/behaviour.md CS-103).
     pub acceptable_min: usize,
     pub acceptable_max: usize,
     /// Nodes still expected to become ready: counted only while a scale-up request is active and
     /// the group is not backed off.
     pub upcoming: usize,
     /// Registered but not yet started nodes that are part of `upcoming`: the loop replaces them by
-    /// placeholders and keeps them out of scale-down (1.3 step 19).
+    /// placeholders and keeps them out of scale-down (docs/behaviour.md LOOP-112).
     pub registered_upcoming: Vec<String>,
     /// A scale-up request is active.
     pub scaling_up: bool,
     pub healthy: bool,
 }
 
-/// A scale-up whose nodes did not arrive within the max provision time (4.4). The group is already
-/// backed off; the loop calls `DecreaseTargetSize(-missing)` when `missing > 0` and emits
-/// `FailedToRevertScaleUp` if that fails.
+/// A scale-up whose nodes did not arrive within the max provision time (docs/behaviour.md CS-45).
+/// The group is already backed off; the loop calls `DecreaseTargetSize(-missing)` when `missing >
+/// 0` and emits `FailedToRevertScaleUp` if that fails.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimedOutScaleUp {
     pub group_id: String,
@@ -130,8 +131,9 @@ pub struct InstanceToDelete {
     pub force: bool,
 }
 
-/// A target size that disagreed with the instances for longer than the max provision time (4.7):
-/// the loop calls `DecreaseTargetSize(delta)` (`delta < 0`) and ends the iteration.
+/// A target size that disagreed with the instances for longer than the max provision time
+/// (docs/behaviour.md CS-47): the loop calls `DecreaseTargetSize(delta)` (`delta < 0`) and ends the
+/// iteration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SizeFix {
     pub group_id: String,
@@ -148,9 +150,10 @@ pub struct ClusterStateReport {
     /// [`ClusterStateReport::cluster_unhealthy_event`].
     pub cluster_healthy: bool,
     pub timed_out_scale_ups: Vec<TimedOutScaleUp>,
-    /// Long-unregistered instances, capped per group at target − min unless forced (4.5).
+    /// Long-unregistered instances, capped per group at target − min unless forced
+    /// (docs/behaviour.md CS-105, CS-46).
     pub long_unregistered_to_delete: Vec<InstanceToDelete>,
-    /// Every instance in `Creating` state with an error (4.6), every loop.
+    /// Every instance in `Creating` state with an error (docs/behaviour.md CS-43), every loop.
     pub failed_instances_to_delete: Vec<InstanceToDelete>,
     pub incorrect_sizes_to_fix: Vec<SizeFix>,
     pub events: Vec<Event>,
@@ -161,8 +164,8 @@ impl ClusterStateReport {
         self.groups.iter().find(|g| g.group_id == group_id)
     }
 
-    /// The `ClusterUnhealthy` event the loop emits when it stops at the health gate (1.3 step 15);
-    /// `None` while the cluster is healthy.
+    /// The `ClusterUnhealthy` event the loop emits when it stops at the health gate
+    /// (docs/behaviour.md CS-64); `None` while the cluster is healthy.
     pub fn cluster_unhealthy_event(&self) -> Option<Event> {
         (!self.cluster_healthy).then(|| {
             Event::warning(
@@ -724,7 +727,7 @@ impl ClusterStateRegistry {
 /// At most this many distinct error messages are quoted in one `ScaleUpFailed` event.
 const MAX_DISTINCT_ERROR_MESSAGES: usize = 3;
 
-/// Where a registered node stands (4.3).
+/// Where a registered node stands (docs/behaviour.md CS-103).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum NodeClass {
     BeingDeleted,
@@ -791,14 +794,15 @@ impl GroupWork {
     }
 }
 
-/// 4.8, cluster: too many unready nodes both in number and in share.
+/// docs/behaviour.md CS-64, cluster: too many unready nodes both in number and in share.
 fn cluster_healthy(total: &ReadinessCounts, options: &AutoscalingOptions) -> bool {
     let unready = total.unready;
     let share_limit = options.max_total_unready_percentage / 100.0 * total.registered as f64;
     !(unready > options.ok_total_unready_count && unready as f64 > share_limit)
 }
 
-/// 4.8, node group: too many of the nodes it should have are not ready, in number and in share.
+/// docs/behaviour.md CS-106, node group: too many of the nodes it should have are not ready, in
+/// number and in share.
 fn group_healthy(
     counts: &ReadinessCounts,
     target: usize,

@@ -1,7 +1,8 @@
-//! Readiness of one node as the autoscaler judges it (spec 4.1 and 4.2): the Kubernetes conditions
-//! and condition taints, plus the autoscaler's own rules — startup taints make a Ready node count as
-//! still starting, and a GPU-labelled node without GPUs in its allocatable is not ready yet because
-//! its device plugin has not reported them. Status taints never affect readiness.
+//! Readiness of one node as the autoscaler judges it (docs/behaviour.md CS-101, CS-102): the
+//! Kubernetes conditions and condition taints, plus the autoscaler's own rules — startup taints
+//! make a Ready node count as still starting, and a GPU-labelled node without GPUs in its
+//! allocatable is not ready yet because its device plugin has not reported them. Status taints
+//! never affect readiness.
 
 use ferroscale_model::Node;
 use ferroscale_model::resources::NVIDIA_GPU;

@@ -1,6 +1,6 @@
-//! The content of the `cluster-autoscaler-status` ConfigMap (spec 4.9): a structured report built
-//! from the cluster-state report, the backoff state and the scale-down candidates, rendered as the
-//! YAML upstream writes into `data.status`.
+//! The content of the `cluster-autoscaler-status` ConfigMap (docs/behaviour.md ST-101): a
+//! structured report built from the cluster-state report, the backoff state and the scale-down
+//! candidates, rendered as the YAML upstream writes into `data.status`.
 //!
 //! Every condition carries a probe time (this loop) and a transition time that only moves when the
 //! condition's status value changes, so [`StatusReport::build`] takes the previous report.
@@ -208,7 +208,8 @@ pub struct StatusInput<'a> {
     pub backoff: &'a NodeGroupBackoff,
     /// Unneeded (scale-down candidate) nodes per group id.
     pub scale_down_candidates: &'a BTreeMap<String, usize>,
-    /// `Initializing` with this message when the cluster is not actionable (1.3 step 3).
+    /// `Initializing` with this message when the cluster is not actionable (docs/behaviour.md
+    /// LOOP-108).
     pub initializing: Option<String>,
     /// The report written by the previous loop, for transition times.
     pub previous: Option<&'a StatusReport>,

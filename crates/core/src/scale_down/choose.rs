@@ -1,5 +1,5 @@
-//! Choosing the nodes to delete among the unneeded ones (3.6) and cropping them to the
-//! parallelism budgets (3.7).
+//! Choosing the nodes to delete among the unneeded ones (docs/behaviour.md SD-108) and cropping
+//! them to the parallelism budgets (docs/behaviour.md SD-82, SD-83).
 //!
 //! Checks per node, in order: the scale-down-disabled annotation, unneeded long enough (strictly
 //! longer than the Ready or unready threshold), the group's min size counting deletions in

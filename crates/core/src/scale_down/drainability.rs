@@ -1,6 +1,6 @@
-//! Drainability (3.4): for every pod of a candidate node, the first decisive rule of the spec's
-//! table says whether the pod is skipped, drained as a DaemonSet pod, waited for, moved, or blocks
-//! the node, and why.
+//! Drainability (docs/behaviour.md SD-67–SD-80): for every pod of a candidate node, the first
+//! decisive rule says whether the pod is skipped, drained as a DaemonSet pod, waited for, moved, or
+//! blocks the node, and why.
 //!
 //! PodDisruptionBudgets are tracked here too: [`PdbTracker`] holds each budget's remaining
 //! disruptions, which the removals simulated earlier in the same loop consume.
@@ -27,9 +27,9 @@ pub enum RecheckBlock {
     WaitingForCompletion { pod: String },
 }
 
-/// Spec 3.8 step 3: after the post-taint delay, re-runs the drainability rules over the pods that
-/// are on the node now, with fresh PodDisruptionBudgets and controllers. Returns the first pod that
-/// keeps the node, if any.
+/// docs/behaviour.md SD-110: after the post-taint delay, re-runs the drainability rules over the
+/// pods that are on the node now, with fresh PodDisruptionBudgets and controllers. Returns the
+/// first pod that keeps the node, if any.
 pub fn first_blocking_pod(
     live_pods: &[Arc<Pod>],
     now: Timestamp,

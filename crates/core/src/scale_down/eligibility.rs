@@ -1,5 +1,6 @@
-//! Candidates and eligibility (3.2, 3.3, 3.10): which nodes may be simulated for removal at all,
-//! in the spec's order of checks, and the order the candidates are simulated in.
+//! Candidates and eligibility (docs/behaviour.md SD-103, SD-50–SD-63, SD-111): which nodes may be
+//! simulated for removal at all, in upstream's order of checks, and the order the candidates are
+//! simulated in.
 
 use std::time::Duration;
 
@@ -77,7 +78,7 @@ pub(super) enum Eligibility {
     Unremovable(UnremovableReason, Option<Utilization>),
 }
 
-/// Runs the eligibility checks in the spec's order. `group` is `None` for nodes outside
+/// Runs the eligibility checks in upstream's order. `group` is `None` for nodes outside
 /// autoscaled groups.
 pub(super) fn check_eligibility<'p>(
     node: &Node,
@@ -123,7 +124,8 @@ pub(super) fn check_eligibility<'p>(
 }
 
 /// Whether any pod would need a new place if the node went: everything except mirror,
-/// long-terminating, DaemonSet and expendable pods. Used to simulate empty nodes first (3.2).
+/// long-terminating, DaemonSet and expendable pods. Used to simulate empty nodes first
+/// (docs/behaviour.md SD-103).
 pub(super) fn looks_empty<'p>(
     pods: impl IntoIterator<Item = &'p std::sync::Arc<Pod>>,
     now: Timestamp,

@@ -1,17 +1,18 @@
 //! Scale-down (Decide): which nodes are unneeded, which of them are deleted this loop, which pods
-//! each removal must evict, and which soft taints to add or remove (section 3 of the core spec).
+//! each removal must evict, and which soft taints to add or remove (docs/behaviour.md, Scale-down).
 //!
 //! [`plan_scale_down`] is a pure function: the gathered snapshot, the node groups, PDBs, the
 //! controllers that exist, the deletions already running and the remembered [`ScaleDownState`] go
 //! in; a [`ScaleDownPlan`] with the next state comes out. It never reads the clock (`now` is an
 //! input) and leaves the snapshot as it found it.
 //!
-//! The stages follow the spec: utilization (`utilization`, 3.3), eligibility and candidates
-//! (`eligibility`, 3.2–3.3), drainability rules (`drainability`, 3.4), the removal simulation on a
-//! forked snapshot (`simulation`, 3.4), choosing nodes to delete and parallelism budgets
-//! (`choose`, 3.6–3.7), the evictions of each removal (`evictions`, 3.8) and soft taints
-//! (`soft_taints`, 3.9). `plan` runs them in that order and does the unneeded-node tracking (3.5)
-//! and the cooldown gate (3.1).
+//! The stages, with their statements in docs/behaviour.md: utilization (`utilization`,
+//! SD-50–SD-54), eligibility and candidates (`eligibility`, SD-103, SD-55–SD-63), drainability
+//! rules (`drainability`, SD-67–SD-80), the removal simulation on a forked snapshot
+//! (`simulation`, SD-104), choosing nodes to delete and parallelism budgets (`choose`, SD-108,
+//! SD-82, SD-83), the evictions of each removal (`evictions`, SD-84, SD-86, SD-87) and soft taints
+//! (`soft_taints`, SD-90). `plan` runs them in that order and does the unneeded-node tracking
+//! (SD-107) and the cooldown gate (SD-58, SD-101).
 
 mod choose;
 mod drainability;
@@ -44,10 +45,12 @@ pub use utilization::{Utilization, UtilizationResource};
 /// Node annotation that keeps a node forever (3.3 check 2, 3.6 check 1).
 pub const SCALE_DOWN_DISABLED_ANNOTATION: &str =
     "cluster-autoscaler.kubernetes.io/scale-down-disabled";
-/// Pod annotation that opts a DaemonSet pod in (`"true"`) or out (`"false"`) of eviction (3.8).
+/// Pod annotation that opts a DaemonSet pod in (`"true"`) or out (`"false"`) of eviction
+/// (docs/behaviour.md SD-87).
 pub const ENABLE_DS_EVICTION_ANNOTATION: &str =
     "cluster-autoscaler.kubernetes.io/enable-ds-eviction";
-/// How long a `ToBeDeletedByClusterAutoscaler` taint marks a node as being deleted (3.3, 3.10).
+/// How long a `ToBeDeletedByClusterAutoscaler` taint marks a node as being deleted
+/// (docs/behaviour.md SD-111).
 pub const BEING_DELETED_TAINT_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Everything [`plan_scale_down`] reads.
@@ -68,12 +71,14 @@ pub struct ScaleDownInput<'a> {
     pub state: &'a ScaleDownState,
     pub options: &'a AutoscalingOptions,
     pub provider: &'a ProviderFacts<'a>,
-    /// Set when the scale-up found only "new" pods (2.1 step 9): track unneeded nodes, delete none.
+    /// Set when the scale-up found only "new" pods (docs/behaviour.md SU-09): track unneeded nodes,
+    /// delete none.
     pub scale_down_disabled_this_loop: bool,
 }
 
 /// Which workload controllers exist and their replica counts, for drainability rule 3 (a pod whose
-/// controller is gone blocks its node) and for re-placing recently evicted pods (3.4).
+/// controller is gone blocks its node) and for re-placing recently evicted pods (docs/behaviour.md
+/// SD-76, SD-106).
 ///
 /// Keyed by controller kind (`ReplicaSet`, `ReplicationController`, `Job`, `StatefulSet`,
 /// `DaemonSet`), namespace and name, as a pod's controller owner reference names them.
@@ -177,8 +182,9 @@ pub struct DeletionInProgress {
     pub drain: bool,
 }
 
-/// The deletions in progress (3.7 budgets, 3.6 min-size accounting, 3.2 candidates) and the pods
-/// they recently evicted that their controllers have not re-created yet (3.4).
+/// The deletions in progress (docs/behaviour.md SD-82 and SD-83 budgets, SD-108 min-size
+/// accounting, SD-103 candidates) and the pods they recently evicted that their controllers have
+/// not re-created yet (docs/behaviour.md SD-106).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeletionsInProgress {
     pub nodes: Vec<DeletionInProgress>,
@@ -204,7 +210,7 @@ impl DeletionsInProgress {
     }
 }
 
-/// The outcome of a scale-down decision (3.11).
+/// The outcome of a scale-down decision (docs/behaviour.md SD-112).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScaleDownStatus {
     /// Nodes were chosen for deletion; the actuation layer starts them.
@@ -214,7 +220,8 @@ pub enum ScaleDownStatus {
     NoNodeDeleted,
     /// Scale-down is disabled (`--scale-down-enabled=false`).
     NotTried,
-    /// Deletion is suspended by a cooldown (3.1); unneeded nodes are still tracked.
+    /// Deletion is suspended by a cooldown (docs/behaviour.md SD-58, SD-101); unneeded nodes are
+    /// still tracked.
     InCooldown,
     /// Nothing new may start: ongoing deletions use the whole parallelism budget.
     InProgress,
@@ -399,13 +406,16 @@ pub struct ScaleDownPlan {
     pub unneeded: Vec<UnneededNode>,
     /// Nodes that are not unneeded, with the first reason found.
     pub unremovable: Vec<UnremovableNode>,
-    /// Unneeded nodes not chosen for deletion this loop, with the reason (3.6).
+    /// Unneeded nodes not chosen for deletion this loop, with the reason (docs/behaviour.md
+    /// SD-108).
     pub held_back: Vec<UnremovableNode>,
     pub empty_to_delete: Vec<NodeRemoval>,
     pub drain_to_delete: Vec<NodeRemoval>,
-    /// Nodes to mark `DeletionCandidateOfClusterAutoscaler:PreferNoSchedule` (3.9).
+    /// Nodes to mark `DeletionCandidateOfClusterAutoscaler:PreferNoSchedule` (docs/behaviour.md
+    /// SD-90).
     pub soft_taints_to_add: Vec<String>,
-    /// Nodes whose `DeletionCandidateOfClusterAutoscaler` taint is to be removed (3.9).
+    /// Nodes whose `DeletionCandidateOfClusterAutoscaler` taint is to be removed (docs/behaviour.md
+    /// SD-90).
     pub soft_taints_to_remove: Vec<String>,
     pub events: Vec<Event>,
     /// The state the caller keeps for the next loop.

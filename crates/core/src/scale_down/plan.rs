@@ -102,7 +102,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
         &mut simulated_pods,
     );
 
-    // Candidates (3.2) and eligibility (3.3).
+    // Candidates (docs/behaviour.md SD-103) and eligibility (SD-50–SD-63).
     let groups_in_local_cooldown = groups_in_local_cooldown(node_groups, state, now, options);
     let mut candidates: Vec<Candidate> = Vec::new();
     for (id, node) in &nodes {
@@ -154,7 +154,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
     // Empty nodes first, then the ones unneeded last loop, then the rest (stable).
     candidates.sort_by_key(|c| (!c.empty, !c.was_unneeded));
 
-    // Removal simulation (3.4), until the search-stop rule says enough.
+    // Removal simulation (docs/behaviour.md SD-104), until the search-stop rule says enough.
     let search_limit = search_limit(state.unneeded_count(), options, loop_interval);
     let rules = DrainRules::from_options(now, controllers, options);
     let mut pdb_tracker = PdbTracker::new(pdbs);
@@ -289,14 +289,16 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
     }
     snapshot.revert();
 
-    // Unneeded tracking (3.5): kept since-times, new ones start now, absent ones are forgotten.
+    // Unneeded tracking (docs/behaviour.md SD-107): kept since-times, new ones start now, absent
+    // ones are forgotten.
     next_state.unneeded_since = plan
         .unneeded
         .iter()
         .map(|u| (u.node.clone(), u.since))
         .collect();
 
-    // Cooldown (3.1) and the choice of nodes to delete (3.6, 3.7).
+    // Cooldown (docs/behaviour.md SD-58, SD-101) and the choice of nodes to delete (SD-108,
+    // SD-82, SD-83).
     plan.in_cooldown = scale_down_disabled_this_loop
         || (!options.scale_down_delay_type_local && globally_in_cooldown(state, now, options));
     plan.status = if plan.unneeded.is_empty() {
@@ -331,7 +333,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
         plan.status = ScaleDownStatus::InCooldown;
     }
 
-    // Soft taints (3.9), whatever the status.
+    // Soft taints (docs/behaviour.md SD-90), whatever the status.
     let unneeded: HashSet<&str> = plan.unneeded.iter().map(|u| u.node.as_str()).collect();
     let deleting: HashSet<&str> = plan.nodes_to_delete().map(|r| r.node.as_str()).collect();
     let soft = plan_soft_taints(
@@ -357,7 +359,8 @@ fn within(last: Option<Timestamp>, delay: Duration, now: Timestamp) -> bool {
     last.is_some_and(|last| now < last + delay)
 }
 
-/// 3.1, global mode: a recent scale-up, failure or deletion start suspends deletions.
+/// docs/behaviour.md SD-58, SD-101, global mode: a recent scale-up, failure or deletion start
+/// suspends deletions.
 fn globally_in_cooldown(
     state: &ScaleDownState,
     now: Timestamp,
@@ -376,7 +379,8 @@ fn globally_in_cooldown(
         )
 }
 
-/// 3.1, `--scale-down-delay-type-local`: groups whose nodes are not candidates this loop.
+/// docs/behaviour.md SD-102, `--scale-down-delay-type-local`: groups whose nodes are not candidates
+/// this loop.
 fn groups_in_local_cooldown<'g>(
     groups: &'g [crate::scale_up::NodeGroupView],
     state: &ScaleDownState,
@@ -467,6 +471,7 @@ fn place_recently_evicted(
 mod tests {
     use super::*;
 
+    /// Checks docs/behaviour.md SD-105.
     #[test]
     fn search_limit_follows_the_spec_formula() {
         let options = AutoscalingOptions::default(); // P = 10, U = 10 m

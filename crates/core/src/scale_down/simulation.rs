@@ -1,8 +1,8 @@
-//! The removal simulation (3.4): on a fork of the snapshot, replace the node by a pod-less copy
-//! that carries the `ToBeDeletedByClusterAutoscaler:NoSchedule` taint (so topology-spread domains
-//! keep counting it), and place its movable pods one by one, highest priority first, on other
-//! nodes. Success commits the fork, so later candidates see the pods moved and the node gone;
-//! the first pod without a place reverts it.
+//! The removal simulation (docs/behaviour.md SD-104): on a fork of the snapshot, replace the node
+//! by a pod-less copy that carries the `ToBeDeletedByClusterAutoscaler:NoSchedule` taint (so
+//! topology-spread domains keep counting it), and place its movable pods one by one, highest
+//! priority first, on other nodes. Success commits the fork, so later candidates see the pods moved
+//! and the node gone; the first pod without a place reverts it.
 
 use std::collections::HashSet;
 use std::sync::Arc;

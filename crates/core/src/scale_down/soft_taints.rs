@@ -1,7 +1,7 @@
-//! Soft taints (3.9): `DeletionCandidateOfClusterAutoscaler:PreferNoSchedule` on unneeded nodes,
-//! so the scheduler prefers other nodes for new pods, and off again when a node is needed.
-//! Removals go first; at most `--max-bulk-soft-taint-count` node updates per loop, the rest wait
-//! for the next loop. Nodes marked `ToBeDeletedByClusterAutoscaler` are left alone.
+//! Soft taints (docs/behaviour.md SD-90): `DeletionCandidateOfClusterAutoscaler:PreferNoSchedule`
+//! on unneeded nodes, so the scheduler prefers other nodes for new pods, and off again when a node
+//! is needed. Removals go first; at most `--max-bulk-soft-taint-count` node updates per loop, the
+//! rest wait for the next loop. Nodes marked `ToBeDeletedByClusterAutoscaler` are left alone.
 
 use std::collections::HashSet;
 

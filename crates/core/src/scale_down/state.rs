@@ -1,7 +1,7 @@
-//! What scale-down remembers between loops (3.1, 3.2, 3.5): unneeded-since timers, the nodes whose
-//! removal simulation failed recently, the times of the last scale-up, deletion start and failure
-//! (globally and per node group, for `--scale-down-delay-type-local`), and the loop interval the
-//! search-stop rule needs.
+//! What scale-down remembers between loops (docs/behaviour.md SD-58, SD-63, SD-101, SD-107):
+//! unneeded-since timers, the nodes whose removal simulation failed recently, the times of the last
+//! scale-up, deletion start and failure (globally and per node group, for
+//! `--scale-down-delay-type-local`), and the loop interval the search-stop rule needs.
 //!
 //! The state is a plain value: [`plan_scale_down`](super::plan_scale_down) takes it by reference
 //! and returns the next one in the plan; the loop records the events of its Act steps on it.
@@ -59,7 +59,7 @@ impl ScaleDownState {
     }
 
     /// Forgets every unneeded timer: the cluster is unhealthy or its state could not be updated
-    /// (3.5).
+    /// (docs/behaviour.md SD-107).
     pub fn clear_unneeded(&mut self) {
         self.unneeded_since.clear();
     }

@@ -1,5 +1,6 @@
-//! Node utilization as scale-down measures it (3.3): the share of allocatable that pod requests
-//! take, the larger of cpu and memory, or the GPU share alone on GPU nodes.
+//! Node utilization as scale-down measures it (docs/behaviour.md SD-50–SD-54): the share of
+//! allocatable that pod requests take, the larger of cpu and memory, or the GPU share alone on GPU
+//! nodes.
 //!
 //! Long-terminating and expendable pods do not count. DaemonSet and mirror pods count unless their
 //! ignore flag is set; then their requests leave the numerator **and** the allocatable.
@@ -177,6 +178,7 @@ mod tests {
         Node::new("n", Resources::new(4000, 8 * GIB))
     }
 
+    /// docs/behaviour.md SD-52.
     #[test]
     fn s52_the_larger_of_cpu_and_memory_counts() {
         let u = rules()
@@ -188,6 +190,7 @@ mod tests {
         assert_eq!(u.resource, UtilizationResource::Memory);
     }
 
+    /// docs/behaviour.md SD-53.
     #[test]
     fn s53_ignored_daemonset_requests_leave_numerator_and_allocatable() {
         let mut ds = Pod::new("kube-system", "ds");
@@ -241,6 +244,7 @@ mod tests {
         assert!((u.cpu - 0.5).abs() < 1e-9);
     }
 
+    /// docs/behaviour.md SD-54.
     #[test]
     fn s54_gpu_nodes_are_measured_by_gpu_only() {
         let mut n = node();

@@ -1,6 +1,6 @@
-//! Balancing similar node groups (spec 2.9): which groups are interchangeable (same shape of node,
-//! same labels once zone-like labels are ignored), and how a scale-up is spread over them so that
-//! their sizes even out.
+//! Balancing similar node groups (docs/behaviour.md SU-35–SU-39): which groups are interchangeable
+//! (same shape of node, same labels once zone-like labels are ignored), and how a scale-up is
+//! spread over them so that their sizes even out.
 
 use ferroscale_model::Resources;
 use ferroscale_model::labels::{HOSTNAME, REGION, REGION_BETA, ZONE, ZONE_BETA};
@@ -162,6 +162,7 @@ mod tests {
         }
     }
 
+    /// docs/behaviour.md SU-35.
     #[test]
     fn s35_split_evens_out_sizes() {
         // A=1, B=3, C=6, four new nodes: A gets 3, B gets 1, C nothing.
@@ -184,6 +185,7 @@ mod tests {
         assert_eq!(got, vec![(0, 2), (1, 1)]);
     }
 
+    /// docs/behaviour.md SU-36.
     #[test]
     fn s36_memory_within_one_and_a_half_percent_is_similar() {
         let options = AutoscalingOptions::default();
@@ -199,6 +201,7 @@ mod tests {
         );
     }
 
+    /// docs/behaviour.md SU-37.
     #[test]
     fn s37_custom_labels_differ_unless_ignored() {
         let mut options = AutoscalingOptions::default();
@@ -210,6 +213,7 @@ mod tests {
         assert!(templates_similar(&a, &b, &options));
     }
 
+    /// docs/behaviour.md SU-38.
     #[test]
     fn s38_balancing_label_compares_only_that_label() {
         let mut options = AutoscalingOptions::default();

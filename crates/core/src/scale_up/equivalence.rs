@@ -1,5 +1,5 @@
-//! Equivalence groups (spec 2.3): pending pods of one controller with equal labels and an equal
-//! scheduling-relevant spec are simulated once per group instead of once per pod.
+//! Equivalence groups (docs/behaviour.md SU-101): pending pods of one controller with equal labels
+//! and an equal scheduling-relevant spec are simulated once per group instead of once per pod.
 //!
 //! A pod without a controller, or a DaemonSet pod, is a group of its own. A controller may own at
 //! most [`MAX_GROUPS_PER_CONTROLLER`] groups; further shapes become singletons, as upstream.

@@ -1,5 +1,6 @@
-//! The binpacking estimator (spec 2.6): how many new nodes of one group the pending pods need,
-//! found by packing the pods first-fit-decreasing onto template copies in a snapshot fork.
+//! The binpacking estimator (docs/behaviour.md SU-16, SU-18, SU-23): how many new nodes of one
+//! group the pending pods need, found by packing the pods first-fit-decreasing onto template copies
+//! in a snapshot fork.
 //!
 //! Upstream bounds the estimation with wall-clock budgets (`--max-nodegroup-binpacking-duration`,
 //! `--max-binpacking-time`). The decision step never reads the clock, so the only bound here is the
@@ -221,6 +222,7 @@ mod tests {
         e
     }
 
+    /// docs/behaviour.md SU-16.
     #[test]
     fn s16_binpacking_estimate_is_ceil_of_pods_per_node() {
         // 4 CPUs minus a 500m DaemonSet pod: three 1-CPU pods per node.
@@ -235,6 +237,7 @@ mod tests {
         assert_eq!(e.node_count, 3, "ceil(10 / 4)");
     }
 
+    /// docs/behaviour.md SU-18.
     #[test]
     fn s18_hostname_anti_affinity_needs_one_node_per_pod() {
         let ps: Vec<Arc<Pod>> = pods(5, 100)
@@ -254,6 +257,7 @@ mod tests {
         assert_eq!(e.node_count, 5);
     }
 
+    /// docs/behaviour.md SU-23.
     #[test]
     fn s23_node_limit_caps_the_estimate() {
         let e = run(&pods(2000, 4000), &template(4000), &[1000]);

@@ -1,6 +1,6 @@
-//! Expanders (spec 2.7): choosing among the scale-up options. Each expander keeps the options it
-//! considers equally best; the chain stops once one option is left, and a seeded random choice
-//! settles whatever remains.
+//! Expanders (docs/behaviour.md SU-29–SU-34): choosing among the scale-up options. Each expander
+//! keeps the options it considers equally best; the chain stops once one option is left, and a
+//! seeded random choice settles whatever remains.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -296,6 +296,7 @@ mod tests {
             .unwrap_or_default()
     }
 
+    /// docs/behaviour.md SU-29.
     #[test]
     fn s29_most_pods_picks_the_option_fitting_more_pods() {
         let t = template(4000, 16);
@@ -316,6 +317,7 @@ mod tests {
         }
     }
 
+    /// docs/behaviour.md SU-30.
     #[test]
     fn s30_least_waste_uses_cpu_plus_memory_waste_of_capacity() {
         let small = template(4000, 16);
@@ -339,6 +341,7 @@ mod tests {
         assert_eq!(chosen, "small");
     }
 
+    /// docs/behaviour.md SU-31.
     #[test]
     fn s31_priority_prefers_the_highest_matching_priority() {
         let t = template(4000, 16);
@@ -364,6 +367,7 @@ mod tests {
         }
     }
 
+    /// docs/behaviour.md SU-32.
     #[test]
     fn s32_missing_or_invalid_priority_config_falls_back_to_random_among_all() {
         let t = template(4000, 16);
@@ -403,6 +407,7 @@ mod tests {
         assert_eq!(events[0].reason, reasons::PRIORITY_CONFIG_MAP_INVALID);
     }
 
+    /// docs/behaviour.md SU-33.
     #[test]
     fn s33_priority_ties_are_broken_by_least_waste() {
         let small = template(4000, 16);

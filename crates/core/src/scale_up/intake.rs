@@ -1,7 +1,7 @@
-//! Which pods drive a scale-up (spec 2.1 and the pod classification of 1.3 step 4): unschedulable
-//! pods and unprocessed pods of bypassed schedulers, minus expendable pods, plus the pods of nodes
-//! being drained; then pods that fit existing or upcoming nodes are placed there
-//! (filter-out-schedulable), DaemonSet pods and young pods are dropped.
+//! Which pods drive a scale-up (docs/behaviour.md SU-01–SU-15, and the pod classification of
+//! LOOP-109): unschedulable pods and unprocessed pods of bypassed schedulers, minus expendable
+//! pods, plus the pods of nodes being drained; then pods that fit existing or upcoming nodes are
+//! placed there (filter-out-schedulable), DaemonSet pods and young pods are dropped.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,5 @@
-//! Cluster-wide resource limits (spec 2.8): `--cores-total`, `--memory-total`, `--gpu-total` (or
-//! the provider's limits), and how many template nodes still fit under them.
+//! Cluster-wide resource limits (docs/behaviour.md SU-24–SU-26): `--cores-total`, `--memory-total`,
+//! `--gpu-total` (or the provider's limits), and how many template nodes still fit under them.
 //!
 //! Usage is the sum of node capacity over every node in the snapshot, upcoming placeholders
 //! included and virtual-kubelet nodes excluded: cores rounded up per node, memory in bytes, GPUs

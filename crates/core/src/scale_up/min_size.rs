@@ -1,5 +1,5 @@
-//! Enforcing node-group minimum sizes (spec 2.14, `--enforce-node-group-min-size`): without pending
-//! pods, raise groups whose target fell below their minimum.
+//! Enforcing node-group minimum sizes (docs/behaviour.md SU-48, `--enforce-node-group-min-size`):
+//! without pending pods, raise groups whose target fell below their minimum.
 
 use ferroscale_model::Timestamp;
 use ferroscale_scheduling::Snapshot;
@@ -87,6 +87,7 @@ mod tests {
         NodeGroupView::new(id, min, 10, target, Some(template))
     }
 
+    /// docs/behaviour.md SU-48.
     #[test]
     fn s48_enforce_min_size_raises_target_to_min_without_pending_pods() {
         let options = AutoscalingOptions {

@@ -5,10 +5,10 @@
 //! them, the backoff state and the options, and returns a [`ScaleUpPlan`]. [`execute_scale_up`] is
 //! the async step that applies a plan through the [`NodeGroup`](crate::cloud::NodeGroup) trait.
 //!
-//! The stages follow section 2 of the core spec: intake (`intake`), equivalence groups
-//! (`equivalence`), templates (`template`), the binpacking estimator (`estimator`), expanders
-//! (`expander`), resource limits (`limits`), balancing similar groups (`balancing`), execution
-//! (`execute`) and min-size enforcement (`min_size`).
+//! The stages follow the scale-up section of docs/behaviour.md: intake (`intake`), equivalence
+//! groups (`equivalence`), templates (`template`), the binpacking estimator (`estimator`),
+//! expanders (`expander`), resource limits (`limits`), balancing similar groups (`balancing`),
+//! execution (`execute`) and min-size enforcement (`min_size`).
 
 mod balancing;
 mod equivalence;
@@ -58,13 +58,14 @@ pub struct NodeGroupView {
     pub min_size: usize,
     pub max_size: usize,
     pub target_size: usize,
-    /// The group's template, already chosen by the caller (2.4: a good real node, the cache, or
-    /// `TemplateNodeInfo()`), sanitised or not (the plan sanitises it again). `None` means "not
-    /// ready for scale-up".
+    /// The group's template, already chosen by the caller (docs/behaviour.md SU-102: a good real
+    /// node, the cache, or `TemplateNodeInfo()`), sanitised or not (the plan sanitises it again).
+    /// `None` means "not ready for scale-up".
     pub template: Option<NodeTemplate>,
     /// False for auto-provisioning proposals: they skip the health and backoff checks.
     pub exists: bool,
-    /// Group health (4.8); unhealthy existing groups are "not ready for scale-up".
+    /// Group health (docs/behaviour.md CS-106); unhealthy existing groups are "not ready for
+    /// scale-up".
     pub healthy: bool,
     pub options: GroupOptions,
     pub price_per_hour: Option<f64>,
@@ -111,16 +112,16 @@ pub struct ProviderFacts<'a> {
 ///
 /// The snapshot holds the real nodes with their bound pods and the upcoming placeholders
 /// ([`inject_upcoming_nodes`]). On return it is unchanged **except** that pods found schedulable on
-/// existing or upcoming nodes (filter-out-schedulable, 2.1 step 6) and nominated pods (placed on
-/// their nominated node) stay placed, as upstream leaves them for the rest of the loop. Every
-/// what-if placement of the estimator is reverted.
+/// existing or upcoming nodes (filter-out-schedulable, docs/behaviour.md SU-02) and nominated pods
+/// (placed on their nominated node) stay placed, as upstream leaves them for the rest of the loop.
+/// Every what-if placement of the estimator is reverted.
 pub struct ScaleUpInput<'a> {
     pub now: Timestamp,
     pub snapshot: &'a mut Snapshot,
     /// Every pod not bound to a node; the plan does the intake filtering itself.
     pub pending_pods: &'a [Arc<Pod>],
-    /// Recreatable pods of nodes being drained (2.1 step 5), planned for as if pending. Usually
-    /// empty.
+    /// Recreatable pods of nodes being drained (docs/behaviour.md SU-15), planned for as if
+    /// pending. Usually empty.
     pub draining_pods: &'a [Arc<Pod>],
     pub node_groups: &'a [NodeGroupView],
     pub backoff: &'a NodeGroupBackoff,
@@ -133,7 +134,7 @@ pub struct ScaleUpInput<'a> {
     pub seed: u64,
 }
 
-/// The result of a scale-up decision (2.16).
+/// The result of a scale-up decision (docs/behaviour.md SU-106).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ScaleUpStatus {
     /// Increases are planned and should be executed.

@@ -51,7 +51,7 @@ impl GroupState<'_> {
     }
 }
 
-/// Why each group cannot grow (2.5), in upstream order.
+/// Why each group cannot grow (docs/behaviour.md SU-104), in upstream order.
 fn skip_reason(
     view: &NodeGroupView,
     ctx: &PlanContext<'_>,
@@ -156,8 +156,8 @@ fn finish(
     plan
 }
 
-/// Decides whether and how to scale up (spec section 2). Pure: no clock, no I/O; randomness only
-/// from `input.seed`. See [`ScaleUpInput`] for what stays placed in the snapshot.
+/// Decides whether and how to scale up (docs/behaviour.md, Scale-up). Pure: no clock, no I/O;
+/// randomness only from `input.seed`. See [`ScaleUpInput`] for what stays placed in the snapshot.
 pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
     let ScaleUpInput {
         now,

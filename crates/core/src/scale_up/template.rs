@@ -1,6 +1,6 @@
-//! Node templates (spec 2.4): cleaning an example node into the shape of a brand-new node of its
-//! group, and stamping out copies of it into a snapshot, either as upcoming placeholders for nodes
-//! already requested or as what-if nodes of the estimator.
+//! Node templates (docs/behaviour.md SU-103): cleaning an example node into the shape of a
+//! brand-new node of its group, and stamping out copies of it into a snapshot, either as upcoming
+//! placeholders for nodes already requested or as what-if nodes of the estimator.
 
 use std::sync::Arc;
 
@@ -51,7 +51,7 @@ fn is_transient_taint(taint: &Taint, options: Option<&AutoscalingOptions>) -> bo
     })
 }
 
-/// Turns an example node of `group_id` into a template (2.4): name
+/// Turns an example node of `group_id` into a template (docs/behaviour.md SU-103): name
 /// `template-node-for-<group>-<suffix>` (hostname label and UID follow), the template-node label,
 /// no transient taints, `unschedulable` cleared with `--scale-from-unschedulable`, and only the
 /// pods every new node starts with (mirror and DaemonSet pods not being deleted).

@@ -1,4 +1,5 @@
-//! The Kubernetes objects the externalgrpc API carries as opaque bytes (spec 3.7): `nodeBytes` of a
+//! The Kubernetes objects the externalgrpc API carries as opaque bytes
+//! (docs/externalgrpc.md GRPC-11, GRPC-20): `nodeBytes` of a
 //! template answer and `pod_bytes` of a pod-pricing request hold the plain protobuf encoding of
 //! `k8s.io.api.core.v1.Node` and `k8s.io.api.core.v1.Pod`, exactly what the Go types' `Marshal`
 //! writes and `Unmarshal` reads.

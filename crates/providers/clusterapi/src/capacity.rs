@@ -1,6 +1,7 @@
-//! Scale-from-zero capacity (spec §11): what a new node of an empty group would offer, from the
-//! capacity annotations of the scalable resource and from the `status` of its infrastructure
-//! template, and whether that is enough (cpu and memory) to scale from zero.
+//! Scale-from-zero capacity (docs/clusterapi.md CAPI-44–CAPI-47, CAPI-54): what a new node of an
+//! empty group would offer, from the capacity annotations of the scalable resource and from the
+//! `status` of its infrastructure template, and whether that is enough (cpu and memory) to scale
+//! from zero.
 
 use std::collections::BTreeMap;
 
@@ -63,7 +64,8 @@ pub fn gpu_count(resource: &DynamicObject) -> Result<i64, BadAnnotation> {
     integer_annotation(resource, CAPACITY_GPU_COUNT)
 }
 
-/// Capacity from the annotations (§11.1). Always holds `pods`; zero amounts are omitted.
+/// Capacity from the annotations (docs/clusterapi.md CAPI-45). Always holds `pods`; zero amounts
+/// are omitted.
 pub fn annotation_capacity(resource: &DynamicObject) -> Result<Capacity, BadAnnotation> {
     let mut capacity = Capacity::new();
     for (key, name) in [
@@ -96,7 +98,8 @@ pub struct NodeInfo {
     pub operating_system: String,
 }
 
-/// What an infrastructure template's status says about its machines (§11.2).
+/// What an infrastructure template's status says about its machines (docs/clusterapi.md CAPI-47,
+/// CAPI-48).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InfrastructureCapacity {
     pub capacity: Capacity,
@@ -149,10 +152,10 @@ pub fn infrastructure_capacity(infrastructure: &DynamicObject) -> Infrastructure
     result
 }
 
-/// The capacity of a new node (§11.3): annotations over the infrastructure template's capacity.
-/// Without a template, annotations count only when they give more than `pods`; an empty map
-/// means no capacity is known. An error means a capacity annotation cannot be parsed, which
-/// disables scaling from zero.
+/// The capacity of a new node (docs/clusterapi.md CAPI-47): annotations over the infrastructure
+/// template's capacity. Without a template, annotations count only when they give more than `pods`;
+/// an empty map means no capacity is known. An error means a capacity annotation cannot be parsed,
+/// which disables scaling from zero.
 pub fn combined_capacity(
     resource: &DynamicObject,
     infrastructure: Option<&DynamicObject>,
@@ -174,7 +177,7 @@ pub fn can_scale_from_zero(capacity: &Capacity) -> bool {
     capacity.contains_key(CPU) && capacity.contains_key(MEMORY)
 }
 
-/// `spec.template.spec.infrastructureRef` of a scalable resource (§11.2 steps 1–4).
+/// `spec.template.spec.infrastructureRef` of a scalable resource (docs/clusterapi.md CAPI-47).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InfrastructureRef {
     /// Cluster API v1beta2 style: the version is resolved through discovery.
@@ -253,6 +256,7 @@ mod tests {
         }))
     }
 
+    /// docs/clusterapi.md CAPI-45.
     #[test]
     fn c45_capacity_annotations_give_cpu_memory_gpu_and_default_pods() {
         let capacity = annotation_capacity(&md(json!({
@@ -280,6 +284,7 @@ mod tests {
         ));
     }
 
+    /// docs/clusterapi.md CAPI-45.
     #[test]
     fn c45_gpu_needs_type_and_positive_count_and_max_pods_overrides_default() {
         let capacity = annotation_capacity(&md(json!({
@@ -296,6 +301,7 @@ mod tests {
         assert_eq!(zero_pods, Capacity::from([("pods".to_string(), q("110"))]));
     }
 
+    /// docs/clusterapi.md CAPI-44.
     #[test]
     fn c44_only_pods_without_template_is_no_capacity() {
         let combined =
@@ -306,6 +312,7 @@ mod tests {
         assert!(!can_scale_from_zero(&cpu_only));
     }
 
+    /// docs/clusterapi.md CAPI-47.
     #[test]
     fn c47_template_capacity_alone_enables_scale_from_zero() {
         let infra = template(json!({"capacity": {"cpu": "1", "memory": "4G"}}));
@@ -316,6 +323,7 @@ mod tests {
         assert_eq!(combined.get("pods"), Some(&q("110")));
     }
 
+    /// docs/clusterapi.md CAPI-47.
     #[test]
     fn c47_annotations_override_template_per_resource() {
         let infra = template(
@@ -334,6 +342,7 @@ mod tests {
         assert!(can_scale_from_zero(&mixed));
     }
 
+    /// docs/clusterapi.md CAPI-48.
     #[test]
     fn c48_template_node_info_and_skipped_entries_are_reported() {
         let infra = template(json!({
@@ -361,6 +370,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-54.
     #[test]
     fn c54_unparseable_counts_are_errors_naming_the_annotation() {
         for (key, value) in [

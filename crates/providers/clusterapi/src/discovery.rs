@@ -1,5 +1,6 @@
-//! `--node-group-auto-discovery` specs of the form `clusterapi:key=value,...` (spec §5): parsing,
-//! matching Cluster API objects, and the namespace the watches are limited to.
+//! `--node-group-auto-discovery` specs of the form `clusterapi:key=value,...` (docs/clusterapi.md
+//! CAPI-08–CAPI-12): parsing, matching Cluster API objects, and the namespace the watches are
+//! limited to.
 
 use std::collections::BTreeMap;
 
@@ -42,7 +43,7 @@ pub enum DiscoveryError {
 }
 
 impl DiscoverySpec {
-    /// Parses one `clusterapi:k=v,...` spec (§5.1).
+    /// Parses one `clusterapi:k=v,...` spec (docs/clusterapi.md CAPI-08–CAPI-10).
     pub fn parse(spec: &str) -> Result<DiscoverySpec, DiscoveryError> {
         let parts: Vec<&str> = spec.split(':').collect();
         let [discoverer, items] = parts.as_slice() else {
@@ -87,7 +88,8 @@ impl DiscoverySpec {
         Ok(parsed)
     }
 
-    /// Whether `obj` passes this spec's namespace, cluster-name and label filters (§5.2).
+    /// Whether `obj` passes this spec's namespace, cluster-name and label filters
+    /// (docs/clusterapi.md CAPI-11).
     pub fn matches(&self, obj: &DynamicObject, keys: &Keys) -> bool {
         (self.namespace.is_empty() || self.namespace == fields::namespace(obj))
             && (self.cluster_name.is_empty() || self.cluster_name == cluster_name(obj, keys))
@@ -108,8 +110,8 @@ pub fn is_allowed(specs: &[DiscoverySpec], obj: &DynamicObject, keys: &Keys) -> 
     specs.is_empty() || specs.iter().any(|s| s.matches(obj, keys))
 }
 
-/// The cluster an object belongs to (§5.3): `spec.clusterName` when the field exists (even empty),
-/// else the `<G>/cluster-name` label, else empty.
+/// The cluster an object belongs to (docs/clusterapi.md CAPI-12): `spec.clusterName` when the field
+/// exists (even empty), else the `<G>/cluster-name` label, else empty.
 pub fn cluster_name<'a>(obj: &'a DynamicObject, keys: &Keys) -> &'a str {
     match fields::at(obj, &["spec", "clusterName"]) {
         Some(serde_json::Value::String(name)) => name,
@@ -122,7 +124,8 @@ pub fn cluster_name<'a>(obj: &'a DynamicObject, keys: &Keys) -> &'a str {
 }
 
 /// The single namespace the management watches are limited to: that of the first spec naming one
-/// (upstream quirk Q2: other specs' namespaces are then never watched); `None` means all.
+/// (docs/clusterapi.md CAPI-Q2, kept from upstream: other specs' namespaces are then never
+/// watched); `None` means all.
 pub fn watch_namespace(specs: &[DiscoverySpec]) -> Option<String> {
     specs
         .iter()
@@ -153,6 +156,7 @@ mod tests {
         }))
     }
 
+    /// docs/clusterapi.md CAPI-08.
     #[test]
     fn c08_malformed_specs_are_rejected_naming_the_spec() {
         for bad in [
@@ -176,6 +180,7 @@ mod tests {
         assert!(parse_specs(&["clusterapi:".into(), "foo".into()]).is_err());
     }
 
+    /// docs/clusterapi.md CAPI-08.
     #[test]
     fn c08_invalid_label_keys_and_values_are_rejected() {
         assert!(matches!(
@@ -185,6 +190,7 @@ mod tests {
         assert!(DiscoverySpec::parse("clusterapi:good=bad/value").is_err());
     }
 
+    /// docs/clusterapi.md CAPI-09.
     #[test]
     fn c09_full_spec_parses_namespace_cluster_and_labels() {
         let s = spec("clusterapi:namespace=test,color=blue,shape=square,clusterName=foo");
@@ -201,6 +207,7 @@ mod tests {
         assert_eq!(spec("clusterapi:namespace=a,,namespace=b").namespace, "b");
     }
 
+    /// docs/clusterapi.md CAPI-10.
     #[test]
     fn c10_empty_label_value_requires_the_label_present_and_empty() {
         let s = spec("clusterapi:mylabel=");
@@ -210,6 +217,7 @@ mod tests {
         assert!(!s.matches(&md("ns", json!({}), None), &keys));
     }
 
+    /// docs/clusterapi.md CAPI-11.
     #[test]
     fn c11_an_object_matching_any_spec_is_allowed() {
         let keys = Keys::default();
@@ -235,6 +243,7 @@ mod tests {
         assert!(is_allowed(&[], &md("blue", json!({}), None), &keys));
     }
 
+    /// docs/clusterapi.md CAPI-11.
     #[test]
     fn c11_cluster_name_filter_uses_the_objects_cluster_name() {
         let keys = Keys::default();
@@ -251,6 +260,7 @@ mod tests {
         ));
     }
 
+    /// docs/clusterapi.md CAPI-12.
     #[test]
     fn c12_cluster_name_from_spec_else_group_label() {
         let keys = Keys::default();

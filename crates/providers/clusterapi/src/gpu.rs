@@ -1,5 +1,6 @@
-//! The GPU of a workload node as this provider describes it (spec §14): the `cluster-api/accelerator`
-//! label gives the type, allocatable of a known GPU resource gives the resource name.
+//! The GPU of a workload node as this provider describes it (docs/clusterapi.md CAPI-58): the
+//! `cluster-api/accelerator` label gives the type, allocatable of a known GPU resource gives the
+//! resource name.
 
 use ferroscale_core::cloud::GpuConfig;
 use ferroscale_model::Node;

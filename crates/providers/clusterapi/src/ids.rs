@@ -1,5 +1,6 @@
-//! Provider ids: normalisation for comparing Node, Machine and MachinePool ids (spec §7.1), and the
-//! synthetic ids given to Machines that have no node yet, are failing or are being deleted (§8.2).
+//! Provider ids: normalisation for comparing Node, Machine and MachinePool ids (docs/clusterapi.md
+//! CAPI-21), and the synthetic ids given to Machines that have no node yet, are failing or are
+//! being deleted (CAPI-28–CAPI-31).
 
 use std::fmt;
 
@@ -95,6 +96,7 @@ pub fn is_synthetic(id: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// docs/clusterapi.md CAPI-21.
     #[test]
     fn c21_normalisation_keeps_the_last_segment_except_azure_scale_sets() {
         assert_eq!(normalize_provider_id("aws:////i-12345678"), "i-12345678");
@@ -109,6 +111,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-31.
     #[test]
     fn c31_synthetic_ids_round_trip_and_split_on_the_first_underscore() {
         for kind in SyntheticKind::ALL {

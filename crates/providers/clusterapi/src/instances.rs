@@ -1,5 +1,6 @@
-//! The instances of a node group (spec §8): which Machines belong to a MachineDeployment or
-//! MachineSet, the instance id and status each Machine reports, and MachinePool members.
+//! The instances of a node group (docs/clusterapi.md CAPI-26–CAPI-32): which Machines belong to a
+//! MachineDeployment or MachineSet, the instance id and status each Machine reports, and
+//! MachinePool members.
 
 use ferroscale_core::cloud::{
     ErrorClass, Instance, InstanceErrorInfo, InstanceState, InstanceStatus,
@@ -82,8 +83,8 @@ pub fn selector(resource: &DynamicObject) -> Result<LabelSelector, BadField> {
     Ok(parsed)
 }
 
-/// The Machines of a MachineDeployment or MachineSet (§8.1): same namespace, matching
-/// `spec.selector`, and — when the resource names a cluster — the same cluster.
+/// The Machines of a MachineDeployment or MachineSet (docs/clusterapi.md CAPI-26, CAPI-27): same
+/// namespace, matching `spec.selector`, and — when the resource names a cluster — the same cluster.
 pub fn machines_of<'a>(
     resource: &DynamicObject,
     machines: impl Iterator<Item = &'a DynamicObject>,
@@ -103,9 +104,9 @@ pub fn machines_of<'a>(
 /// the message at `status.failureMessage`; v1beta2 Machines keep the same deprecated field at
 /// `status.deprecated.v1beta1.failureMessage` (a v1beta2 API server drops the top-level one).
 ///
-/// Quirk Q7 not copied: upstream reads only the top-level field and so never sees a failed
-/// v1beta2 Machine. Reading the same signal where v1beta2 stores it is not a guess; conditions
-/// are not consulted, since a slow Machine must never look failed.
+/// docs/clusterapi.md CAPI-Q7, not copied: upstream reads only the top-level field and so never
+/// sees a failed v1beta2 Machine. Reading the same signal where v1beta2 stores it is not a guess;
+/// conditions are not consulted, since a slow Machine must never look failed.
 fn has_failed(machine: &DynamicObject) -> bool {
     let message = fields::str_at(machine, &["status", "failureMessage"]).or_else(|| {
         fields::str_at(
@@ -120,9 +121,9 @@ fn has_node_ref(machine: &DynamicObject) -> bool {
     fields::at(machine, &["status", "nodeRef"]).is_some_and(|v| !v.is_null())
 }
 
-/// The instance a Machine contributes (§8.1 table), with its status (§8.3); `None` when the
-/// Machine has a node that cannot be identified yet. `node_provider_id_by_name` looks a Node of the
-/// workload cluster up by name and returns its `spec.providerID`.
+/// The instance a Machine contributes (docs/clusterapi.md CAPI-26–CAPI-30), with its status; `None`
+/// when the Machine has a node that cannot be identified yet. `node_provider_id_by_name` looks a
+/// Node of the workload cluster up by name and returns its `spec.providerID`.
 pub fn machine_instance(
     machine: &DynamicObject,
     node_provider_id_by_name: impl Fn(&str) -> Option<String>,
@@ -176,7 +177,8 @@ fn status(state: InstanceState, error: Option<(&str, &str)>) -> InstanceStatus {
     }
 }
 
-/// The status of a synthetic instance (§8.3), given its Machine if it can still be found.
+/// The status of a synthetic instance (docs/clusterapi.md CAPI-28–CAPI-30), given its Machine if it
+/// can still be found.
 pub fn synthetic_instance_status(
     id: &SyntheticId,
     machine: Option<&DynamicObject>,
@@ -203,7 +205,8 @@ pub fn synthetic_instance_status(
     }
 }
 
-/// The status of any instance id: synthetic ids per §8.3, every other id Running.
+/// The status of any instance id: synthetic ids per docs/clusterapi.md CAPI-28–CAPI-30, every other
+/// id Running.
 pub fn instance_status(id: &str, machine: Option<&DynamicObject>) -> Option<InstanceStatus> {
     match SyntheticId::parse(id) {
         Some(synthetic) => synthetic_instance_status(&synthetic, machine),
@@ -218,8 +221,8 @@ pub fn machine_pool_provider_ids(pool: &DynamicObject) -> Option<Vec<&str>> {
     Some(list.iter().filter_map(Value::as_str).collect())
 }
 
-/// A MachinePool's instances (§8.4): every listed provider id, Running (quirk Q12: pools report
-/// no pending or failed members).
+/// A MachinePool's instances (docs/clusterapi.md CAPI-32): every listed provider id, Running
+/// (CAPI-Q12: pools report no pending or failed members).
 pub fn machine_pool_instances(pool: &DynamicObject) -> Vec<Instance> {
     machine_pool_provider_ids(pool)
         .unwrap_or_default()
@@ -228,8 +231,8 @@ pub fn machine_pool_instances(pool: &DynamicObject) -> Vec<Instance> {
         .collect()
 }
 
-/// Instances that are real nodes (§9.4 step 3): pending, deleting and failed Machines do not
-/// count.
+/// Instances that are real nodes (docs/clusterapi.md CAPI-36): pending, deleting and failed
+/// Machines do not count.
 pub fn count_existing(instances: &[Instance]) -> usize {
     instances.iter().filter(|i| !is_synthetic(&i.id)).count()
 }
@@ -254,6 +257,7 @@ mod tests {
         )
     }
 
+    /// docs/clusterapi.md CAPI-26.
     #[test]
     fn c26_running_machine_reports_provider_id_verbatim() {
         let m = running_machine("m1", "aws:///us-east-1a/i-0abc");
@@ -261,6 +265,7 @@ mod tests {
         assert_eq!(instance, Instance::running("aws:///us-east-1a/i-0abc"));
     }
 
+    /// docs/clusterapi.md CAPI-27.
     #[test]
     fn c27_machine_without_provider_id_takes_its_nodes_id() {
         let m = machine(
@@ -288,6 +293,7 @@ mod tests {
         assert_eq!(machine_instance(&odd, lookup), None);
     }
 
+    /// docs/clusterapi.md CAPI-28.
     #[test]
     fn c28_machine_without_node_ref_is_pending_creating() {
         let m = machine(
@@ -308,6 +314,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-29.
     #[test]
     fn c29_machine_being_deleted_is_deleting() {
         let mut m = running_machine("m1", "aws:///i-1");
@@ -322,6 +329,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-30.
     #[test]
     fn c30_failed_machine_is_creating_with_provisioning_failed() {
         let m = machine(
@@ -341,6 +349,8 @@ mod tests {
     }
 
     /// A v1beta2 API server keeps the failure message only under `status.deprecated.v1beta1`.
+    ///
+    /// Checks docs/clusterapi.md CAPI-30.
     #[test]
     fn c30_failed_v1beta2_machine_is_reported_from_its_deprecated_failure_message() {
         let m = machine(
@@ -368,6 +378,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-30.
     #[test]
     fn c30_failed_machine_being_deleted_is_deleting_with_deleting_failed() {
         let mut m = machine(
@@ -391,6 +402,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-30.
     #[test]
     fn c30_failed_ids_without_machine_or_with_node_have_no_status() {
         let id = SyntheticId::new(SyntheticKind::Failed, "default", "m1");
@@ -403,7 +415,8 @@ mod tests {
             json!({"failureMessage": "x", "phase": "Failed", "nodeRef": {"name": "n"}}),
         );
         assert_eq!(synthetic_instance_status(&id, Some(&with_node)), None);
-        // Failure needs both the message and the phase (v1beta2 Machines: quirk Q7).
+        // Failure needs both the message and the phase (v1beta2 Machines: docs/clusterapi.md
+        // CAPI-Q7).
         let only_phase = machine(
             "default",
             "m2",
@@ -421,6 +434,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-32.
     #[test]
     fn c32_machine_pool_instances_are_its_provider_ids_running() {
         let pool = object(json!({
@@ -443,6 +457,7 @@ mod tests {
         assert!(machine_pool_instances(&no_list).is_empty());
     }
 
+    /// docs/clusterapi.md CAPI-36.
     #[test]
     fn c36_synthetic_instances_do_not_count_as_existing() {
         let instances = vec![

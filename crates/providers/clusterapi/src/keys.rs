@@ -1,5 +1,6 @@
-//! Every annotation and label key the provider reads or writes (spec §2.3), the environment
-//! variables that configure them (§2.2), and the default architecture of template nodes.
+//! Every annotation and label key the provider reads or writes (docs/clusterapi.md CAPI-01,
+//! CAPI-02), the environment variables that configure them (CAPI-02–CAPI-04, CAPI-06), and the
+//! default architecture of template nodes.
 //!
 //! Keys under the Cluster API group follow `CAPI_GROUP`; the others are fixed strings, so they are
 //! plain constants and cannot be built with the wrong group by mistake.
@@ -21,7 +22,8 @@ pub const DEPLOYMENT_NAME_LABEL: &str = "cluster.x-k8s.io/deployment-name";
 /// Annotation on a MachineSet with its MachineDeployment revision.
 pub const REVISION_ANNOTATION: &str = "machinedeployment.clusters.x-k8s.io/revision";
 
-/// Scale-from-zero capacity annotations on a scalable resource (§11.1, §12).
+/// Scale-from-zero capacity annotations on a scalable resource (docs/clusterapi.md
+/// CAPI-45–CAPI-54).
 pub const CAPACITY_CPU: &str = "capacity.cluster-autoscaler.kubernetes.io/cpu";
 pub const CAPACITY_MEMORY: &str = "capacity.cluster-autoscaler.kubernetes.io/memory";
 pub const CAPACITY_EPHEMERAL_DISK: &str =
@@ -91,7 +93,7 @@ impl Keys {
         self.max_size.clone()
     }
 
-    /// Prefix of the per-group option annotations (§13).
+    /// Prefix of the per-group option annotations (docs/clusterapi.md CAPI-55).
     pub fn options_prefix(&self) -> String {
         self.options_prefix.clone()
     }
@@ -111,7 +113,8 @@ impl Keys {
         self.node_cluster_namespace.clone()
     }
 
-    /// Label with the cluster name, read when `spec.clusterName` is absent (§5.3).
+    /// Label with the cluster name, read when `spec.clusterName` is absent (docs/clusterapi.md
+    /// CAPI-12).
     pub fn cluster_name_label(&self) -> String {
         self.cluster_name_label.clone()
     }
@@ -147,6 +150,7 @@ pub fn default_architecture(value: Option<&str>) -> (String, Option<String>) {
 mod tests {
     use super::*;
 
+    /// docs/clusterapi.md CAPI-01.
     #[test]
     fn c01_default_group_gives_cluster_x_k8s_io_size_keys() {
         let keys = Keys::new(None);
@@ -161,6 +165,7 @@ mod tests {
         assert_eq!(keys.group(), "cluster.x-k8s.io");
     }
 
+    /// docs/clusterapi.md CAPI-02.
     #[test]
     fn c02_capi_group_moves_group_keys_but_not_fixed_ones() {
         let keys = Keys::new(Some("test.k8s.io"));
@@ -191,12 +196,14 @@ mod tests {
         assert!(CAPACITY_MAX_PODS.starts_with("capacity.cluster-autoscaler.kubernetes.io/"));
     }
 
+    /// docs/clusterapi.md CAPI-03.
     #[test]
     fn c03_empty_capi_group_behaves_as_unset() {
         assert_eq!(Keys::new(Some("")), Keys::new(None));
         assert_eq!(Keys::new(Some("")).group(), DEFAULT_GROUP);
     }
 
+    /// docs/clusterapi.md CAPI-06.
     #[test]
     fn c06_default_architecture_accepts_known_values_only() {
         assert_eq!(

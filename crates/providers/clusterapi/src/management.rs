@@ -1,6 +1,7 @@
 //! The management cluster as the provider sees it: which Cluster API group/version the server
-//! serves (spec §4.1), watch caches of the scalable resources and Machines (§4.2), the workload
-//! cluster's Nodes, lazily started caches of infrastructure templates (§11.2) and warning Events
+//! serves (docs/clusterapi.md CAPI-04, CAPI-05), watch caches of the scalable resources and
+//! Machines (CAPI-59), the workload cluster's Nodes, lazily started caches of infrastructure
+//! templates (CAPI-47) and warning Events
 //! for objects the provider skips.
 //!
 //! Freshness comes from the watches, so `Refresh` has nothing to do and every lookup reads memory.
@@ -56,8 +57,9 @@ pub struct CapiResources {
 }
 
 impl CapiResources {
-    /// §4.1: `CAPI_VERSION` verbatim when set, else the group's preferred version. MachineSets and
-    /// Machines must be served; MachineDeployments and MachinePools are optional.
+    /// docs/clusterapi.md CAPI-04: `CAPI_VERSION` verbatim when set, else the group's preferred
+    /// version. MachineSets and Machines must be served; MachineDeployments and MachinePools are
+    /// optional.
     pub async fn discover(
         client: &Client,
         group: &str,
@@ -170,7 +172,8 @@ pub fn watch_dynamic(
     )
 }
 
-/// Watches the workload cluster's Nodes (provider-id and node-name lookups, §4.2).
+/// Watches the workload cluster's Nodes (provider-id and node-name lookups, docs/clusterapi.md
+/// CAPI-59).
 pub fn watch_nodes(client: &Client) -> WatchedStore<K8sNode> {
     watch_into_store(
         Api::all(client.clone()),
@@ -212,7 +215,7 @@ where
     }
 }
 
-/// Waits for a store's initial list, bounded (quirk Q8: upstream waits forever).
+/// Waits for a store's initial list, bounded (docs/clusterapi.md CAPI-Q8: upstream waits forever).
 pub async fn wait_synced<K: kube::Resource + Clone + 'static>(
     store: &Store<K>,
     what: &str,
@@ -230,7 +233,8 @@ where
     }
 }
 
-/// Caches of infrastructure machine templates, one per resource, started on first use (§11.2).
+/// Caches of infrastructure machine templates, one per resource, started on first use
+/// (docs/clusterapi.md CAPI-47, CAPI-59).
 pub struct InfrastructureCaches {
     client: Client,
     namespace: Option<String>,

@@ -1,8 +1,9 @@
-//! One node group: a MachineDeployment, MachineSet or MachinePool (spec §6.5, §8–§13).
+//! One node group: a MachineDeployment, MachineSet or MachinePool (docs/clusterapi.md
+//! CAPI-20, CAPI-26–CAPI-55).
 //!
 //! A group is rebuilt from the watch cache at every `NodeGroups()` / `NodeGroupForNode()` call;
 //! sizes are read and written through the resource's scale subresource, and deletions follow the
-//! delete-machine protocol of §10 under the provider-wide lock.
+//! delete-machine protocol of docs/clusterapi.md CAPI-37–CAPI-43 under the provider-wide lock.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -34,9 +35,10 @@ pub struct ClusterApiNodeGroup {
     id: String,
     min: usize,
     max: usize,
-    /// `spec.replicas` of the cached copy, updated after a successful `SetSize` (§9.2 step 3).
+    /// `spec.replicas` of the cached copy, updated after a successful `SetSize` (docs/clusterapi.md
+    /// CAPI-34).
     replicas: Mutex<Option<i64>>,
-    /// The infrastructure template, looked up once per group object (§11.2 step 6).
+    /// The infrastructure template, looked up once per group object (docs/clusterapi.md CAPI-47).
     infrastructure: OnceCell<Option<Arc<DynamicObject>>>,
 }
 
@@ -47,8 +49,8 @@ impl std::fmt::Debug for ClusterApiNodeGroup {
 }
 
 impl ClusterApiNodeGroup {
-    /// §6.3 in order. `Ok(None)`: the resource does not participate. `Err`: a bad annotation,
-    /// already reported on the object as a warning Event.
+    /// docs/clusterapi.md CAPI-13–CAPI-17, in order. `Ok(None)`: the resource does not participate.
+    /// `Err`: a bad annotation, already reported on the object as a warning Event.
     pub(crate) async fn build(
         shared: Arc<Shared>,
         kind: ScalableKind,
@@ -138,7 +140,7 @@ impl ClusterApiNodeGroup {
         )
     }
 
-    /// §9.2 read: `spec.replicas` of the scale subresource.
+    /// docs/clusterapi.md CAPI-33, read: `spec.replicas` of the scale subresource.
     async fn current_replicas(&self) -> Result<i64, CloudError> {
         let scale = self
             .api()?
@@ -152,14 +154,14 @@ impl ClusterApiNodeGroup {
             .unwrap_or(0))
     }
 
-    /// §9.2 write: the bound in the direction of the change first, then a merge patch of the
-    /// scale subresource that always carries the value (zero included).
+    /// docs/clusterapi.md CAPI-34, CAPI-35, write: the bound in the direction of the change first,
+    /// then a merge patch of the scale subresource that always carries the value (zero included).
     ///
     /// Deliberate difference: upstream checks both bounds on every write, so a group whose max
     /// was lowered below its replicas can never lose a node (the write refuses even the
     /// decrease). Here a decrease is checked against min only and an increase against max only:
-    /// a group outside its bounds is not scaled further in the violating direction (spec §18),
-    /// but can move back inside them.
+    /// a group outside its bounds is not scaled further in the violating direction
+    /// (docs/clusterapi.md CAPI-60), but can move back inside them.
     async fn set_size(&self, replicas: i64, change: SizeChange) -> Result<(), CloudError> {
         if change == SizeChange::Increase && replicas > self.max as i64 {
             return Err(CloudError::InvalidRequest(format!(
@@ -187,8 +189,8 @@ impl ClusterApiNodeGroup {
         Ok(())
     }
 
-    /// The infrastructure template of the resource (§11.2), looked up once. A reference that
-    /// cannot be resolved is reported on the resource and counts as "no template".
+    /// The infrastructure template of the resource (docs/clusterapi.md CAPI-47), looked up once. A
+    /// reference that cannot be resolved is reported on the resource and counts as "no template".
     async fn infrastructure(&self) -> Option<Arc<DynamicObject>> {
         self.infrastructure
             .get_or_init(|| async {
@@ -264,7 +266,7 @@ impl ClusterApiNodeGroup {
         Ok(found)
     }
 
-    /// §11.3: the combined capacity when it allows scaling from zero.
+    /// docs/clusterapi.md CAPI-47: the combined capacity when it allows scaling from zero.
     /// A malformed capacity annotation disables scaling from zero and is reported on the object.
     async fn scale_from_zero_capacity(&self) -> Option<()> {
         let infrastructure = self.infrastructure().await;
@@ -280,7 +282,7 @@ impl ClusterApiNodeGroup {
         }
     }
 
-    /// §8: every instance of the group.
+    /// docs/clusterapi.md CAPI-26–CAPI-32: every instance of the group.
     fn instances(&self) -> Result<Vec<Instance>, CloudError> {
         Ok(self.instances_and_skipped()?.0)
     }
@@ -311,7 +313,8 @@ impl ClusterApiNodeGroup {
         Ok((found, skipped))
     }
 
-    /// §10 step 5.4: marks the Machine with the delete annotation (GET then UPDATE).
+    /// docs/clusterapi.md CAPI-37, CAPI-38: marks the Machine with the delete annotation (GET then
+    /// UPDATE).
     async fn mark_for_deletion(&self, machine: &DynamicObject) -> Result<(), CloudError> {
         let api = self.machines_api();
         let name = machine.name_any();
@@ -329,7 +332,7 @@ impl ClusterApiNodeGroup {
         Ok(())
     }
 
-    /// §10 step 5.5 rollback: best effort, errors ignored.
+    /// docs/clusterapi.md CAPI-38 rollback: best effort, errors ignored.
     async fn unmark(&self, machine: &DynamicObject) {
         let api = self.machines_api();
         let name = machine.name_any();
@@ -371,13 +374,13 @@ impl NodeGroup for ClusterApiNodeGroup {
         self.max
     }
 
-    /// §6.5, with the cached replicas (the trait's `debug` is not async).
+    /// docs/clusterapi.md CAPI-20, with the cached replicas (the trait's `debug` is not async).
     fn debug(&self) -> String {
         let replicas = *self.replicas.lock().unwrap_or_else(PoisonError::into_inner);
         scalable::debug_text(&self.id, self.min, self.max, replicas)
     }
 
-    /// §9.1: `spec.replicas` of the copy the group was built from.
+    /// docs/clusterapi.md CAPI-33: `spec.replicas` of the copy the group was built from.
     async fn target_size(&self) -> Result<usize, CloudError> {
         let replicas = *self.replicas.lock().unwrap_or_else(PoisonError::into_inner);
         let replicas = replicas.ok_or_else(|| {
@@ -386,7 +389,7 @@ impl NodeGroup for ClusterApiNodeGroup {
         Ok(usize::try_from(replicas).unwrap_or(0))
     }
 
-    /// §9.3.
+    /// docs/clusterapi.md CAPI-34.
     async fn increase_size(&self, delta: usize) -> Result<(), CloudError> {
         if delta == 0 {
             return Err(CloudError::InvalidRequest(
@@ -398,7 +401,8 @@ impl NodeGroup for ClusterApiNodeGroup {
             .await
     }
 
-    /// §10: mark each Machine, then lower replicas by one, under the provider-wide lock.
+    /// docs/clusterapi.md CAPI-37–CAPI-43: mark each Machine, then lower replicas by one, under the
+    /// provider-wide lock.
     async fn delete_nodes(&self, nodes: &[Node]) -> Result<(), CloudError> {
         let _serialised = self.shared.delete_lock.lock().await;
         let mut replicas = self.current_replicas().await?;
@@ -409,7 +413,7 @@ impl NodeGroup for ClusterApiNodeGroup {
         }
         let mut to_delete = Vec::with_capacity(nodes.len());
         for node in nodes {
-            // §10 step 3 skips a node whose lookup answers "not found"; lookups here read the
+            // Upstream skips a node whose lookup answers "not found"; lookups here read the
             // watch caches, where an absent object is `Ok(None)`, never an error.
             let group = self
                 .shared
@@ -476,7 +480,7 @@ impl NodeGroup for ClusterApiNodeGroup {
         Ok(())
     }
 
-    /// §9.4: only Machines that have not become nodes may be cancelled.
+    /// docs/clusterapi.md CAPI-36: only Machines that have not become nodes may be cancelled.
     async fn decrease_target_size(&self, delta: i64) -> Result<(), CloudError> {
         if delta >= 0 {
             return Err(CloudError::InvalidRequest(
@@ -493,8 +497,9 @@ impl NodeGroup for ClusterApiNodeGroup {
         self.set_size(replicas + delta, SizeChange::Decrease).await
     }
 
-    /// §8; a Machine that has a node but no provider id to name it by is skipped with a warning
-    /// Event on it (it becomes an instance once its Node has a provider id).
+    /// docs/clusterapi.md CAPI-26–CAPI-32; a Machine that has a node but no provider id to name it
+    /// by is skipped with a warning Event on it (it becomes an instance once its Node has a
+    /// provider id).
     async fn nodes(&self) -> Result<Vec<Instance>, CloudError> {
         let (found, skipped) = self.instances_and_skipped()?;
         for machine in skipped {
@@ -515,7 +520,7 @@ impl NodeGroup for ClusterApiNodeGroup {
         Ok(found)
     }
 
-    /// §12: a template node when the group can scale from zero.
+    /// docs/clusterapi.md CAPI-44–CAPI-53: a template node when the group can scale from zero.
     async fn template_node_info(&self) -> Result<NodeTemplate, CloudError> {
         self.scale_from_zero_template()
             .await?
@@ -523,7 +528,8 @@ impl NodeGroup for ClusterApiNodeGroup {
             .ok_or(CloudError::NotImplemented)
     }
 
-    /// §13: never an error; unparseable values were reported and keep their defaults.
+    /// docs/clusterapi.md CAPI-55: never an error; unparseable values were reported and keep their
+    /// defaults.
     async fn get_options(&self) -> Result<Option<GroupOptions>, CloudError> {
         let (group_options, problems) =
             options::group_options(&self.object, &self.shared.config.keys);
@@ -538,8 +544,8 @@ impl NodeGroup for ClusterApiNodeGroup {
 }
 
 impl ClusterApiNodeGroup {
-    /// The whole scale-from-zero template (§12), with the DRA and CSI parts the engine's model
-    /// does not use yet.
+    /// The whole scale-from-zero template (docs/clusterapi.md CAPI-44–CAPI-53), with the DRA and
+    /// CSI parts the engine's model does not use yet.
     pub async fn scale_from_zero_template(
         &self,
     ) -> Result<Option<ScaleFromZeroTemplate>, CloudError> {

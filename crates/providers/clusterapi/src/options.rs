@@ -1,4 +1,5 @@
-//! Per-node-group autoscaling options from `<G>/autoscaling-options-<key>` annotations (spec §13).
+//! Per-node-group autoscaling options from `<G>/autoscaling-options-<key>` annotations
+//! (docs/clusterapi.md CAPI-55).
 
 use ferroscale_core::cloud::GroupOptions;
 use ferroscale_model::parse_go_duration;
@@ -77,6 +78,7 @@ mod tests {
     use crate::test_objects::machine_deployment;
     use serde_json::json;
 
+    /// docs/clusterapi.md CAPI-55.
     #[test]
     fn c55_option_annotations_override_defaults() {
         let md = machine_deployment(
@@ -110,6 +112,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-55.
     #[test]
     fn c55_unparseable_values_keep_defaults_and_are_reported() {
         let md = machine_deployment(
@@ -143,6 +146,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-55.
     #[test]
     fn c55_no_annotations_and_other_groups_give_defaults() {
         let md = machine_deployment(

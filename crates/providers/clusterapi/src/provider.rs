@@ -1,11 +1,12 @@
-//! `ClusterApiProvider`: the `CloudProvider` over the management cluster's watch caches (spec §3,
-//! §4, §6.1, §7, §16) and the start-up configuration (§2, §3).
+//! `ClusterApiProvider`: the `CloudProvider` over the management cluster's watch caches
+//! (docs/clusterapi.md CAPI-07, CAPI-13, CAPI-21–CAPI-25, CAPI-56, CAPI-59) and the start-up
+//! configuration (CAPI-01–CAPI-07).
 //!
 //! Deliberate differences from upstream, each an operator would want:
 //! - a resource with a bad size annotation is skipped on its own with a warning Event; upstream
-//!   drops every node group of the provider (quirk Q1);
-//! - waiting for an infrastructure template cache is bounded (quirk Q8);
-//! - Machine template labels are read from Cluster API's real path as well (quirk Q5, see
+//!   drops every node group of the provider (docs/clusterapi.md CAPI-Q1);
+//! - waiting for an infrastructure template cache is bounded (CAPI-Q8);
+//! - Machine template labels are read from Cluster API's real path as well (CAPI-Q5, see
 //!   `template`).
 
 use std::collections::{HashMap, HashSet};
@@ -33,10 +34,12 @@ use crate::scalable::{self, ScalableKind};
 
 /// How long start-up waits for the initial lists of the management and workload caches.
 const INITIAL_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long a template lookup waits for a new infrastructure template cache (quirk Q8).
+/// How long a template lookup waits for a new infrastructure template cache (docs/clusterapi.md
+/// CAPI-Q8).
 const TEMPLATE_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where the provider's two clients come from (§3). `None` means the in-cluster service account.
+/// Where the provider's two clients come from (docs/clusterapi.md CAPI-07). `None` means the
+/// in-cluster service account.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeconfigPaths {
     pub management: Option<PathBuf>,
@@ -44,9 +47,9 @@ pub struct KubeconfigPaths {
 }
 
 impl KubeconfigPaths {
-    /// §3 steps 1–4: the management cluster is `--cloud-config`; when that is empty it is
-    /// `--kubeconfig` unless `--clusterapi-cloud-config-authoritative` is set, in which case it is
-    /// the in-cluster configuration. The workload cluster is always `--kubeconfig`.
+    /// docs/clusterapi.md CAPI-07: the management cluster is `--cloud-config`; when that is empty
+    /// it is `--kubeconfig` unless `--clusterapi-cloud-config-authoritative` is set, in which case
+    /// it is the in-cluster configuration. The workload cluster is always `--kubeconfig`.
     pub fn select(
         cloud_config: Option<&Path>,
         kubeconfig: Option<&Path>,
@@ -64,7 +67,8 @@ impl KubeconfigPaths {
     }
 }
 
-/// Start-up configuration from the environment and the discovery flags (§2).
+/// Start-up configuration from the environment and the discovery flags (docs/clusterapi.md
+/// CAPI-01–CAPI-06).
 #[derive(Debug, Clone)]
 pub struct ClusterApiConfig {
     pub keys: Keys,
@@ -121,7 +125,8 @@ pub(crate) struct Shared {
     pub nodes: WatchedStore<K8sNode>,
     pub infrastructure: InfrastructureCaches,
     pub events: WarningEvents,
-    /// §10: one deletion at a time across every group, so replicas read under it are current.
+    /// docs/clusterapi.md CAPI-42: one deletion at a time across every group, so replicas read
+    /// under it are current.
     pub delete_lock: tokio::sync::Mutex<()>,
 }
 
@@ -141,8 +146,8 @@ pub struct ClusterApiProvider {
 }
 
 impl ClusterApiProvider {
-    /// Discovers the API (§4.1), starts the watches (§4.2) and waits for their initial lists.
-    /// Every failure is fatal, as upstream.
+    /// Discovers the API (docs/clusterapi.md CAPI-04, CAPI-05), starts the watches (CAPI-59) and
+    /// waits for their initial lists. Every failure is fatal, as upstream.
     pub async fn start(
         management: Client,
         workload: Client,
@@ -196,12 +201,13 @@ impl ClusterApiProvider {
         })
     }
 
-    /// The group/version in effect (§4.1).
+    /// The group/version in effect (docs/clusterapi.md CAPI-04).
     pub fn group_version(&self) -> (&str, &str) {
         (&self.shared.resources.group, &self.shared.resources.version)
     }
 
-    /// Whether MachineDeployments and MachinePools are served and watched (§4.1, statement 5).
+    /// Whether MachineDeployments and MachinePools are served and watched (docs/clusterapi.md
+    /// CAPI-05).
     pub fn watches(&self) -> (bool, bool) {
         (
             self.shared.machine_deployments.is_some(),
@@ -232,7 +238,7 @@ impl Shared {
     }
 
     /// A scalable resource or Machine by namespace/name, treated as absent when discovery does
-    /// not allow it (§5.2).
+    /// not allow it (docs/clusterapi.md CAPI-11).
     fn by_key(
         &self,
         store: &WatchedStore<DynamicObject>,
@@ -270,7 +276,7 @@ impl Shared {
             .and_then(|n| n.spec.as_ref()?.provider_id.clone())
     }
 
-    /// §7.3: the Machine behind a normalised provider id.
+    /// docs/clusterapi.md CAPI-24: the Machine behind a normalised provider id.
     pub(crate) fn find_machine(&self, id: &str) -> Result<Option<Arc<DynamicObject>>, CloudError> {
         if !id.is_empty() {
             let hits: Vec<Arc<DynamicObject>> = self.machines.store.state_filter(|m| {
@@ -303,7 +309,8 @@ impl Shared {
         }
     }
 
-    /// §7.2 steps 1–5: the scalable resource behind a normalised provider id.
+    /// docs/clusterapi.md CAPI-22, CAPI-23, CAPI-25: the scalable resource behind a normalised
+    /// provider id.
     pub(crate) fn resource_for_id(
         &self,
         id: &str,
@@ -352,8 +359,8 @@ impl Shared {
 }
 
 impl Shared {
-    /// §7.2 without building the group: the unpaused scalable resource behind a node's provider
-    /// id (normalised here), `None` when the node is not autoscaled.
+    /// docs/clusterapi.md CAPI-22 without building the group: the unpaused scalable resource behind
+    /// a node's provider id (normalised here), `None` when the node is not autoscaled.
     pub(crate) fn active_resource(
         &self,
         provider_id: &str,
@@ -393,8 +400,8 @@ impl CloudProvider for ClusterApiProvider {
         crate::gpu::node_gpu_config(node)
     }
 
-    /// §6.1: every allowed, unpaused resource with a positive max size. MachineSets owned by a
-    /// MachineDeployment are never groups of their own.
+    /// docs/clusterapi.md CAPI-13, CAPI-18, CAPI-19: every allowed, unpaused resource with a
+    /// positive max size. MachineSets owned by a MachineDeployment are never groups of their own.
     async fn node_groups(&self) -> Result<Vec<Arc<dyn NodeGroup>>, CloudError> {
         let mut groups: Vec<Arc<dyn NodeGroup>> = Vec::new();
         for kind in [
@@ -417,7 +424,7 @@ impl CloudProvider for ClusterApiProvider {
                     continue;
                 }
                 // A resource that cannot be built was reported on the object; the others
-                // keep working (the deliberate difference from quirk Q1).
+                // keep working (the deliberate difference docs/clusterapi.md CAPI-Q1).
                 if let Ok(Some(group)) =
                     ClusterApiNodeGroup::build(Arc::clone(&self.shared), kind, object).await
                 {
@@ -453,7 +460,8 @@ impl CloudProvider for ClusterApiProvider {
         )
     }
 
-    /// §7.4 (quirk Q11 kept): the Machine named by the node's annotations.
+    /// docs/clusterapi.md CAPI-Q11 (kept from upstream): the Machine named by the node's
+    /// annotations.
     async fn has_instance(&self, node: &Node) -> Result<bool, CloudError> {
         let keys = &self.shared.config.keys;
         let machine = match (
@@ -472,8 +480,9 @@ impl CloudProvider for ClusterApiProvider {
         }
     }
 
-    /// §15: nodes of a MachineDeployment that is rolling out (or whose rollout state cannot be
-    /// read) stay out of scale-down, as do nodes whose group cannot be found.
+    /// docs/clusterapi.md CAPI-57: nodes of a MachineDeployment that is rolling out (or whose
+    /// rollout state cannot be read) stay out of scale-down, as do nodes whose group cannot be
+    /// found.
     async fn scale_down_vetoes(&self, nodes: &[Arc<Node>]) -> HashSet<String> {
         let mut vetoed = HashSet::new();
         let mut rolling: HashMap<String, bool> = HashMap::new();
@@ -526,7 +535,7 @@ impl CloudProvider for ClusterApiProvider {
         vetoed
     }
 
-    /// Freshness comes from the watches (§4.2).
+    /// Freshness comes from the watches (docs/clusterapi.md CAPI-59).
     async fn refresh(&self) -> Result<(), CloudError> {
         Ok(())
     }
@@ -536,7 +545,7 @@ impl CloudProvider for ClusterApiProvider {
 mod tests {
     use super::*;
 
-    /// Conformance statement 7 and the four layouts of §3.
+    /// docs/clusterapi.md CAPI-07 and the four layouts of docs/clusterapi.md.
     #[test]
     fn c07_management_kubeconfig_follows_cloud_config_then_kubeconfig_unless_authoritative() {
         let workload = Path::new("/workload");

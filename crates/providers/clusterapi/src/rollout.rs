@@ -1,5 +1,5 @@
-//! Whether a MachineDeployment is rolling out (spec §15): its nodes are then kept out of
-//! scale-down, because Cluster API is already replacing them.
+//! Whether a MachineDeployment is rolling out (docs/clusterapi.md CAPI-57): its nodes are then kept
+//! out of scale-down, because Cluster API is already replacing them.
 
 use kube::api::DynamicObject;
 
@@ -17,7 +17,7 @@ fn positive(value: Option<&serde_json::Value>) -> bool {
 /// replicas (in spec or status). `machinesets` may hold every MachineSet in the cache: those of
 /// other namespaces or deployments are ignored. A non-integer revision annotation is an error.
 ///
-/// Quirk Q13 kept: when no MachineSet carries a revision, all of them are old.
+/// docs/clusterapi.md CAPI-Q13, kept: when no MachineSet carries a revision, all of them are old.
 pub fn is_rolling_out(
     deployment: &DynamicObject,
     machinesets: &[&DynamicObject],
@@ -79,6 +79,7 @@ mod tests {
         }))
     }
 
+    /// docs/clusterapi.md CAPI-57.
     #[test]
     fn c57_old_machineset_with_replicas_means_rolling_out() {
         let md = machine_deployment("default", "md-0", json!({}), Some(3));
@@ -93,6 +94,7 @@ mod tests {
         assert_eq!(is_rolling_out(&md, &[]), Ok(false));
     }
 
+    /// docs/clusterapi.md CAPI-57.
     #[test]
     fn c57_other_deployments_and_namespaces_are_ignored() {
         let md = machine_deployment("default", "md-0", json!({}), Some(3));
@@ -105,11 +107,13 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-57.
     #[test]
     fn c57_missing_revisions_are_old_and_bad_revisions_are_errors() {
         let md = machine_deployment("default", "md-0", json!({}), Some(3));
         let unrevised = machineset("default", "md-0-a", "md-0", None, 1, 1);
-        // Quirk Q13: no revision anywhere → every MachineSet with replicas is old.
+        // docs/clusterapi.md CAPI-Q13: no revision anywhere → every MachineSet with replicas is
+        // old.
         assert_eq!(is_rolling_out(&md, &[&unrevised]), Ok(true));
         let bad = machineset("default", "md-0-b", "md-0", Some("two"), 1, 1);
         let err = is_rolling_out(&md, &[&unrevised, &bad]).expect_err("bad revision");

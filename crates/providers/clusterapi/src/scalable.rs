@@ -1,5 +1,6 @@
 //! Scalable resources — MachineDeployments, MachineSets and MachinePools — as node groups: their
-//! identity, size bounds, pause state, ownership and the pure part of eligibility (spec §6).
+//! identity, size bounds, pause state, ownership and the pure part of eligibility
+//! (docs/clusterapi.md CAPI-13–CAPI-20).
 
 use std::fmt;
 
@@ -99,8 +100,9 @@ fn size_annotation(
     usize::try_from(number).map_err(|_| bad("too large"))
 }
 
-/// The min and max size annotations (§6.2). Missing values are 0; an explicit max below the min
-/// is an error, a missing max is not (the resource is then just not a node group).
+/// The min and max size annotations (docs/clusterapi.md CAPI-14–CAPI-16). Missing values are 0; an
+/// explicit max below the min is an error, a missing max is not (the resource is then just not a
+/// node group).
 pub fn size_bounds(
     obj: &DynamicObject,
     kind: ScalableKind,
@@ -108,8 +110,8 @@ pub fn size_bounds(
 ) -> Result<(usize, usize), BadAnnotation> {
     let min = size_annotation(obj, kind, &keys.min_size())?;
     let max = size_annotation(obj, kind, &keys.max_size())?;
-    // Without a max annotation the resource simply is not a node group (conformance 14), even
-    // with a min annotation; only an explicit max below the min is a mistake.
+    // Without a max annotation the resource simply is not a node group (docs/clusterapi.md
+    // CAPI-14), even with a min annotation; only an explicit max below the min is a mistake.
     let max_given = fields::annotation(obj, &keys.max_size()).is_some();
     if max_given && max < min {
         return Err(BadAnnotation {
@@ -137,7 +139,8 @@ pub fn owner_name<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a str> {
         .map(|o| o.name.as_str())
 }
 
-/// A MachineSet managed by a MachineDeployment is never a node group of its own (§6.1 step 3).
+/// A MachineSet managed by a MachineDeployment is never a node group of its own (docs/clusterapi.md
+/// CAPI-18).
 pub fn owned_by_machine_deployment(machineset: &DynamicObject) -> bool {
     owner_name(machineset, ScalableKind::MachineDeployment.kind()).is_some()
 }
@@ -147,8 +150,9 @@ pub fn replicas(obj: &DynamicObject) -> Option<i64> {
     fields::at(obj, &["spec", "replicas"]).and_then(serde_json::Value::as_i64)
 }
 
-/// Eligibility of an object already allowed by discovery (§6.3 steps 2–5): `Ok(Some((min, max)))`
-/// when it is a node group, `Ok(None)` when it is not, an error for bad size annotations.
+/// Eligibility of an object already allowed by discovery (docs/clusterapi.md CAPI-13–CAPI-17):
+/// `Ok(Some((min, max)))` when it is a node group, `Ok(None)` when it is not, an error for bad size
+/// annotations.
 ///
 /// `can_scale_from_zero` is only consulted when `spec.replicas` is 0, so a caller may pass `false`
 /// without computing it whenever [`replicas`] is not `Some(0)`.
@@ -191,6 +195,7 @@ mod tests {
         .expect("valid annotations")
     }
 
+    /// docs/clusterapi.md CAPI-13.
     #[test]
     fn c13_min_1_max_10_is_a_group_with_kind_namespace_name_id() {
         let obj = md(json!({MIN: "1", MAX: "10"}), Some(3));
@@ -209,17 +214,19 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-14.
     #[test]
     fn c14_no_annotations_or_only_min_is_not_a_group() {
         assert_eq!(eligible(&md(json!({}), Some(1)), true), None);
         assert_eq!(eligible(&md(json!({MIN: "1"}), Some(1)), true), None);
-        // Only a positive max is required (quirk Q14).
+        // Only a positive max is required (docs/clusterapi.md CAPI-Q14).
         assert_eq!(
             eligible(&md(json!({MAX: "3"}), Some(1)), false),
             Some((0, 3))
         );
     }
 
+    /// docs/clusterapi.md CAPI-15.
     #[test]
     fn c15_min_equal_max_is_a_group() {
         assert_eq!(
@@ -228,6 +235,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-16.
     #[test]
     fn c16_negative_non_integer_or_inverted_bounds_are_errors_naming_the_annotation() {
         let keys = Keys::default();
@@ -250,6 +258,7 @@ mod tests {
         }
     }
 
+    /// docs/clusterapi.md CAPI-16.
     #[test]
     fn c16_bounds_follow_capi_group() {
         let keys = Keys::new(Some("test.k8s.io"));
@@ -263,6 +272,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-17.
     #[test]
     fn c17_zero_replicas_needs_scale_from_zero() {
         let obj = md(json!({MIN: "0", MAX: "5"}), Some(0));
@@ -283,6 +293,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-18.
     #[test]
     fn c18_machineset_owned_by_a_deployment_is_recognised() {
         let owned = object(json!({
@@ -304,6 +315,7 @@ mod tests {
         assert!(!owned_by_machine_deployment(&unnamed_owner));
     }
 
+    /// docs/clusterapi.md CAPI-19.
     #[test]
     fn c19_paused_annotation_with_any_value_is_detected() {
         assert!(is_paused(&md(json!({PAUSED: ""}), Some(1))));
@@ -314,6 +326,7 @@ mod tests {
         )));
     }
 
+    /// docs/clusterapi.md CAPI-20.
     #[test]
     fn c20_debug_text_names_id_bounds_and_replicas() {
         assert_eq!(
@@ -326,6 +339,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-33.
     #[test]
     fn c33_replicas_read_from_spec() {
         assert_eq!(replicas(&md(json!({}), Some(4))), Some(4));

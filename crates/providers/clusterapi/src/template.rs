@@ -1,6 +1,7 @@
-//! The scale-from-zero template node of a node group (spec §12): a Node shaped like the machines
-//! the group would create, built from the combined capacity, layered labels, taints, a kube-proxy
-//! mirror pod, and the DRA resource slices and CSINode that the engine's model cannot hold yet.
+//! The scale-from-zero template node of a node group (docs/clusterapi.md CAPI-44–CAPI-53): a Node
+//! shaped like the machines the group would create, built from the combined capacity, layered
+//! labels, taints, a kube-proxy mirror pod, and the DRA resource slices and CSINode that the
+//! engine's model cannot hold yet.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -36,7 +37,7 @@ pub const MAX_GPUS_PER_NODE: i64 = 4096;
 /// How long before `now` the template's conditions last changed.
 const CONDITION_AGE: Duration = Duration::from_secs(60);
 
-/// Labels copied from a real node of the group, when it has them (§12.2 step 4).
+/// Labels copied from a real node of the group, when it has them (docs/clusterapi.md CAPI-49).
 /// `topology.kubernetes.io/zone` is deliberately not among them, as upstream.
 pub const COPIED_NODE_LABELS: [&str; 7] = [
     ARCH,
@@ -73,7 +74,7 @@ pub struct DeviceTemplate {
     pub attributes: BTreeMap<String, String>,
 }
 
-/// A `resource.k8s.io` ResourceSlice the template node would publish (§12.5).
+/// A `resource.k8s.io` ResourceSlice the template node would publish (docs/clusterapi.md CAPI-52).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceSliceTemplate {
     pub name: String,
@@ -91,7 +92,7 @@ pub struct CsiDriverTemplate {
     pub allocatable_count: Option<i32>,
 }
 
-/// The CSINode the template node would have (§12.6).
+/// The CSINode the template node would have (docs/clusterapi.md CAPI-53).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CsiNodeTemplate {
     pub node_name: String,
@@ -113,8 +114,9 @@ pub struct ScaleFromZeroTemplate {
     pub skipped_capacity: Vec<BadField>,
 }
 
-/// A label key managed by Cluster API on Nodes (§12.2): the prefix is `node-role.kubernetes.io`,
-/// or `node-restriction.kubernetes.io` / `node.cluster.x-k8s.io` or a subdomain of those two.
+/// A label key managed by Cluster API on Nodes (docs/clusterapi.md CAPI-50): the prefix is
+/// `node-role.kubernetes.io`, or `node-restriction.kubernetes.io` / `node.cluster.x-k8s.io` or a
+/// subdomain of those two.
 pub fn is_managed_label(key: &str) -> bool {
     let Some((prefix, _)) = key.split_once('/') else {
         return false;
@@ -128,10 +130,10 @@ pub fn is_managed_label(key: &str) -> bool {
 
 /// Managed labels of the Machine template.
 ///
-/// Quirk Q5: upstream reads `spec.template.spec.metadata.labels`, a path Cluster API does not have;
-/// real objects keep Machine labels in `spec.template.metadata.labels`. Both are read here, the
-/// real path winning on conflicts, so real objects get their managed labels and objects written
-/// for upstream's path still work.
+/// docs/clusterapi.md CAPI-Q5: upstream reads `spec.template.spec.metadata.labels`, a path Cluster
+/// API does not have; real objects keep Machine labels in `spec.template.metadata.labels`. Both are
+/// read here, the real path winning on conflicts, so real objects get their managed labels and
+/// objects written for upstream's path still work.
 fn managed_labels(resource: &DynamicObject) -> Labels {
     let mut labels = Labels::new();
     for path in [
@@ -171,8 +173,8 @@ fn skipped(resource: &DynamicObject, annotation: &str, item: &str, problem: &str
     }
 }
 
-/// Taints from `spec.template.spec.taints` then the `…/taints` annotation (§12.3), with the items
-/// that had to be skipped.
+/// Taints from `spec.template.spec.taints` then the `…/taints` annotation (docs/clusterapi.md
+/// CAPI-51), with the items that had to be skipped.
 ///
 /// Ferroscale difference: an effect other than `NoSchedule`, `PreferNoSchedule` or `NoExecute`
 /// (including none, `key` alone) cannot be represented by the model, so that item is skipped and
@@ -240,7 +242,8 @@ pub fn template_taints(resource: &DynamicObject) -> (Vec<Taint>, Vec<BadAnnotati
     (taints, problems)
 }
 
-/// The `…/csi-driver` annotation (§12.6): `name=limit` items; bad items are skipped and reported.
+/// The `…/csi-driver` annotation (docs/clusterapi.md CAPI-53): `name=limit` items; bad items are
+/// skipped and reported.
 pub fn csi_drivers(resource: &DynamicObject) -> (Vec<CsiDriverTemplate>, Vec<BadAnnotation>) {
     let mut drivers = Vec::new();
     let mut problems = Vec::new();
@@ -289,11 +292,12 @@ fn kube_proxy(node_name: &str, now: Timestamp) -> Pod {
     pod
 }
 
-/// Builds the template (§12). `Ok(None)` when the group cannot scale from zero (no cpu and memory
-/// known); an error when a capacity annotation cannot be parsed.
+/// Builds the template (docs/clusterapi.md CAPI-44–CAPI-53). `Ok(None)` when the group cannot scale
+/// from zero (no cpu and memory known); an error when a capacity annotation cannot be parsed.
 ///
-/// Quirk Q6 not copied: when the infrastructure template has no (or an empty) architecture or
-/// operating system, the default labels are kept instead of being overwritten with empty strings.
+/// docs/clusterapi.md CAPI-Q6, not copied: when the infrastructure template has no (or an empty)
+/// architecture or operating system, the default labels are kept instead of being overwritten with
+/// empty strings.
 pub fn build_template(
     input: TemplateInput<'_>,
 ) -> Result<Option<ScaleFromZeroTemplate>, BadAnnotation> {
@@ -453,6 +457,7 @@ mod tests {
         }))
     }
 
+    /// docs/clusterapi.md CAPI-44.
     #[test]
     fn c44_without_cpu_and_memory_there_is_no_template() {
         let keys = Keys::default();
@@ -462,6 +467,7 @@ mod tests {
         assert_eq!(build_template(input(&nothing, &keys)), Ok(None));
     }
 
+    /// docs/clusterapi.md CAPI-45.
     #[test]
     fn c45_annotation_capacity_becomes_capacity_and_allocatable_with_generic_labels() {
         let resource = md(json!({
@@ -495,6 +501,7 @@ mod tests {
         assert_eq!(built.csi_node, None);
     }
 
+    /// docs/clusterapi.md CAPI-45.
     #[test]
     fn c45_template_runs_a_kube_proxy_mirror_pod() {
         let built = build(&sized(json!({})));
@@ -508,6 +515,7 @@ mod tests {
         assert_eq!(pod.node_name.as_deref(), Some("md-0-asg-42"));
     }
 
+    /// docs/clusterapi.md CAPI-45.
     #[test]
     fn c45_node_name_uses_63_bits_of_the_random_suffix() {
         let keys = Keys::default();
@@ -518,6 +526,7 @@ mod tests {
         assert_eq!(built.template.node.name, format!("md-0-asg-{}", i64::MAX));
     }
 
+    /// docs/clusterapi.md CAPI-06.
     #[test]
     fn c06_default_architecture_is_used_for_the_arch_label() {
         let keys = Keys::default();
@@ -531,6 +540,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-46.
     #[test]
     fn c46_labels_annotation_overrides_arch_and_adds_labels() {
         let built = build(&sized(json!({
@@ -544,6 +554,7 @@ mod tests {
         assert_eq!(node.label("novalue"), None);
     }
 
+    /// docs/clusterapi.md CAPI-47.
     #[test]
     fn c47_template_capacity_enables_scale_from_zero_and_annotations_win() {
         let keys = Keys::default();
@@ -557,6 +568,7 @@ mod tests {
         assert_eq!(built.template.node.allocatable.pods, 110);
     }
 
+    /// docs/clusterapi.md CAPI-48.
     #[test]
     fn c48_infrastructure_node_info_sets_node_info_and_labels() {
         let keys = Keys::default();
@@ -602,6 +614,7 @@ mod tests {
         assert_eq!(built.skipped_capacity.len(), 1);
     }
 
+    /// docs/clusterapi.md CAPI-49.
     #[test]
     fn c49_existing_node_labels_are_copied_except_zone() {
         let keys = Keys::default();
@@ -647,6 +660,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-50.
     #[test]
     fn c50_only_managed_template_labels_are_propagated() {
         for key in [
@@ -695,6 +709,7 @@ mod tests {
         assert_eq!(node.label("node.cluster.x-k8s.io/c"), Some("upstream-path"));
     }
 
+    /// docs/clusterapi.md CAPI-51.
     #[test]
     fn c51_taint_annotation_yields_exactly_those_taints() {
         let built = build(&sized(json!({
@@ -710,6 +725,7 @@ mod tests {
         assert!(built.skipped_items.is_empty());
     }
 
+    /// docs/clusterapi.md CAPI-51.
     #[test]
     fn c51_spec_and_annotation_taints_merge_with_annotation_precedence() {
         let mut resource = sized(json!({
@@ -732,6 +748,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-51.
     #[test]
     fn c51_invalid_taint_items_are_skipped_and_reported() {
         let built = build(&sized(json!({
@@ -763,6 +780,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-52.
     #[test]
     fn c52_dra_driver_with_gpu_count_yields_one_resource_slice() {
         let built = build(&sized(json!({
@@ -797,6 +815,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-53.
     #[test]
     fn c53_csi_driver_annotation_yields_a_csinode() {
         let built = build(&sized(json!({
@@ -824,6 +843,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-53.
     #[test]
     fn c53_invalid_csi_items_are_skipped_and_none_valid_means_no_csinode() {
         let built = build(&sized(json!({
@@ -839,6 +859,7 @@ mod tests {
         );
     }
 
+    /// docs/clusterapi.md CAPI-54.
     #[test]
     fn c54_bad_capacity_annotation_is_an_error_not_a_template() {
         let keys = Keys::default();

@@ -1,10 +1,10 @@
-//! The Cluster API provider against a real API server serving the real Cluster API CRDs (spec
-//! `clusterapi.md` §20): the provider is started and called as the binary does, and every effect
-//! is read back from the API server. `MachineController` plays Cluster API's controllers where
-//! Machines and Nodes must come and go.
+//! The Cluster API provider against a real API server serving the real Cluster API CRDs
+//! (the behaviour statements of docs/clusterapi.md): the provider is started and called as the
+//! binary does, and every effect is read back from the API server. `MachineController` plays
+//! Cluster API's controllers where Machines and Nodes must come and go.
 //!
-//! Each test starts its own control plane and is named after the conformance statements it
-//! covers. Run with `--test-threads=1` on 2 cores.
+//! Each test starts its own control plane and is named after the statements of
+//! docs/clusterapi.md it covers (`c22_` checks CAPI-22). Run with `--test-threads=1` on 2 cores.
 
 mod support;
 
@@ -32,11 +32,13 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::*;
 
-/// Statements 3 (an empty `CAPI_GROUP` is the default), 4 and 5 (version from `CAPI_VERSION` verbatim, else the preferred one; a group the
-/// server does not serve stops start-up; MachineDeployments and MachinePools watched when
-/// served) and 2 (with `CAPI_GROUP=test.k8s.io` the resources of that group are the node groups,
-/// the paused key keeps its own group, and deletion marks Machines with
-/// `test.k8s.io/delete-machine`).
+/// docs/clusterapi.md CAPI-03 (an empty `CAPI_GROUP` is the default), CAPI-04 and CAPI-05
+/// (version from `CAPI_VERSION` verbatim, else the preferred one; a group the server does not
+/// serve stops start-up; MachineDeployments and MachinePools watched when served) and CAPI-02 (with
+/// `CAPI_GROUP=test.k8s.io` the resources of that group are the node groups, the paused key keeps
+/// its own group, and deletion marks Machines with `test.k8s.io/delete-machine`).
+///
+/// Checks docs/clusterapi.md CAPI-61.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c02_c03_c04_c05_version_discovery_served_kinds_and_a_renamed_group() {
     let (_control_plane, client) = start(api_server_only()).await;
@@ -58,7 +60,7 @@ async fn c02_c03_c04_c05_version_discovery_served_kinds_and_a_renamed_group() {
         .await
         .expect("create md-upstream");
 
-    // §4.1: without CAPI_VERSION the preferred version; MachineDeployments and MachinePools
+    // CAPI-04: without CAPI_VERSION the preferred version; MachineDeployments and MachinePools
     // are served by the real CRDs, so both are watched.
     let discovered = provider(&client, &[], &[]).await;
     assert_eq!(discovered.group_version(), (CLUSTER_API_GROUP, "v1beta2"));
@@ -89,7 +91,7 @@ async fn c02_c03_c04_c05_version_discovery_served_kinds_and_a_renamed_group() {
         .expect_err("a version the server does not serve");
     assert!(error.to_string().contains("cluster.x-k8s.io/v9"), "{error}");
 
-    // §2 with CAPI_GROUP=test.k8s.io.
+    // CAPI-02 with CAPI_GROUP=test.k8s.io.
     let group_md = ScalableResource::new(&renamed, "default", "md-renamed")
         .replicas(2)
         .size_limits(1, 5);
@@ -206,9 +208,10 @@ async fn warnings_on(client: &Client, name: &str) -> Vec<Event> {
         .collect()
 }
 
-/// Statements 11, 13–15, 18–20 on real objects, and 16 with Ferroscale's deliberate difference
-/// from quirk Q1: a MachineDeployment with a bad size annotation is skipped on its own and a
-/// Warning Event naming the annotation is recorded on it, while the others stay node groups.
+/// docs/clusterapi.md CAPI-11, CAPI-13–CAPI-15, CAPI-18–CAPI-20 on real objects, and CAPI-16 with
+/// Ferroscale's deliberate difference CAPI-Q1: a MachineDeployment with a bad size annotation is
+/// skipped on its own and a Warning Event naming the annotation is recorded on it, while the others
+/// stay node groups.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c11_c13_c16_c18_c19_node_groups_from_real_objects_with_discovery_filters() {
     let (_control_plane, client) = start(api_server_only()).await;
@@ -382,8 +385,8 @@ fn machine_name(machine: &DynamicObject) -> String {
     machine.metadata.name.clone().expect("Machine name")
 }
 
-/// Statements 22–32 on real Machines made by the test controller: nodes map to the
-/// MachineDeployment, standalone MachineSet or MachinePool behind them (through the Node's
+/// docs/clusterapi.md CAPI-22–CAPI-32 on real Machines made by the test controller: nodes map to
+/// the MachineDeployment, standalone MachineSet or MachinePool behind them (through the Node's
 /// annotations when a Machine has no provider id), unknown ids and orphan Machines map to no
 /// group, paused groups keep their nodes out (19), and Machines report running, pending, failed
 /// (v1beta2's failure message) and deleting instances whose synthetic ids map back.
@@ -648,11 +651,11 @@ async fn any_marked(client: &Client, api: &ClusterApi, resource: &ScalableResour
         .any(|machine| has_annotation(machine, &api.key("delete-machine")))
 }
 
-/// Statements 33–43 with the test controller playing Cluster API: sizes go through the scale
-/// subresource and are read back from the API server; deleting nodes removes exactly their
-/// Machines; foreign nodes, the min bound and Machines already being deleted change nothing;
-/// a MachinePool without Machines only loses a replica; and when lowering replicas fails after
-/// the Machine was marked, the mark is removed again.
+/// docs/clusterapi.md CAPI-33–CAPI-43 with the test controller playing Cluster API: sizes go
+/// through the scale subresource and are read back from the API server; deleting nodes removes
+/// exactly their Machines; foreign nodes, the min bound and Machines already being deleted change
+/// nothing; a MachinePool without Machines only loses a replica; and when lowering replicas fails
+/// after the Machine was marked, the mark is removed again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c33_c43_sizes_through_the_scale_subresource_and_the_delete_machine_protocol() {
     let (_control_plane, client) = start(api_server_only()).await;
@@ -916,7 +919,7 @@ async fn c33_c43_sizes_through_the_scale_subresource_and_the_delete_machine_prot
 
     // A group above its max (max lowered to 1 under 3 replicas) is not grown further but can
     // still lose nodes: upstream refuses this decrease too (its write checks both bounds);
-    // Ferroscale checks a decrease against min only (docs/clusterapi.md).
+    // Ferroscale checks a decrease against min only (docs/clusterapi.md CAPI-60).
     api.namespaced(&client, md, "default")
         .patch(
             "md-over",
@@ -966,11 +969,12 @@ async fn template_capacity(provider: &ClusterApiProvider, id: &str) -> (i64, i64
     (capacity.get("cpu"), capacity.get("memory"), template)
 }
 
-/// Statements 17, 44, 47 and 48 on real objects — scale from zero with capacity from the
-/// annotations only, from a TestMachineTemplate's `status.capacity`/`status.nodeInfo` only (a
-/// v1beta2 `{apiGroup, kind, name}` reference), from both (the annotation wins), and from
-/// neither (no group) — and 57: the nodes of a MachineDeployment whose older-revision
-/// MachineSet still has replicas are vetoed for scale-down until it is scaled to zero.
+/// docs/clusterapi.md CAPI-17, CAPI-44, CAPI-47 and CAPI-48 on real objects — scale from zero
+/// with capacity from the annotations only, from a TestMachineTemplate's
+/// `status.capacity`/`status.nodeInfo` only (a v1beta2 `{apiGroup, kind, name}` reference), from
+/// both (the annotation wins), and from neither (no group) — and CAPI-57: the nodes of a
+/// MachineDeployment whose older-revision MachineSet still has replicas are vetoed for scale-down
+/// until it is scaled to zero.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c17_c44_c47_c48_c57_scale_from_zero_capacity_sources_and_the_rollout_veto() {
     let (_control_plane, client) = start(api_server_only()).await;
@@ -1136,8 +1140,8 @@ async fn c17_c44_c47_c48_c57_scale_from_zero_capacity_sources_and_the_rollout_ve
     controller.stop().await;
 }
 
-/// The management-cluster role of the provider for MachineDeployments (spec §17), with or
-/// without `patch` on their scale subresource.
+/// The management-cluster role of the provider for MachineDeployments (docs/clusterapi.md
+/// CAPI-61), with or without `patch` on their scale subresource.
 async fn grant_management_role(client: &Client, user: &str, may_patch_scale: bool) {
     let scale_verbs: &[&str] = if may_patch_scale {
         &["get", "patch", "update"]
@@ -1182,10 +1186,11 @@ async fn grant_management_role(client: &Client, user: &str, may_patch_scale: boo
         .expect("apply the ClusterRoleBinding");
 }
 
-/// Statement 38 with a scale PATCH the management cluster really refuses (RBAC without
-/// `machinedeployments/scale` patch): the Machine is marked, the PATCH fails, the mark is removed
-/// again and the error returned; once the role allows the PATCH the same deletion works. Also
-/// §3: Machines in a management cluster and Nodes in a separate workload cluster.
+/// docs/clusterapi.md CAPI-38 with a scale PATCH the management cluster really refuses (RBAC
+/// without `machinedeployments/scale` patch): the Machine is marked, the PATCH fails, the mark is
+/// removed again and the error returned; once the role allows the PATCH the same deletion works.
+/// Also docs/clusterapi.md CAPI-07: Machines in a management cluster and Nodes in a separate
+/// workload cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c38_a_refused_scale_patch_rolls_the_mark_back_with_separate_management_and_workload_clusters()
  {

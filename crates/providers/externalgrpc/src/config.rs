@@ -1,6 +1,6 @@
-//! The cloud config file of the externalgrpc provider (spec 4.1), read once at start-up into an
-//! [`ExternalGrpcConfig`]: where the service is, whether to use mutual TLS, and the per-call
-//! deadline.
+//! The cloud config file of the externalgrpc provider (docs/externalgrpc.md GRPC-02), read once at
+//! start-up into an [`ExternalGrpcConfig`]: where the service is, whether to use mutual TLS, and
+//! the per-call deadline.
 //!
 //! The file is read the way upstream reads it (YAML through JSON into a struct): keys match
 //! without regard to ASCII case, unknown keys are ignored, `null` means "not set", and every value

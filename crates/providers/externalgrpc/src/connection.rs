@@ -1,6 +1,6 @@
-//! The one gRPC channel the provider and all its node groups share (spec 4.2): plaintext HTTP/2
-//! with prior knowledge, or mutual TLS that trusts only the configured CA bundle, verifies the
-//! server against the host part of the address and insists on ALPN `h2`.
+//! The one gRPC channel the provider and all its node groups share (docs/externalgrpc.md GRPC-03):
+//! plaintext HTTP/2 with prior knowledge, or mutual TLS that trusts only the configured CA bundle,
+//! verifies the server against the host part of the address and insists on ALPN `h2`.
 //!
 //! The channel is lazy: building it checks every file but dials nothing, so an unreachable
 //! service is not a start-up error; each call then fails with UNAVAILABLE and the next call dials

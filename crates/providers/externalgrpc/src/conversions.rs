@@ -1,6 +1,7 @@
-//! Wire messages ↔ the core's cloud model (spec 4.8): group bounds, instances and their states,
-//! per-group options and their defaults, and pricing times. Pure functions; an answer the core
-//! cannot use is refused with the field and value at fault, never half-read.
+//! Wire messages ↔ the core's cloud model (docs/externalgrpc.md GRPC-12–GRPC-14): group bounds,
+//! instances and their states, per-group options and their defaults, and pricing times. Pure
+//! functions; an answer the core cannot use is refused with the field and value at fault, never
+//! half-read.
 
 use std::time::Duration;
 
@@ -11,7 +12,8 @@ use ferroscale_core::options::AutoscalingOptions;
 use ferroscale_externalgrpc_proto::v1;
 use ferroscale_model::Timestamp;
 
-/// The seven per-group options the core sends with every `NodeGroupGetOptions` (spec 4.8.4):
+/// The seven per-group options the core sends with every `NodeGroupGetOptions`
+/// (docs/externalgrpc.md GRPC-13):
 /// the global values from its flags, which a server may override per group.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeGroupDefaults {
@@ -121,8 +123,9 @@ pub(crate) fn group_bounds(group: &v1::NodeGroup) -> Result<(usize, usize), Stri
     Ok((min, max))
 }
 
-/// One instance (spec 4.8.2): no status at all when the status is absent or its state is 0
-/// (any error info is then dropped, as upstream does); error info only with a non-empty code.
+/// One instance (docs/externalgrpc.md GRPC-12): no status at all when the status is absent or its
+/// state is 0 (any error info is then dropped, as upstream does); error info only with a non-empty
+/// code.
 ///
 /// The core's model knows states 1/2/3 and error classes 1/99 only: an unknown state is read as
 /// "no status", an unknown error class as `Other` (99). Both are logged.

@@ -1,6 +1,7 @@
-//! The externalgrpc cloud provider (`--cloud-provider=externalgrpc`, spec `externalgrpc.md`
-//! sections 2 and 4): node groups served by any external service that speaks upstream's
-//! externalgrpc API, such as upstream's example server or a service built on ferroscale's SDK.
+//! The externalgrpc cloud provider (`--cloud-provider=externalgrpc`,
+//! docs/externalgrpc.md GRPC-01–GRPC-16): node groups served by any external service that speaks
+//! upstream's externalgrpc API, such as upstream's example server or a service built on
+//! ferroscale's SDK.
 //!
 //! - [`config`]: the cloud config file (`address`, `cert`, `key`, `cacert`, `grpc_timeout`).
 //! - [`ExternalGrpcProvider`]: the `CloudProvider`, built with [`ExternalGrpcProvider::from_config_file`].
@@ -23,7 +24,7 @@
 //! # Ok(provider) }
 //! ```
 //!
-//! # Caching (spec 4.4)
+//! # Caching (docs/externalgrpc.md GRPC-05–GRPC-09)
 //!
 //! | what | kept | until |
 //! | --- | --- | --- |
@@ -106,7 +107,8 @@ use rpc::{Caller, Method, Subject, log_cached};
 /// The provider's name, as `--cloud-provider` spells it.
 pub const PROVIDER_NAME: &str = "externalgrpc";
 
-/// The GPU resources a node may carry, in the order upstream checks them (spec 3.8).
+/// The GPU resources a node may carry, in the order upstream checks them (docs/externalgrpc.md
+/// GRPC-29).
 const GPU_RESOURCES: [&str; 5] = [
     "nvidia.com/gpu",
     "habana.ai/gaudi",
@@ -386,9 +388,9 @@ impl CloudProvider for ExternalGrpcProvider {
         self.gpu_types.get().cloned().unwrap_or_default()
     }
 
-    /// Computed locally (spec 3.8): a node has a GPU when it carries the GPU label or a non-zero
-    /// allocatable amount of a known GPU resource. The type is the label's value; the resource is
-    /// the first known GPU resource the node has, else `nvidia.com/gpu`.
+    /// Computed locally (docs/externalgrpc.md GRPC-29): a node has a GPU when it carries the GPU
+    /// label or a non-zero allocatable amount of a known GPU resource. The type is the label's
+    /// value; the resource is the first known GPU resource the node has, else `nvidia.com/gpu`.
     fn node_gpu_config(&self, node: &Node) -> Option<GpuConfig> {
         let label = self.gpu_label();
         let gpu_type = node.labels.get(label);

@@ -1,6 +1,7 @@
-//! A node group of the external service (spec 4.7). Its id, bounds and debug text are those of
-//! the `NodeGroup` message it was built from and never change; its template is asked for once
-//! and kept for the object's lifetime. Everything else is asked of the service at every call.
+//! A node group of the external service (docs/externalgrpc.md GRPC-09). Its id, bounds and debug
+//! text are those of the `NodeGroup` message it was built from and never change; its template is
+//! asked for once and kept for the object's lifetime. Everything else is asked of the service at
+//! every call.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,4 +1,5 @@
-//! One place every call to the service goes through (spec 4.3, 4.9, 4.10): it sets the deadline
+//! One place every call to the service goes through (docs/externalgrpc.md GRPC-04,
+//! GRPC-10, GRPC-30): it sets the deadline
 //! (sent as `grpc-timeout` and enforced locally), never retries, times the call, logs it, and
 //! turns a failure into an [`RpcError`] naming the method, what the call was about, the status
 //! code and the server's message.
@@ -15,7 +16,7 @@ use tonic::{Code, Request, Response, Status, TimeoutExpired};
 /// The client of the generated service over the shared channel.
 pub(crate) type Client = CloudProviderClient<Channel>;
 
-/// The RPCs, named as on the wire (spec 1.1).
+/// The RPCs, named as on the wire (docs/externalgrpc.md GRPC-01).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Method {
     NodeGroups,

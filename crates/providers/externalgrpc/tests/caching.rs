@@ -1,5 +1,5 @@
-//! Every caching rule of spec 4.4, checked by counting the calls that reach a test double over a
-//! loopback socket across refresh cycles.
+//! Every caching rule of docs/externalgrpc.md (GRPC-05–GRPC-09), checked by counting the calls that
+//! reach a test double over a loopback socket across refresh cycles.
 
 mod support;
 

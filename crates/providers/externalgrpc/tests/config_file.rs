@@ -1,5 +1,6 @@
-//! The cloud config file (spec 4.1): the documented keys and defaults, every address form, and
-//! start-up errors that name the file, the key and the bad value instead of panicking.
+//! The cloud config file (docs/externalgrpc.md GRPC-02): the documented keys and defaults, every
+//! address form, and start-up errors that name the file, the key and the bad value instead of
+//! panicking.
 
 mod support;
 

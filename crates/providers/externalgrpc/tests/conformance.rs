@@ -1,7 +1,7 @@
-//! The client statements of the conformance checklist (spec section 7, items 1-16), one test per
-//! statement, named by its number, against a test double over a loopback socket. Where this
-//! provider deliberately differs from upstream (crate docs, "Where this provider differs"), the
-//! test says so and checks the ferroscale behaviour.
+//! The client statements of docs/externalgrpc.md (GRPC-01–GRPC-16), one test per statement,
+//! named by its number (`c12_` checks GRPC-12), against a test double over a loopback socket. Where
+//! this provider deliberately differs from upstream (crate docs, "Where this provider differs"),
+//! the test says so and checks the ferroscale behaviour.
 
 mod support;
 
@@ -109,6 +109,7 @@ fn grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
+/// docs/externalgrpc.md GRPC-01.
 #[tokio::test]
 async fn c01_every_call_reaches_the_method_of_its_exact_path_with_the_fields_of_section_3() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -137,7 +138,8 @@ async fn c01_every_call_reaches_the_method_of_its_exact_path_with_the_fields_of_
     expected.sort_unstable();
     assert_eq!(reached, expected);
 
-    // Field numbers: what the service decoded re-encodes to the spec's vectors (section 6).
+    // Field numbers: what the service decoded re-encodes to the test vectors of
+    // docs/externalgrpc.md (GRPC-33).
     let received = cloud.received();
     let increase = received.increase.first().map(Message::encode_to_vec);
     assert_eq!(
@@ -146,6 +148,7 @@ async fn c01_every_call_reaches_the_method_of_its_exact_path_with_the_fields_of_
     );
 }
 
+/// docs/externalgrpc.md GRPC-02.
 #[tokio::test]
 async fn c02_the_config_takes_the_five_keys_with_a_5s_default_and_refuses_bad_addresses() {
     let file = config_file(
@@ -177,6 +180,7 @@ async fn c02_the_config_takes_the_five_keys_with_a_5s_default_and_refuses_bad_ad
     }
 }
 
+/// docs/externalgrpc.md GRPC-03.
 #[tokio::test]
 async fn c03_plaintext_without_cert_and_mutual_tls_trusting_only_cacert_with_cert() {
     // Plaintext HTTP/2 with prior knowledge.
@@ -227,6 +231,7 @@ fn cloud_with_one_group() -> Arc<FakeCloud> {
     })
 }
 
+/// docs/externalgrpc.md GRPC-04.
 #[tokio::test]
 async fn c04_every_rpc_carries_a_deadline_of_grpc_timeout_and_none_is_retried() {
     let (cloud, _server, provider) = setup("3s").await;
@@ -252,6 +257,7 @@ async fn c04_every_rpc_carries_a_deadline_of_grpc_timeout_and_none_is_retried() 
     assert_eq!(cloud.calls("NodeGroupTargetSize"), 1);
 }
 
+/// docs/externalgrpc.md GRPC-05.
 #[tokio::test]
 async fn c05_node_groups_is_asked_at_most_once_between_refreshes_and_a_failure_is_retried() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -273,6 +279,7 @@ async fn c05_node_groups_is_asked_at_most_once_between_refreshes_and_a_failure_i
     assert_eq!(cloud.calls("NodeGroups"), 3);
 }
 
+/// docs/externalgrpc.md GRPC-06.
 #[tokio::test]
 async fn c06_node_group_for_node_is_cached_per_node_until_refresh_except_none_and_errors() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -304,6 +311,7 @@ async fn c06_node_group_for_node_is_cached_per_node_until_refresh_except_none_an
     assert_eq!(cloud.calls("NodeGroupForNode"), 7);
 }
 
+/// docs/externalgrpc.md GRPC-07.
 #[tokio::test]
 async fn c07_refresh_empties_both_per_loop_caches_before_its_rpc_whatever_the_outcome() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -328,6 +336,7 @@ async fn c07_refresh_empties_both_per_loop_caches_before_its_rpc_whatever_the_ou
     assert_eq!(cloud.calls("NodeGroupForNode"), 3);
 }
 
+/// docs/externalgrpc.md GRPC-08.
 #[tokio::test]
 async fn c08_gpu_label_and_types_are_asked_until_the_first_success_and_only_keys_are_used() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -347,6 +356,7 @@ async fn c08_gpu_label_and_types_are_asked_until_the_first_success_and_only_keys
     assert_eq!(cloud.calls("GetAvailableGPUTypes"), 1);
 }
 
+/// docs/externalgrpc.md GRPC-09.
 #[tokio::test]
 async fn c09_a_group_reports_its_message_and_stops_asking_for_its_template_after_success() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -412,6 +422,7 @@ fn described_group(
     }
 }
 
+/// docs/externalgrpc.md GRPC-10.
 #[tokio::test]
 async fn c10_status_12_of_the_optional_rpcs_is_not_implemented_and_other_statuses_are_errors() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -467,6 +478,7 @@ async fn c10_status_12_of_the_optional_rpcs_is_not_implemented_and_other_statuse
     );
 }
 
+/// docs/externalgrpc.md GRPC-11.
 #[tokio::test]
 async fn c11_kubernetes_objects_travel_as_their_plain_protobuf_encoding() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -523,6 +535,7 @@ async fn c11_kubernetes_objects_travel_as_their_plain_protobuf_encoding() {
     assert!(text.contains("6b 38 73 00"), "{text}");
 }
 
+/// docs/externalgrpc.md GRPC-12.
 #[tokio::test]
 async fn c12_instances_map_state_and_error_info_as_upstream() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -590,6 +603,7 @@ async fn c12_instances_map_state_and_error_info_as_upstream() {
     );
 }
 
+/// docs/externalgrpc.md GRPC-13.
 #[tokio::test]
 async fn c13_get_options_sends_the_id_and_all_seven_defaults_and_absent_means_defaults() {
     let cloud = cloud();
@@ -669,6 +683,7 @@ async fn c13_get_options_sends_the_id_and_all_seven_defaults_and_absent_means_de
     assert_eq!(options.allow_non_atomic_scale_up_to_max, None);
 }
 
+/// docs/externalgrpc.md GRPC-14.
 #[tokio::test]
 async fn c14_decrease_sends_the_negative_delta_and_delete_sends_each_nodes_identity() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -676,7 +691,7 @@ async fn c14_decrease_sends_the_negative_delta_and_delete_sends_each_nodes_ident
     ok(group.decrease_target_size(-2).await, "decrease");
     let decrease = cloud.received().decrease;
     assert_eq!(decrease.first().map(|r| r.delta), Some(-2));
-    // The spec's vector: a 10-byte varint for -2.
+    // The test vector of docs/externalgrpc.md: a 10-byte varint for -2.
     assert_eq!(
         decrease.first().map(Message::encode_to_vec),
         Some(vec![
@@ -709,6 +724,7 @@ async fn c14_decrease_sends_the_negative_delta_and_delete_sends_each_nodes_ident
     assert_eq!(deletes.first().map(|r| r.id.as_str()), Some("ng-1"));
 }
 
+/// docs/externalgrpc.md GRPC-15.
 #[tokio::test]
 async fn c15_calls_without_an_rpc_answer_fixed_results() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -741,6 +757,7 @@ async fn c15_calls_without_an_rpc_answer_fixed_results() {
     assert_eq!(cloud.total_calls(), 0);
 }
 
+/// docs/externalgrpc.md GRPC-16.
 #[tokio::test]
 async fn c16_pricing_requests_always_carry_both_timestamps_to_the_nanosecond() {
     let (cloud, _server, provider) = setup("5s").await;
@@ -785,6 +802,7 @@ async fn c16_pricing_requests_always_carry_both_timestamps_to_the_nanosecond() {
     assert_eq!(pod_request.legacy_pod, pod_request.pod_bytes);
 }
 
+/// Checks docs/externalgrpc.md GRPC-29.
 #[tokio::test]
 async fn spec_3_8_a_nodes_gpu_is_computed_locally_from_the_label_or_a_known_gpu_resource() {
     let (cloud, _server, provider) = setup("5s").await;

@@ -1,7 +1,7 @@
-//! Connecting to the service over real loopback sockets (spec 4.2, 4.3): mutual TLS with
-//! certificates generated for the test, refusal of servers and clients outside the trusted CA,
-//! plaintext with a loud warning, start-up errors that name the file at fault, an unreachable
-//! service that is not a start-up error, and the per-call deadline.
+//! Connecting to the service over real loopback sockets (docs/externalgrpc.md GRPC-03, GRPC-04):
+//! mutual TLS with certificates generated for the test, refusal of servers and clients outside the
+//! trusted CA, plaintext with a loud warning, start-up errors that name the file at fault, an
+//! unreachable service that is not a start-up error, and the per-call deadline.
 
 mod support;
 

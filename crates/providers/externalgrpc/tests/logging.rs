@@ -1,6 +1,6 @@
-//! What an operator sees in the logs (spec 4.10): every call at debug level (the binary's
-//! `--v=5`) with its method, what it concerns and its duration; answers served from a cache;
-//! failures at error level, except "not implemented" answers of optional calls.
+//! What an operator sees in the logs (docs/externalgrpc.md GRPC-30): every call at debug level (the
+//! binary's `--v=5`) with its method, what it concerns and its duration; answers served from a
+//! cache; failures at error level, except "not implemented" answers of optional calls.
 
 mod support;
 
