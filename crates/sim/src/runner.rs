@@ -813,7 +813,7 @@ impl<'p> Simulation<'p> {
                     "removal of node {} ({}) failed and was rolled back",
                     failed.node, failed.group_id
                 ),
-                why: failed.reason.clone(),
+                why: failed.reason.to_string(),
             });
         }
         self.record_events(now, outcome);
