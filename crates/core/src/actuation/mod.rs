@@ -773,7 +773,7 @@ async fn advance_one(
                         }
                     }
                 }
-                // Every pod left in `still` recorded an error.
+                // `last_error` is set exactly when some pod is left in `still`.
                 let Some(last_error) = last_error else {
                     let grace = Duration::from_secs(
                         u64::try_from(options.max_graceful_termination_sec).unwrap_or(0),
