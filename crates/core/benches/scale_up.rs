@@ -3,7 +3,8 @@
 //! pods, 5,000 pending pods with hostname anti-affinity and zone spread; (c) Karpenter's mix of
 //! 20,000 constrained pods onto an empty cluster; (d) how (a)-like plans scale with cluster size.
 //!
-//! Each iteration forks the snapshot and reverts it afterwards, so every plan sees the same cluster.
+//! Each iteration plans on a branch of the snapshot that is reverted afterwards, so every plan sees
+//! the same cluster.
 
 use std::hint::black_box;
 
@@ -11,12 +12,9 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use ferroscale_core::bench_fixtures::{
     ScaleUpFixture, busy_cluster, constrained_cluster, karpenter_mix,
 };
-use ferroscale_core::scale_up::plan_scale_up;
 
 fn plan_once(fixture: &mut ScaleUpFixture) -> usize {
-    fixture.snapshot.fork();
-    let plan = plan_scale_up(fixture.input());
-    fixture.snapshot.revert();
+    let plan = fixture.plan_on_branch();
     plan.increases.iter().map(|i| i.delta()).sum()
 }
 

@@ -18,7 +18,7 @@ use ferroscale_scheduling::Snapshot;
 use crate::backoff::NodeGroupBackoff;
 use crate::cloud::NodeTemplate;
 use crate::options::AutoscalingOptions;
-use crate::scale_up::{NodeGroupView, ProviderFacts, ScaleUpInput};
+use crate::scale_up::{NodeGroupView, ProviderFacts, ScaleUpInput, ScaleUpPlan, plan_scale_up};
 
 const GIB: i64 = 1 << 30;
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -34,17 +34,50 @@ pub struct ScaleUpFixture {
 }
 
 impl ScaleUpFixture {
-    /// The input for one plan. Wrap the call in `snapshot.fork()` / `revert()` to repeat it on an
-    /// unchanged snapshot (the plan leaves pods that fit existing nodes placed).
+    /// The input for one plan, on the fixture's snapshot itself: the plan leaves pods that fit
+    /// existing nodes placed. [`ScaleUpFixture::plan_on_branch`] repeats a plan on an unchanged
+    /// snapshot.
     pub fn input(&mut self) -> ScaleUpInput<'_> {
+        Self::input_on(
+            &mut self.snapshot,
+            &self.pending,
+            &self.groups,
+            &self.backoff,
+            &self.options,
+            self.now,
+        )
+    }
+
+    /// Plans once on a branch of the snapshot that is reverted afterwards, so every call sees the
+    /// same cluster.
+    pub fn plan_on_branch(&mut self) -> ScaleUpPlan {
+        let mut branch = self.snapshot.branch();
+        plan_scale_up(Self::input_on(
+            &mut branch,
+            &self.pending,
+            &self.groups,
+            &self.backoff,
+            &self.options,
+            self.now,
+        ))
+    }
+
+    fn input_on<'a>(
+        snapshot: &'a mut Snapshot,
+        pending: &'a [Arc<Pod>],
+        groups: &'a [NodeGroupView],
+        backoff: &'a NodeGroupBackoff,
+        options: &'a AutoscalingOptions,
+        now: Timestamp,
+    ) -> ScaleUpInput<'a> {
         ScaleUpInput {
-            now: self.now,
-            snapshot: &mut self.snapshot,
-            pending_pods: &self.pending,
+            now,
+            snapshot,
+            pending_pods: pending,
             draining_pods: &[],
-            node_groups: &self.groups,
-            backoff: &self.backoff,
-            options: &self.options,
+            node_groups: groups,
+            backoff,
+            options,
             priority_config: None,
             provider: ProviderFacts::default(),
             seed: 42,

@@ -13,6 +13,7 @@ use ferroscale_model::{DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, Tai
 use thiserror::Error;
 
 use crate::events::Event;
+use crate::scale_up::PriorityConfig;
 
 /// A workload controller that exists in the cluster, as Gather saw it. Drain rules need to know
 /// whether a pod's controller still exists and how many replicas it wants (docs/behaviour.md SD-76,
@@ -40,8 +41,10 @@ pub struct ClusterObjects {
     /// DaemonSets).
     pub controllers: Vec<WorkloadController>,
     pub namespaces: Vec<Namespace>,
-    /// The `priorities` key of the priority expander's ConfigMap; `None` when it does not exist.
-    pub priority_expander_config: Option<String>,
+    /// The `priorities` key of the priority expander's ConfigMap, parsed when Gather read a new
+    /// version of the ConfigMap (shared, so loops do not parse it again); `None` when it does not
+    /// exist.
+    pub priority_expander_config: Option<Arc<PriorityConfig>>,
 }
 
 /// The status ConfigMap as it is written (docs/behaviour.md ST-101): `data.status` already rendered

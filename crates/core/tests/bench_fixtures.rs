@@ -1,5 +1,5 @@
 //! The benchmark fixtures must describe real work: small versions of each scenario produce a
-//! scale-up, and repeating a plan inside fork/revert gives the same answer.
+//! scale-up, and repeating a plan on a reverted branch gives the same answer.
 
 use ferroscale_core::bench_fixtures::{busy_cluster, constrained_cluster, karpenter_mix};
 use ferroscale_core::scale_up::{ScaleUpStatus, plan_scale_up};
@@ -7,9 +7,7 @@ use ferroscale_core::scale_up::{ScaleUpStatus, plan_scale_up};
 #[test]
 fn busy_cluster_needs_new_nodes_for_every_pending_pod() {
     let mut f = busy_cluster(20, 30, 300, 3, 5);
-    f.snapshot.fork();
-    let plan = plan_scale_up(f.input());
-    f.snapshot.revert();
+    let plan = f.plan_on_branch();
     assert_eq!(plan.status, ScaleUpStatus::Successful);
     assert!(
         plan.pods_schedulable_on_existing.is_empty(),
@@ -20,7 +18,7 @@ fn busy_cluster_needs_new_nodes_for_every_pending_pod() {
         300,
         "a 16/32-CPU group takes every pod"
     );
-    let again = plan_scale_up(f.input());
+    let again = f.plan_on_branch();
     assert_eq!(again.increases, plan.increases);
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferroscale_core::actuation::{
-    ActuationProgress, DeletionTracker, EmptinessRecheck, NodeDeletion, RemovalKind,
+    ActuationProgress, DeletionFailure, DeletionTracker, EmptinessRecheck, NodeDeletion,
+    RecheckRefusal, RemovalKind,
 };
 use ferroscale_core::cloud::{CloudProvider, NodeGroup};
 use ferroscale_core::events::{EventObject, reasons};
@@ -305,11 +306,18 @@ fn s89_empty_node_that_got_a_pod_during_the_delay_is_kept_and_untainted() {
     assert!(calls(&f.log, "kube.evict").is_empty());
     assert!(!f.cluster.node("n1").expect("n1").has_taint(TO_BE_DELETED));
     assert_eq!(progress.failed.len(), 1);
-    assert!(
-        progress.failed[0].reason.contains("not empty"),
-        "{:?}",
-        progress.failed
+    assert_eq!(
+        progress.failed[0].reason,
+        DeletionFailure::Recheck(RecheckRefusal::NotEmpty {
+            pod: "default/late".into()
+        })
     );
+    let event = progress
+        .events
+        .iter()
+        .find(|e| e.reason == reasons::SCALE_DOWN_FAILED)
+        .expect("a ScaleDownFailed event");
+    assert_eq!(event.message, "node is not empty: pod default/late arrived");
 }
 
 #[test]
@@ -424,10 +432,15 @@ fn drain_waits_for_evicted_pods_to_go_and_gives_up_after_grace_plus_thirty_secon
         "pod still there"
     );
     let progress = f.advance(t(5 + 90));
-    assert!(
-        progress.failed[0].reason.contains("pods remaining"),
-        "{:?}",
-        progress.failed
+    assert_eq!(
+        progress.failed[0].reason,
+        DeletionFailure::PodsRemaining {
+            pods: vec!["default/slow".into()]
+        }
+    );
+    assert_eq!(
+        progress.failed[0].reason.to_string(),
+        "pods remaining after timeout: default/slow"
     );
     assert!(!f.cluster.node("n1").expect("n1").has_taint(TO_BE_DELETED));
 }

@@ -15,8 +15,8 @@ use ferroscale_core::cloud::{CloudError, ErrorClass, Instance, NodeGroup, NodeTe
 use ferroscale_core::events::{EventObject, reasons};
 use ferroscale_core::options::AutoscalingOptions;
 use ferroscale_core::scale_up::{
-    GroupIncrease, NodeGroupView, ProviderFacts, ScaleUpInput, ScaleUpPlan, ScaleUpStatus,
-    execute_scale_up, inject_upcoming_nodes, plan_scale_up,
+    GroupIncrease, NodeGroupView, PriorityConfig, ProviderFacts, ScaleUpInput, ScaleUpPlan,
+    ScaleUpStatus, execute_scale_up, inject_upcoming_nodes, plan_scale_up,
 };
 use ferroscale_model::labels::ZONE;
 use ferroscale_model::node::ConditionStatus;
@@ -93,7 +93,7 @@ struct Case {
     groups: Vec<NodeGroupView>,
     backoff: NodeGroupBackoff,
     options: AutoscalingOptions,
-    priority_config: Option<String>,
+    priority_config: Option<PriorityConfig>,
     now: Timestamp,
 }
 
@@ -120,7 +120,7 @@ impl Case {
             node_groups: &self.groups,
             backoff: &self.backoff,
             options: &self.options,
-            priority_config: self.priority_config.as_deref(),
+            priority_config: self.priority_config.as_ref(),
             provider: ProviderFacts::default(),
             seed: 1,
         })
@@ -604,7 +604,9 @@ fn s31_priority_expander_picks_the_highest_priority_group() {
         vec![group("pool-small", 4000, 0), group("pool-big", 4000, 0)],
     );
     case.options.set("expander", "priority").unwrap();
-    case.priority_config = Some("10:\n  - .*small.*\n50:\n  - .*big.*\n".into());
+    case.priority_config = Some(PriorityConfig::parse(
+        "10:\n  - .*small.*\n50:\n  - .*big.*\n",
+    ));
     assert_eq!(
         increases(&case.plan()),
         vec![("pool-big".to_string(), 0, 1)]
@@ -639,7 +641,7 @@ fn s33_priority_ties_broken_by_least_waste() {
     case.options
         .set("expander", "priority,least-waste")
         .unwrap();
-    case.priority_config = Some("5:\n  - ^x$\n20:\n  - pool-\n".into());
+    case.priority_config = Some(PriorityConfig::parse("5:\n  - ^x$\n20:\n  - pool-\n"));
     assert_eq!(
         increases(&case.plan()),
         vec![("pool-snug".to_string(), 0, 1)]

@@ -17,6 +17,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use ferroscale_core::kubernetes::{ClusterObjects, WorkloadController};
+use ferroscale_core::scale_up::PriorityConfig;
 use ferroscale_model::{
     DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass, Timestamp,
 };
@@ -195,6 +196,14 @@ impl<M> KindStore<M> {
     }
 }
 
+/// The priority expander's configuration from its ConfigMap, parsed here, as the watch event
+/// arrives, so that the loops that read it never parse it again. A malformed text is kept with
+/// its error, which the expander reports.
+fn priority_expander_config(configmap: &core::ConfigMap) -> Option<Arc<PriorityConfig>> {
+    let text = configmap.data.as_ref()?.get(PRIORITY_EXPANDER_KEY)?;
+    Some(Arc::new(PriorityConfig::parse(text.as_str())))
+}
+
 /// The uid, or `namespace/name` for the odd object without one (never from a real API server).
 fn object_key<K: Resource>(object: &K) -> String {
     let meta = object.meta();
@@ -221,8 +230,9 @@ struct Stores {
     replication_controllers: KindStore<WorkloadController>,
     namespaces: KindStore<Namespace>,
     priority_class_objects: KindStore<PriorityClass>,
-    /// `data.priorities` of the priority expander's ConfigMap (`None` without that key).
-    priority_expander: KindStore<Option<String>>,
+    /// `data.priorities` of the priority expander's ConfigMap (`None` without that key), parsed
+    /// once per version of the ConfigMap.
+    priority_expander: KindStore<Option<Arc<PriorityConfig>>>,
     /// Name → value, rebuilt whenever a PriorityClass changes; pods are converted with it.
     priority_classes: RwLock<PriorityClasses>,
     /// Signalled when the pod watch reports a pod the scheduler has just found no node for; holds
@@ -407,13 +417,7 @@ impl ClusterCaches {
             )),
             &stores,
             |s| &s.priority_expander,
-            |_, configmap| {
-                Ok(configmap
-                    .data
-                    .as_ref()
-                    .and_then(|data| data.get(PRIORITY_EXPANDER_KEY))
-                    .cloned())
-            },
+            |_, configmap| Ok(priority_expander_config(configmap)),
         ));
 
         ClusterCaches {
@@ -664,5 +668,48 @@ mod tests {
         let mut waiting = unschedulable(Some(now));
         waiting.scheduled_condition = None;
         assert!(!is_freshly_unschedulable(&waiting, now));
+    }
+
+    fn priority_configmap(priorities: &str) -> core::ConfigMap {
+        core::ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("cluster-autoscaler-priority-expander".into()),
+                namespace: Some("kube-system".into()),
+                uid: Some("uid-1".into()),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(
+                PRIORITY_EXPANDER_KEY.to_string(),
+                priorities.to_string(),
+            )])),
+            ..Default::default()
+        }
+    }
+
+    /// Loops read the configuration parsed when the ConfigMap arrived: the same parsed value until
+    /// the ConfigMap changes, then the new one.
+    #[test]
+    fn the_priority_config_is_parsed_per_configmap_version_not_per_loop() {
+        let store: KindStore<Option<Arc<PriorityConfig>>> = KindStore::new("ConfigMap");
+        let convert = |cm: &core::ConfigMap| Ok(priority_expander_config(cm));
+        store.apply(Event::Apply(priority_configmap("10:\n  - .*\n")), convert);
+        let first_loop = store.values().into_iter().flatten().next();
+        let second_loop = store.values().into_iter().flatten().next();
+        let (Some(first), Some(second)) = (first_loop, second_loop) else {
+            panic!("the ConfigMap is cached");
+        };
+        assert!(Arc::ptr_eq(&first, &second), "not parsed again");
+        assert_eq!(first.text(), "10:\n  - .*\n");
+
+        store.apply(
+            Event::Apply(priority_configmap("10: ['(unclosed']")),
+            convert,
+        );
+        let changed = store.values().into_iter().flatten().next();
+        let Some(changed) = changed else {
+            panic!("a malformed ConfigMap stays in the cache for the expander to report");
+        };
+        assert!(!Arc::ptr_eq(&first, &changed));
+        assert!(changed.error().is_some());
     }
 }

@@ -333,7 +333,10 @@ async fn caches_follow_the_cluster(fixture: &Fixture) {
         .expect("replica set");
     assert_eq!((rs.kind.as_str(), rs.replicas), ("ReplicaSet", Some(0)));
     assert_eq!(
-        objects.priority_expander_config.as_deref(),
+        objects
+            .priority_expander_config
+            .as_deref()
+            .map(|c| c.text()),
         Some("10:\n  - .*\n")
     );
     let namespace = objects

@@ -4,7 +4,8 @@
 //! * `check/*` — one `check` call (PreFilter work included) on a node, cycling over the nodes.
 //! * `scan/*` — `find_node` for a pod that fits nowhere, so every node is filtered once; the
 //!   throughput is nodes filtered per second.
-//! * `branch/*` — fork, add a node with 30 pods (or place 30 pods on existing nodes), revert.
+//! * `branch/*` — open a branch, add a node with 30 pods (or place 30 pods on existing nodes), drop
+//!   the branch (which reverts it).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -90,7 +91,7 @@ fn pending(name: &str, app: &str) -> Pod {
 }
 
 fn filters(c: &mut Criterion) {
-    let (s, ids) = cluster();
+    let (mut s, ids) = cluster();
 
     let plain = pending("plain", "new-plain");
     let mut anti = pending("anti", "new-anti");
@@ -110,7 +111,7 @@ fn filters(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 next = (next + 1) % ids.len();
-                black_box(check(&s, pod, ids[next]))
+                black_box(check(&mut s, pod, ids[next]))
             })
         });
     }
@@ -130,8 +131,8 @@ fn filters(c: &mut Criterion) {
         ("anti_affinity", &repelled),
         ("zone_spread", &unspreadable),
     ] {
-        assert!(find_node(&s, pod, 0).is_none());
-        group.bench_function(name, |b| b.iter(|| black_box(find_node(&s, pod, 0))));
+        assert!(find_node(&mut s, pod, 0).is_none());
+        group.bench_function(name, |b| b.iter(|| black_box(find_node(&mut s, pod, 0))));
     }
     group.finish();
 }
@@ -141,34 +142,29 @@ fn branches(c: &mut Criterion) {
     // Register the indexes the benchmarks above use, so reverts must maintain them.
     let mut spread = pending("spread", "svc-7");
     spread.topology_spread.push(zone_spread("svc-7"));
-    let _ = check(&s, &spread, ids[0]);
+    let _ = check(&mut s, &spread, ids[0]);
     let new_pods: Vec<Arc<Pod>> = (0..PODS_PER_NODE).map(|k| placed_pod(NODES, k)).collect();
 
     let mut group = c.benchmark_group("branch");
     group.bench_function("fork_add_node_30_pods_revert", |b| {
         b.iter(|| {
-            s.fork();
-            let id = s.add_node(node(NODES));
+            let mut branch = s.branch();
+            let id = branch.add_node(node(NODES));
             for p in &new_pods {
-                s.add_pod(id, p.clone());
+                branch.add_pod(id, p.clone());
             }
-            s.revert();
         })
     });
     group.bench_function("fork_place_30_pods_revert", |b| {
         b.iter(|| {
-            s.fork();
+            let mut branch = s.branch();
             for (k, p) in new_pods.iter().enumerate() {
-                s.add_pod(ids[k * 97 % NODES], p.clone());
+                branch.add_pod(ids[k * 97 % NODES], p.clone());
             }
-            s.revert();
         })
     });
     group.bench_function("fork_revert_empty", |b| {
-        b.iter(|| {
-            s.fork();
-            s.revert();
-        })
+        b.iter(|| drop(black_box(s.branch())))
     });
     group.finish();
     black_box(s.pod_count());

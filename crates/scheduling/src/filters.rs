@@ -42,8 +42,8 @@ use ferroscale_model::{
 
 use crate::snapshot::{FitSummary, NodeId, NodeInfo, Snapshot};
 use crate::topology::{
-    DomainCountsId, ExistingTermId, KeyId, NodeEligibility, PodClause, PodMatcher, SpreadViewId,
-    TopologyIndex,
+    DomainCountsId, ExistingTermId, KeyId, NamespaceLabels, NodeEligibility, PodClause, PodMatcher,
+    SpreadViewId, TopologyIndex,
 };
 
 /// Which filter rejected a pod; stable, for aggregation and counting.
@@ -160,15 +160,17 @@ impl fmt::Display for Unfit {
 
 /// Runs the filters, in the scheduler's order, for `pod` on `node`. The pod must not already be
 /// placed in the snapshot.
-pub fn check(snapshot: &Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
+///
+/// The snapshot is borrowed mutably only to register the indexes a pod's inter-pod constraints
+/// read the first time such a pod is checked; what it holds does not change.
+pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
     check_node_local(pod, info).map_err(Rejected::into_unfit)?;
     if !needs_inter_pod_filters(snapshot, pod) {
         return Ok(());
     }
-    let mut topology = snapshot.topology();
-    let plan = InterPodPlan::for_pod(&mut topology, snapshot, pod);
-    plan.check(&topology, pod, node)
+    let plan = snapshot.inter_pod_plan(pod);
+    plan.check(snapshot.topology(), pod, node)
         .map_err(Rejected::into_unfit)
 }
 
@@ -177,12 +179,15 @@ pub fn check(snapshot: &Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> 
 /// placement does. Cordoned nodes are skipped, as in the autoscaler.
 ///
 /// Only the yes/no answer matters here, so the cheapest test runs first: the snapshot's compact
-/// per-node capacity summary rejects most full nodes without touching the node itself.
-pub fn find_node(snapshot: &Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
+/// per-node capacity summary rejects most full nodes without touching the node itself. The
+/// snapshot is borrowed mutably for the same reason as in [`check`].
+pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
     let slots = snapshot.slot_count();
     if slots == 0 {
         return None;
     }
+    let plan = needs_inter_pod_filters(snapshot, pod).then(|| snapshot.inter_pod_plan(pod));
+    let snapshot = &*snapshot;
     let start = start % slots;
     let wants = FitSummary::wanted_by(pod);
     let summaries = snapshot.fit_summaries();
@@ -205,13 +210,12 @@ pub fn find_node(snapshot: &Snapshot, pod: &Pod, start: usize) -> Option<NodeId>
                 .is_some_and(|info| check_node_local(pod, info).is_ok())
     };
     let mut order = (start..slots).chain(0..start);
-    if !needs_inter_pod_filters(snapshot, pod) {
+    let Some(plan) = plan else {
         return order.find(|i| local_ok(*i)).map(|i| NodeId(i as u32));
-    }
-    let mut topology = snapshot.topology();
-    let plan = InterPodPlan::for_pod(&mut topology, snapshot, pod);
+    };
+    let topology = snapshot.topology();
     order
-        .find(|i| local_ok(*i) && plan.check(&topology, pod, NodeId(*i as u32)).is_ok())
+        .find(|i| local_ok(*i) && plan.check(topology, pod, NodeId(*i as u32)).is_ok())
         .map(|i| NodeId(i as u32))
 }
 
@@ -429,10 +433,10 @@ impl InterPodPlan {
     /// The plan for `pod`, from the cache when a pod of the same shape was planned before.
     pub(crate) fn for_pod(
         topology: &mut TopologyIndex,
-        snapshot: &Snapshot,
+        slots: &[Option<NodeInfo>],
+        namespaces: &NamespaceLabels,
         pod: &Pod,
     ) -> Arc<InterPodPlan> {
-        let namespaces = snapshot.all_namespace_labels();
         let terms_known = topology.existing_term_count_total();
         let cached = topology
             .plans()
@@ -458,7 +462,7 @@ impl InterPodPlan {
             topology.plans().entries[i].1 = refreshed.clone();
             return refreshed;
         }
-        let plan = Arc::new(InterPodPlan::prepare(topology, snapshot, pod));
+        let plan = Arc::new(InterPodPlan::prepare(topology, slots, namespaces, pod));
         let cache = topology.plans();
         if cache.entries.len() < PLAN_CACHE_SIZE {
             cache.entries.push((PodShape::of(pod), plan.clone()));
@@ -470,10 +474,12 @@ impl InterPodPlan {
         plan
     }
 
-    fn prepare(topology: &mut TopologyIndex, snapshot: &Snapshot, pod: &Pod) -> InterPodPlan {
-        let slots = snapshot.slots();
-        let namespaces = snapshot.all_namespace_labels();
-
+    fn prepare(
+        topology: &mut TopologyIndex,
+        slots: &[Option<NodeInfo>],
+        namespaces: &NamespaceLabels,
+        pod: &Pod,
+    ) -> InterPodPlan {
         let mut spread = Vec::new();
         let hard: Vec<(usize, &TopologySpreadConstraint)> = pod
             .topology_spread

@@ -1,7 +1,8 @@
 //! Scheduling simulation: a cluster snapshot that forks in time proportional to the changes made on
 //! the fork, and the kube-scheduler Filter plugins that decide whether a pod fits a node.
 //!
-//! * [`snapshot`] — nodes, placed pods, what-if branches (fork / revert / commit).
+//! * [`snapshot`] — nodes, placed pods, what-if branches ([`Snapshot::branch`] returns a
+//!   [`Branch`] guard that reverts when dropped unless committed).
 //! * [`filters`] — [`check`] one pod against one node, [`find_node`] for the first fitting node,
 //!   and [`Unfit`], the reason a node was rejected.
 //! * `topology` (internal) — the incremental per-topology-domain indexes that keep the affinity
@@ -14,4 +15,4 @@ pub mod snapshot;
 mod topology;
 
 pub use filters::{Unfit, UnfitKind, check, find_node};
-pub use snapshot::{NodeId, NodeInfo, Snapshot};
+pub use snapshot::{Branch, NodeId, NodeInfo, Snapshot};

@@ -1,15 +1,19 @@
 //! The cluster snapshot: nodes with the pods placed on them, and what-if branches.
 //!
-//! Forking does not copy anything. While a fork is open every mutation records its inverse in an
-//! undo log; `revert` replays the log back to the fork point and `commit` keeps the changes (and
-//! folds the log into the enclosing fork, if any). Both cost time proportional to the changes made
-//! on the branch, never to the size of the cluster. Forks nest.
+//! A what-if branch ([`Snapshot::branch`]) copies nothing. While a branch is open every mutation
+//! records its inverse in an undo log; dropping the [`Branch`] replays the log back to the branch
+//! point and [`Branch::commit`] keeps the changes (and folds the log into the enclosing branch, if
+//! any). Both cost time proportional to the changes made on the branch, never to the size of the
+//! cluster. Branches nest, and since reverting is what dropping does, a branch cannot be left
+//! open by an early return, a `?` or a panic.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use ferroscale_model::{HostPort, Labels, Node, Pod, Resources, TaintEffect};
 
+use crate::filters::InterPodPlan;
 use crate::topology::{NamespaceLabels, TopologyIndex};
 
 /// Stable handle of a node within one snapshot. Handles of removed nodes are never reused.
@@ -126,10 +130,13 @@ enum Undo {
 /// An in-memory cluster on which scheduling is simulated.
 ///
 /// Besides the nodes and their pods, the snapshot keeps the topology indexes the inter-pod filters
-/// read (see the private `topology` module). They are registered lazily by the filters and kept up to date by
-/// the same four internal functions (`attach_node`, `detach_node`, `attach_pod`, `detach_pod`) that
-/// both the public mutations and the undo log go through, so forking and reverting stay
-/// proportional to the changes made on the branch.
+/// read (see the private `topology` module). They are registered by the filters the first time a
+/// pod needs them (which is why [`crate::check`] and [`crate::find_node`] take `&mut Snapshot`)
+/// and kept up to date by the same four internal functions (`attach_node`, `detach_node`,
+/// `attach_pod`, `detach_pod`) that both the public mutations and the undo log go through, so
+/// branching and reverting stay proportional to the changes made on the branch.
+///
+/// The snapshot is plain data: no lock or cell inside, `Send` and `Sync`.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     slots: Vec<Option<NodeInfo>>,
@@ -144,7 +151,7 @@ pub struct Snapshot {
     undo: Vec<Undo>,
     fork_points: Vec<usize>,
     namespace_labels: NamespaceLabels,
-    topology: Mutex<TopologyIndex>,
+    topology: TopologyIndex,
 }
 
 impl Snapshot {
@@ -193,12 +200,28 @@ impl Snapshot {
         Some(pod)
     }
 
-    /// Opens a what-if branch.
+    /// Opens a what-if branch: the returned guard is the snapshot (it derefs to it), and every
+    /// change made through it is undone when it is dropped unless [`Branch::commit`] keeps them.
+    /// Branches nest: `branch.branch()` opens one inside another.
+    #[inline]
+    pub fn branch(&mut self) -> Branch<'_> {
+        self.fork();
+        let depth = self.fork_points.len();
+        Branch {
+            snapshot: self,
+            depth,
+        }
+    }
+
+    /// Opens a what-if branch that the caller must close with exactly one [`Snapshot::revert`] or
+    /// [`Snapshot::commit`]. Prefer [`Snapshot::branch`], whose guard cannot be left open.
+    #[inline]
     pub fn fork(&mut self) {
         self.fork_points.push(self.undo.len());
     }
 
-    /// Discards every change since the matching `fork`.
+    /// Discards every change since the matching [`Snapshot::fork`]. Prefer [`Snapshot::branch`].
+    #[inline]
     pub fn revert(&mut self) {
         let Some(point) = self.fork_points.pop() else {
             return;
@@ -209,14 +232,17 @@ impl Snapshot {
         }
     }
 
-    /// Keeps every change since the matching `fork`.
+    /// Keeps every change since the matching [`Snapshot::fork`]. Prefer [`Snapshot::branch`] and
+    /// [`Branch::commit`].
+    #[inline]
     pub fn commit(&mut self) {
         if self.fork_points.pop().is_some() && self.fork_points.is_empty() {
             self.undo.clear();
         }
     }
 
-    /// Number of open forks.
+    /// Number of open branches.
+    #[inline]
     pub fn fork_depth(&self) -> usize {
         self.fork_points.len()
     }
@@ -260,7 +286,7 @@ impl Snapshot {
         }
         self.namespace_labels.insert(namespace, labels);
         // Counts registered with namespace selectors were evaluated against the old labels.
-        self.topology_mut().forget_matchers();
+        self.topology.forget_matchers();
     }
 
     pub fn namespace_labels(&self, namespace: &str) -> Option<&Labels> {
@@ -271,29 +297,18 @@ impl Snapshot {
         &self.fit_summaries
     }
 
-    pub(crate) fn slots(&self) -> &[Option<NodeInfo>] {
-        &self.slots
-    }
-
-    pub(crate) fn all_namespace_labels(&self) -> &NamespaceLabels {
-        &self.namespace_labels
-    }
-
     pub(crate) fn has_pods_with_anti_affinity(&self) -> bool {
         self.pods_with_anti_affinity > 0
     }
 
-    /// The topology indexes, for filters that only hold `&Snapshot`. A poisoned lock only means a
-    /// panic elsewhere while the guard was held; the indexes are updated before any user code runs,
-    /// so the data is still usable.
-    pub(crate) fn topology(&self) -> MutexGuard<'_, TopologyIndex> {
-        self.topology.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The topology indexes, as the filters read them per node.
+    pub(crate) fn topology(&self) -> &TopologyIndex {
+        &self.topology
     }
 
-    fn topology_mut(&mut self) -> &mut TopologyIndex {
-        self.topology
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
+    /// The inter-pod filter plan for `pod`, registering the indexes it reads on first use.
+    pub(crate) fn inter_pod_plan(&mut self, pod: &Pod) -> Arc<InterPodPlan> {
+        InterPodPlan::for_pod(&mut self.topology, &self.slots, &self.namespace_labels, pod)
     }
 
     fn record(&mut self, op: Undo) {
@@ -322,11 +337,7 @@ impl Snapshot {
         }
         self.fit_summaries[id.index()] = FitSummary::of(&info);
         self.slots[id.index()] = Some(info);
-        let topology = self
-            .topology
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        topology.node_added(id.index(), &node);
+        self.topology.node_added(id.index(), &node);
         for pod in pods {
             self.attach_pod(id, pod, None);
         }
@@ -343,7 +354,7 @@ impl Snapshot {
             }
         }
         pods.reverse();
-        self.topology_mut().node_removed(id.index());
+        self.topology.node_removed(id.index());
         let mut info = self.slots.get_mut(id.index()).and_then(Option::take)?;
         self.fit_summaries[id.index()] = FitSummary::default();
         self.by_name.remove(&info.node.name);
@@ -370,11 +381,8 @@ impl Snapshot {
         if !pod.pod_anti_affinity.is_empty() {
             self.pods_with_anti_affinity += 1;
         }
-        let topology = self
-            .topology
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        topology.pod_changed(id.index(), &pod, true, &self.slots, &self.namespace_labels);
+        self.topology
+            .pod_changed(id.index(), &pod, true, &self.slots, &self.namespace_labels);
     }
 
     fn detach_pod(&mut self, id: NodeId, index: usize) -> Option<Arc<Pod>> {
@@ -389,11 +397,8 @@ impl Snapshot {
         if !pod.pod_anti_affinity.is_empty() {
             self.pods_with_anti_affinity -= 1;
         }
-        let topology = self
-            .topology
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        topology.pod_changed(id.index(), &pod, false, &self.slots, &self.namespace_labels);
+        self.topology
+            .pod_changed(id.index(), &pod, false, &self.slots, &self.namespace_labels);
         Some(pod)
     }
 
@@ -454,8 +459,60 @@ impl Snapshot {
             let expected = slot.as_ref().map(FitSummary::of).unwrap_or_default();
             assert_eq!(self.fit_summaries[i], expected, "fit summary of slot {i}");
         }
-        self.topology()
+        self.topology
             .assert_consistent(&self.slots, &self.namespace_labels);
+    }
+}
+
+/// An open what-if branch of a [`Snapshot`], from [`Snapshot::branch`]. It derefs to the snapshot,
+/// so everything (including opening a nested branch) goes through it. Dropping it reverts every
+/// change made since it was opened; [`Branch::commit`] keeps them instead.
+#[must_use = "a branch reverts its changes as soon as it is dropped"]
+#[derive(Debug)]
+pub struct Branch<'s> {
+    snapshot: &'s mut Snapshot,
+    /// `fork_depth()` while this branch is open: it owns that fork point and any above it.
+    depth: usize,
+}
+
+impl Branch<'_> {
+    /// Keeps every change made on this branch (in the enclosing branch, if any, which can still
+    /// revert them).
+    pub fn commit(self) {
+        // Forks opened inside through `Snapshot::fork` and left open are kept with this one; the
+        // drop that follows finds nothing left to revert.
+        while self.snapshot.fork_depth() >= self.depth {
+            self.snapshot.commit();
+        }
+    }
+
+    /// Discards every change made on this branch; the same as dropping it, spelled out.
+    pub fn revert(self) {}
+}
+
+impl Drop for Branch<'_> {
+    // Inlined like the rest of the branch API: an empty branch costs a few nanoseconds, and
+    // callers open one per simulated what-if.
+    #[inline]
+    fn drop(&mut self) {
+        // Also closes forks opened inside through `Snapshot::fork` and left open.
+        while self.snapshot.fork_depth() >= self.depth {
+            self.snapshot.revert();
+        }
+    }
+}
+
+impl Deref for Branch<'_> {
+    type Target = Snapshot;
+
+    fn deref(&self) -> &Snapshot {
+        self.snapshot
+    }
+}
+
+impl DerefMut for Branch<'_> {
+    fn deref_mut(&mut self) -> &mut Snapshot {
+        self.snapshot
     }
 }
 
@@ -493,6 +550,110 @@ mod tests {
         assert_eq!(info.pods.len(), 1);
         assert_eq!(info.requested.cpu_milli, 1000);
         assert_eq!(info.requested.pods, 1);
+    }
+
+    /// What a caller's what-if step looks like: it stops at the first pod that has no node.
+    fn place_all(s: &mut Snapshot, target: &str, pods: &[Arc<Pod>]) -> Result<(), String> {
+        let mut branch = s.branch();
+        for p in pods {
+            let id = branch
+                .node_id(target)
+                .ok_or_else(|| format!("no node {target} for {}", p.name))?;
+            branch.add_pod(id, p.clone());
+            if branch.node(id).unwrap().free().cpu_milli < 0 {
+                return Err(format!("{} does not fit", p.name));
+            }
+        }
+        branch.commit();
+        Ok(())
+    }
+
+    #[test]
+    fn a_dropped_branch_reverts_even_on_an_early_return() {
+        let mut s = Snapshot::new();
+        let a = s.add_node(node("a"));
+        s.add_pod(a, pod("p0", 1000));
+
+        // `?` leaves before the commit: the branch reverts as it is dropped.
+        let result = place_all(&mut s, "a", &[pod("p1", 2000), pod("p2", 2000)]);
+        assert_eq!(result, Err("p2 does not fit".to_string()));
+        assert_eq!(s.pod_count(), 1);
+        assert_eq!(s.node(a).unwrap().requested.cpu_milli, 1000);
+        assert_eq!(s.fork_depth(), 0);
+        s.assert_indexes_consistent();
+
+        // The same with the error from an `ok_or_else(..)?` on the first pod.
+        assert!(place_all(&mut s, "missing", &[pod("p1", 100)]).is_err());
+        assert_eq!((s.pod_count(), s.fork_depth()), (1, 0));
+
+        // A plain drop at the end of a scope reverts too.
+        {
+            let mut branch = s.branch();
+            branch.add_node(node("b"));
+            branch.remove_node(a);
+            assert_eq!(branch.node_count(), 1);
+        }
+        assert_eq!(s.node_count(), 1);
+        assert_eq!(s.node_id("a"), Some(a));
+        assert!(s.node_id("b").is_none());
+        assert_eq!(s.pod_count(), 1);
+
+        // Only a commit keeps the changes.
+        place_all(&mut s, "a", &[pod("p1", 1000), pod("p2", 1000)]).unwrap();
+        assert_eq!((s.pod_count(), s.fork_depth()), (3, 0));
+    }
+
+    #[test]
+    fn a_panic_on_a_branch_leaves_the_snapshot_reverted() {
+        let mut s = Snapshot::new();
+        let a = s.add_node(node("a"));
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut branch = s.branch();
+            branch.add_pod(a, pod("p1", 100));
+            panic!("a caller's bug");
+        }));
+        assert!(unwound.is_err());
+        assert_eq!((s.pod_count(), s.fork_depth()), (0, 0));
+    }
+
+    #[test]
+    fn nested_branches_commit_into_the_enclosing_one() {
+        let mut s = Snapshot::new();
+        let a = s.add_node(node("a"));
+        {
+            let mut outer = s.branch();
+            outer.add_pod(a, pod("p1", 100));
+            {
+                let mut inner = outer.branch();
+                inner.add_pod(a, pod("p2", 100));
+                assert_eq!(inner.fork_depth(), 2);
+                inner.commit();
+            }
+            {
+                let mut dropped = outer.branch();
+                dropped.add_pod(a, pod("p3", 100));
+            }
+            assert_eq!(outer.pod_count(), 2);
+            assert_eq!(outer.fork_depth(), 1);
+            // Dropping the outer branch takes the committed inner changes with it.
+        }
+        assert_eq!(s.pod_count(), 0);
+        {
+            let mut outer = s.branch();
+            outer.add_pod(a, pod("p4", 100));
+            // A fork opened by hand inside a branch and never closed is closed with it.
+            outer.fork();
+            outer.add_pod(a, pod("p5", 100));
+            outer.commit();
+        }
+        assert_eq!((s.pod_count(), s.fork_depth()), (2, 0));
+        s.assert_indexes_consistent();
+    }
+
+    #[test]
+    fn the_snapshot_can_move_to_and_be_shared_between_threads() {
+        fn send_and_sync<T: Send + Sync>() {}
+        send_and_sync::<Snapshot>();
     }
 
     #[test]

@@ -321,8 +321,8 @@ pub(crate) struct SpreadNumbers {
     pub domains: u32,
 }
 
-/// Every index of one snapshot. Lives behind a mutex in the snapshot, so that filters holding only
-/// `&Snapshot` can register what they need.
+/// Every index of one snapshot, owned by it: filters register what they need through the
+/// snapshot's `&mut` entry points, and read it through `&`.
 #[derive(Debug, Default)]
 pub(crate) struct TopologyIndex {
     keys: Vec<KeyIndex>,

@@ -666,7 +666,7 @@ impl Cluster {
             let placed = if known_misfit {
                 None
             } else {
-                find_node(&self.snapshot, &record.pod, self.round_robin)
+                find_node(&mut self.snapshot, &record.pod, self.round_robin)
             };
             match placed {
                 Some(node) => {

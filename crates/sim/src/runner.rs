@@ -813,7 +813,7 @@ impl<'p> Simulation<'p> {
                     "removal of node {} ({}) failed and was rolled back",
                     failed.node, failed.group_id
                 ),
-                why: failed.reason.clone(),
+                why: failed.reason.to_string(),
             });
         }
         self.record_events(now, outcome);
@@ -1471,7 +1471,7 @@ impl<'p> Simulation<'p> {
         self.cluster
             .pending_pods()
             .filter(|r| r.is_workload())
-            .filter(|r| find_node(&templates, &r.pod, 0).is_none())
+            .filter(|r| find_node(&mut templates, &r.pod, 0).is_none())
             .count()
     }
 

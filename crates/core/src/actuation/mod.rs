@@ -20,10 +20,11 @@ use std::time::Duration;
 use ferroscale_model::taints::TO_BE_DELETED;
 use ferroscale_model::{Node, Pod, Taint, TaintEffect, Timestamp};
 
-use crate::cloud::NodeGroup;
+use crate::cloud::{CloudError, NodeGroup};
 use crate::events::{Event, EventObject, reasons};
-use crate::kubernetes::{ClusterApi, EvictionError};
+use crate::kubernetes::{ClusterApi, ClusterError, EvictionError};
 use crate::options::AutoscalingOptions;
+use crate::scale_down::{DrainBlock, RecheckBlock};
 
 pub use cleanup::remove_leftover_taints;
 pub use soft_taints::{SoftTaintUpdate, apply_soft_taints};
@@ -80,10 +81,83 @@ pub struct NodeDeletion {
 /// Decides, after the post-taint delay, whether a node may still go given the pods on it now
 /// (spec 3.8 step 3). The scale-down engine provides the drainability rules.
 pub trait RemovalRecheck: Sync {
-    /// `Err(reason)` when a live pod now blocks the removal (for an empty node: when it is no
-    /// longer empty).
-    fn recheck(&self, node: &Node, kind: RemovalKind, live_pods: &[Arc<Pod>])
-    -> Result<(), String>;
+    /// `Err` when a live pod now blocks the removal (for an empty node: when it is no longer
+    /// empty).
+    fn recheck(
+        &self,
+        node: &Node,
+        kind: RemovalKind,
+        live_pods: &[Arc<Pod>],
+    ) -> Result<(), RecheckRefusal>;
+}
+
+/// Why the re-check after the post-taint delay keeps a node. `Display` is the text of the
+/// `ScaleDownFailed` event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecheckRefusal {
+    /// A node removed as empty received a pod that has to move.
+    #[error("node is not empty: pod {pod} arrived")]
+    NotEmpty { pod: String },
+    /// A pod (`namespace/name`) now blocks the removal under a drainability rule.
+    #[error("pod {pod} now blocks the removal ({})", rule.as_str())]
+    Blocked { pod: String, rule: DrainBlock },
+    /// A pod annotated `safe-to-evict: on-completion` is still running.
+    #[error("pod {pod} is annotated safe-to-evict: on-completion and still running")]
+    WaitingForCompletion { pod: String },
+}
+
+impl From<RecheckBlock> for RecheckRefusal {
+    fn from(block: RecheckBlock) -> RecheckRefusal {
+        match block {
+            RecheckBlock::Blocked { pod, rule } => RecheckRefusal::Blocked { pod, rule },
+            RecheckBlock::WaitingForCompletion { pod } => {
+                RecheckRefusal::WaitingForCompletion { pod }
+            }
+        }
+    }
+}
+
+/// Why a deletion was abandoned (and the node untainted). `Display` is the text of the
+/// `ScaleDownFailed` event and of the logs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeletionFailure {
+    /// Tainting the node failed, so nothing of its batch was started.
+    #[error("failed to mark the node as toBeDeleted/unschedulable: {0}")]
+    Taint(ClusterError),
+    /// Another node of the same `start` call could not be tainted.
+    #[error("another node of the batch could not be tainted")]
+    BatchNotTainted,
+    /// Listing the node's pods for the re-check failed.
+    #[error("failed to list the pods of the node: {0}")]
+    ListPods(ClusterError),
+    /// The re-check found a reason to keep the node.
+    #[error(transparent)]
+    Recheck(#[from] RecheckRefusal),
+    /// Some pods (`namespace/name`) could not be evicted before `--max-pod-eviction-time`.
+    #[error("failed to evict pods {} within {timeout_secs}s: {last_error}", pods.join(","))]
+    EvictionTimedOut {
+        pods: Vec<String>,
+        timeout_secs: u64,
+        last_error: EvictionError,
+    },
+    /// Reading an evicted pod's state failed.
+    #[error("failed to read pod {pod}: {error}")]
+    ReadPod { pod: String, error: ClusterError },
+    /// Evicted pods (`namespace/name`) were still on the node when the wait ended.
+    #[error("pods remaining after timeout: {}", pods.join(","))]
+    PodsRemaining { pods: Vec<String> },
+    /// Reading the node (for its delay-deletion annotations) failed.
+    #[error("failed to read the node: {0}")]
+    ReadNode(ClusterError),
+    /// Another node of the same zero-or-max batch failed.
+    #[error("another node of its zero-or-max group could not be deleted")]
+    ZeroOrMaxBatch,
+    /// The cloud's `DeleteNodes` failed.
+    #[error("failed to delete the node in the cloud: {0}")]
+    Cloud(CloudError),
+    /// The node's group is no longer among the cloud's groups.
+    #[error("failed to delete the node in the cloud: node group {group} no longer exists")]
+    GroupGone { group: String },
 }
 
 /// The emptiness re-check alone: an empty node that received a pod that is not a DaemonSet or
@@ -97,11 +171,11 @@ impl RemovalRecheck for EmptinessRecheck {
         _node: &Node,
         kind: RemovalKind,
         live_pods: &[Arc<Pod>],
-    ) -> Result<(), String> {
+    ) -> Result<(), RecheckRefusal> {
         if kind == RemovalKind::Empty
             && let Some(pod) = live_pods.iter().find(|p| needs_moving(p))
         {
-            return Err(format!("node is not empty: pod {} arrived", pod.key()));
+            return Err(RecheckRefusal::NotEmpty { pod: pod.key() });
         }
         Ok(())
     }
@@ -228,7 +302,7 @@ pub enum ActuationStep {
     /// `DeleteNodes` succeeded.
     Deleted,
     /// The deletion was abandoned and the node untainted.
-    Failed { reason: String },
+    Failed { reason: DeletionFailure },
 }
 
 /// What happened to one node.
@@ -255,7 +329,7 @@ pub struct CompletedDeletion {
 pub struct FailedDeletion {
     pub node: String,
     pub group_id: String,
-    pub reason: String,
+    pub reason: DeletionFailure,
     /// The cloud's `DeleteNodes` failed (counts for `--scale-down-delay-type-local`).
     pub cloud_error: bool,
 }
@@ -284,11 +358,17 @@ impl ActuationProgress {
 
     /// A deletion that will not happen: `ScaleDownFailed` on the node, a report, and the failure
     /// the loop records.
-    fn fail(&mut self, at: Timestamp, deletion: &NodeDeletion, reason: String, cloud_error: bool) {
+    fn fail(
+        &mut self,
+        at: Timestamp,
+        deletion: &NodeDeletion,
+        reason: DeletionFailure,
+        cloud_error: bool,
+    ) {
         self.events.push(Event::warning(
             EventObject::Node(deletion.node.name.clone()),
             reasons::SCALE_DOWN_FAILED,
-            reason.clone(),
+            reason.to_string(),
         ));
         self.report(
             at,
@@ -389,24 +469,22 @@ impl DeletionTracker {
         }
         let cordon = options.cordon_node_before_terminating;
         let mut tainted: Vec<&NodeDeletion> = Vec::new();
-        let mut errors: Vec<(&NodeDeletion, String)> = Vec::new();
+        let mut errors: Vec<(&NodeDeletion, ClusterError)> = Vec::new();
         for request in &requests {
             match cluster
                 .taint_node(&request.node.name, to_be_deleted_taint(now), cordon)
                 .await
             {
                 Ok(()) => tainted.push(request),
-                Err(e) => errors.push((request, e.to_string())),
+                Err(e) => errors.push((request, e)),
             }
         }
         if !errors.is_empty() {
             for (request, error) in &errors {
-                let reason =
-                    format!("failed to mark the node as toBeDeleted/unschedulable: {error}");
-                progress.fail(now, request, reason, false);
+                progress.fail(now, request, DeletionFailure::Taint(error.clone()), false);
             }
             for request in tainted {
-                let reason = "another node of the batch could not be tainted".to_string();
+                let reason = DeletionFailure::BatchNotTainted;
                 // Best effort: a node we cannot untaint keeps a taint that the next process start
                 // removes (first-iteration clean-up).
                 let _ = cluster
@@ -488,7 +566,7 @@ impl DeletionTracker {
         options: &AutoscalingOptions,
     ) -> ActuationProgress {
         let mut progress = ActuationProgress::default();
-        let mut failed: Vec<(usize, String)> = Vec::new();
+        let mut failed: Vec<(usize, DeletionFailure)> = Vec::new();
         for index in 0..self.active.len() {
             let Some(deletion) = self.active.get_mut(index) else {
                 continue;
@@ -509,17 +587,13 @@ impl DeletionTracker {
                 failed_batches.insert((d.batch, d.request.group_id.clone()));
             }
         }
-        let mut to_fail: Vec<(usize, String, bool)> =
+        let mut to_fail: Vec<(usize, DeletionFailure, bool)> =
             failed.into_iter().map(|(i, r)| (i, r, false)).collect();
         for (index, d) in self.active.iter().enumerate() {
             if failed_batches.contains(&(d.batch, d.request.group_id.clone()))
                 && !to_fail.iter().any(|(i, _, _)| *i == index)
             {
-                to_fail.push((
-                    index,
-                    "another node of its zero-or-max group could not be deleted".to_string(),
-                    false,
-                ));
+                to_fail.push((index, DeletionFailure::ZeroOrMaxBatch, false));
             }
         }
 
@@ -565,13 +639,15 @@ impl DeletionTracker {
                 .collect();
             let group_id = d.request.group_id.clone();
             let result = match groups.iter().find(|g| g.id() == group_id) {
-                Some(group) => group.delete_nodes(&nodes).await.map_err(|e| e.to_string()),
-                None => Err(format!("node group {group_id} no longer exists")),
+                Some(group) => group
+                    .delete_nodes(&nodes)
+                    .await
+                    .map_err(DeletionFailure::Cloud),
+                None => Err(DeletionFailure::GroupGone { group: group_id }),
             };
             match result {
                 Ok(()) => deleted.extend(members),
-                Err(error) => {
-                    let reason = format!("failed to delete the node in the cloud: {error}");
+                Err(reason) => {
                     to_fail.extend(members.into_iter().map(|i| (i, reason.clone(), true)));
                 }
             }
@@ -655,7 +731,7 @@ impl DeletionTracker {
     }
 }
 
-/// Advances one deletion through as many phases as `now` allows. `Err(reason)` abandons it.
+/// Advances one deletion through as many phases as `now` allows. `Err` abandons it.
 async fn advance_one(
     deletion: &mut Deletion,
     cluster: &dyn ClusterApi,
@@ -663,7 +739,7 @@ async fn advance_one(
     now: Timestamp,
     options: &AutoscalingOptions,
     progress: &mut ActuationProgress,
-) -> Result<(), String> {
+) -> Result<(), DeletionFailure> {
     let node_name = deletion.request.node.name.clone();
     loop {
         match deletion.phase.clone() {
@@ -674,7 +750,7 @@ async fn advance_one(
                 let live = cluster
                     .pods_on_node(&node_name)
                     .await
-                    .map_err(|e| format!("failed to list the pods of the node: {e}"))?;
+                    .map_err(DeletionFailure::ListPods)?;
                 recheck.recheck(&deletion.request.node, deletion.request.kind, &live)?;
                 start_evictions(deletion, &live, cluster, now, options, progress).await;
             }
@@ -687,17 +763,18 @@ async fn advance_one(
                     return Ok(());
                 }
                 let mut still: Vec<PodRef> = Vec::new();
-                let mut last_error = String::new();
+                let mut last_error: Option<EvictionError> = None;
                 for pod in std::mem::take(&mut deletion.evicting) {
                     match evict(cluster, &pod, progress).await {
                         Ok(()) => deletion.waiting.push(pod),
                         Err(error) => {
-                            last_error = error;
+                            last_error = Some(error);
                             still.push(pod);
                         }
                     }
                 }
-                if still.is_empty() {
+                // `last_error` is set exactly when some pod is left in `still`.
+                let Some(last_error) = last_error else {
                     let grace = Duration::from_secs(
                         u64::try_from(options.max_graceful_termination_sec).unwrap_or(0),
                     );
@@ -706,7 +783,7 @@ async fn advance_one(
                         pods: deletion.waiting.iter().map(PodRef::key).collect(),
                     };
                     continue;
-                }
+                };
                 if now >= started + options.max_pod_eviction_time {
                     for pod in &still {
                         progress.events.push(Event::warning(
@@ -715,11 +792,11 @@ async fn advance_one(
                             format!("failed to delete pod for ScaleDown: {last_error}"),
                         ));
                     }
-                    return Err(format!(
-                        "failed to evict pods {} within {}s: {last_error}",
-                        still.iter().map(PodRef::key).collect::<Vec<_>>().join(","),
-                        options.max_pod_eviction_time.as_secs()
-                    ));
+                    return Err(DeletionFailure::EvictionTimedOut {
+                        pods: still.iter().map(PodRef::key).collect(),
+                        timeout_secs: options.max_pod_eviction_time.as_secs(),
+                        last_error,
+                    });
                 }
                 let remaining: Vec<String> = still.iter().map(PodRef::key).collect();
                 progress.report(
@@ -727,7 +804,7 @@ async fn advance_one(
                     &deletion.request,
                     ActuationStep::EvictionsRetrying {
                         remaining: remaining.clone(),
-                        error: last_error,
+                        error: last_error.to_string(),
                     },
                 );
                 deletion.evicting = still;
@@ -744,7 +821,10 @@ async fn advance_one(
                     let current = cluster
                         .pod_status(&pod.namespace, &pod.name)
                         .await
-                        .map_err(|e| format!("failed to read pod {}: {e}", pod.key()))?;
+                        .map_err(|error| DeletionFailure::ReadPod {
+                            pod: pod.key(),
+                            error,
+                        })?;
                     let still_here = current.is_some_and(|p| {
                         p.uid == pod.uid && p.node_name.as_deref() == Some(node_name.as_str())
                     });
@@ -754,14 +834,9 @@ async fn advance_one(
                 }
                 if !remaining.is_empty() {
                     if now >= until {
-                        return Err(format!(
-                            "pods remaining after timeout: {}",
-                            remaining
-                                .iter()
-                                .map(PodRef::key)
-                                .collect::<Vec<_>>()
-                                .join(",")
-                        ));
+                        return Err(DeletionFailure::PodsRemaining {
+                            pods: remaining.iter().map(PodRef::key).collect(),
+                        });
                     }
                     deletion.phase = DeletionPhase::WaitingForPods {
                         until,
@@ -779,7 +854,7 @@ async fn advance_one(
                 let node = cluster
                     .node(&node_name)
                     .await
-                    .map_err(|e| format!("failed to read the node: {e}"))?;
+                    .map_err(DeletionFailure::ReadNode)?;
                 let delayed = node.is_some_and(|n| {
                     n.annotations
                         .keys()
@@ -848,7 +923,7 @@ async fn evict(
     cluster: &dyn ClusterApi,
     pod: &PodRef,
     progress: &mut ActuationProgress,
-) -> Result<(), String> {
+) -> Result<(), EvictionError> {
     match cluster
         .evict_pod(&pod.namespace, &pod.name, pod.grace_seconds)
         .await
@@ -862,6 +937,94 @@ async fn evict(
             Ok(())
         }
         Err(EvictionError::NotFound { .. }) => Ok(()),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Events and logs show these texts; they read as they did when the reasons were strings.
+    #[test]
+    fn failure_reasons_keep_their_wording() {
+        let api = ClusterError::Api("boom".into());
+        let cases: Vec<(DeletionFailure, &str)> = vec![
+            (
+                DeletionFailure::Taint(api.clone()),
+                "failed to mark the node as toBeDeleted/unschedulable: kubernetes API error: boom",
+            ),
+            (
+                DeletionFailure::BatchNotTainted,
+                "another node of the batch could not be tainted",
+            ),
+            (
+                DeletionFailure::ListPods(api.clone()),
+                "failed to list the pods of the node: kubernetes API error: boom",
+            ),
+            (
+                RecheckRefusal::NotEmpty { pod: "ns/p".into() }.into(),
+                "node is not empty: pod ns/p arrived",
+            ),
+            (
+                RecheckRefusal::from(RecheckBlock::Blocked {
+                    pod: "ns/p".into(),
+                    rule: DrainBlock::NotEnoughPdb,
+                })
+                .into(),
+                "pod ns/p now blocks the removal (NotEnoughPdb)",
+            ),
+            (
+                RecheckRefusal::from(RecheckBlock::WaitingForCompletion { pod: "ns/p".into() })
+                    .into(),
+                "pod ns/p is annotated safe-to-evict: on-completion and still running",
+            ),
+            (
+                DeletionFailure::EvictionTimedOut {
+                    pods: vec!["ns/a".into(), "ns/b".into()],
+                    timeout_secs: 120,
+                    last_error: EvictionError::DisruptionBudget {
+                        pod: "ns/b".into(),
+                        message: "too many".into(),
+                    },
+                },
+                "failed to evict pods ns/a,ns/b within 120s: eviction of pod ns/b refused by a \
+                 PodDisruptionBudget: too many",
+            ),
+            (
+                DeletionFailure::ReadPod {
+                    pod: "ns/a".into(),
+                    error: api.clone(),
+                },
+                "failed to read pod ns/a: kubernetes API error: boom",
+            ),
+            (
+                DeletionFailure::PodsRemaining {
+                    pods: vec!["ns/a".into(), "ns/b".into()],
+                },
+                "pods remaining after timeout: ns/a,ns/b",
+            ),
+            (
+                DeletionFailure::ReadNode(api),
+                "failed to read the node: kubernetes API error: boom",
+            ),
+            (
+                DeletionFailure::ZeroOrMaxBatch,
+                "another node of its zero-or-max group could not be deleted",
+            ),
+            (
+                DeletionFailure::Cloud(CloudError::Provider("quota".into())),
+                "failed to delete the node in the cloud: cloud provider error: quota",
+            ),
+            (
+                DeletionFailure::GroupGone {
+                    group: "pool".into(),
+                },
+                "failed to delete the node in the cloud: node group pool no longer exists",
+            ),
+        ];
+        for (failure, text) in cases {
+            assert_eq!(failure.to_string(), text, "{failure:?}");
+        }
     }
 }

@@ -25,8 +25,8 @@ use futures::StreamExt;
 
 use crate::actuation::{
     ActuationProgress, ActuationReport, ActuationStep, CompletedDeletion, DeletionTracker,
-    EmptinessRecheck, FailedDeletion, NodeDeletion, RemovalKind, RemovalRecheck, SoftTaintUpdate,
-    apply_soft_taints, remove_leftover_taints,
+    EmptinessRecheck, FailedDeletion, NodeDeletion, RecheckRefusal, RemovalKind, RemovalRecheck,
+    SoftTaintUpdate, apply_soft_taints, remove_leftover_taints,
 };
 use crate::backoff::NodeGroupBackoff;
 use crate::cloud::{CloudError, CloudProvider, Instance, NodeGroup};
@@ -39,8 +39,8 @@ use crate::events::{Event, EventObject, reasons};
 use crate::kubernetes::{ClusterApi, ClusterError, ClusterObjects, StatusConfigMap};
 use crate::options::{AutoscalingOptions, ExpanderName};
 use crate::scale_down::{
-    ControllerIndex, ControllerReplicas, DeletionInProgress, DeletionsInProgress, RecheckBlock,
-    ScaleDownInput, ScaleDownPlan, ScaleDownState, first_blocking_pod, plan_scale_down,
+    ControllerIndex, ControllerReplicas, DeletionInProgress, DeletionsInProgress, ScaleDownInput,
+    ScaleDownPlan, ScaleDownState, first_blocking_pod, plan_scale_down,
 };
 use crate::scale_up::{
     NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan, execute_scale_up,
@@ -1318,7 +1318,7 @@ impl RemovalRecheck for LiveRecheck<'_> {
         node: &Node,
         kind: RemovalKind,
         live_pods: &[Arc<Pod>],
-    ) -> Result<(), String> {
+    ) -> Result<(), RecheckRefusal> {
         EmptinessRecheck.recheck(node, kind, live_pods)?;
         match first_blocking_pod(
             live_pods,
@@ -1328,13 +1328,7 @@ impl RemovalRecheck for LiveRecheck<'_> {
             self.options,
         ) {
             None => Ok(()),
-            Some(RecheckBlock::Blocked { pod, rule }) => Err(format!(
-                "pod {pod} now blocks the removal ({})",
-                rule.as_str()
-            )),
-            Some(RecheckBlock::WaitingForCompletion { pod }) => Err(format!(
-                "pod {pod} is annotated safe-to-evict: on-completion and still running"
-            )),
+            Some(block) => Err(block.into()),
         }
     }
 }

@@ -55,8 +55,9 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
     next_state.unremovable_until.retain(|_, until| *until > now);
     let mut plan = ScaleDownPlan::empty(ScaleDownStatus::NoCandidates, ScaleDownState::new());
 
-    // Everything below runs on a branch that is reverted at the end.
-    snapshot.fork();
+    // Everything up to the `drop(branch)` below runs on a branch, which the drop reverts.
+    let mut branch = snapshot.branch();
+    let snapshot: &mut Snapshot = &mut branch;
 
     // Nodes: which are being deleted (no destination, no candidate, no capacity), which group
     // each belongs to.
@@ -287,7 +288,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
             }
         }
     }
-    snapshot.revert();
+    drop(branch);
 
     // Unneeded tracking (docs/behaviour.md SD-107): kept since-times, new ones start now, absent
     // ones are forgotten.

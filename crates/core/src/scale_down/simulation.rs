@@ -1,8 +1,8 @@
-//! The removal simulation (docs/behaviour.md SD-104): on a fork of the snapshot, replace the node
+//! The removal simulation (docs/behaviour.md SD-104): on a branch of the snapshot, replace the node
 //! by a pod-less copy that carries the `ToBeDeletedByClusterAutoscaler:NoSchedule` taint (so
 //! topology-spread domains keep counting it), and place its movable pods one by one, highest
-//! priority first, on other nodes. Success commits the fork, so later candidates see the pods moved
-//! and the node gone; the first pod without a place reverts it.
+//! priority first, on other nodes. Success commits the branch, so later candidates see the pods
+//! moved and the node gone; the first pod without a place reverts it.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ impl RemovalSimulator {
 
     /// The first node, other than the excluded ones, that fits `pod`. The pod must not be placed
     /// in the snapshot and must have no `node_name` (that would pin it to one node).
-    pub fn find_destination(&mut self, snapshot: &Snapshot, pod: &Pod) -> Option<NodeId> {
+    pub fn find_destination(&mut self, snapshot: &mut Snapshot, pod: &Pod) -> Option<NodeId> {
         let slots = snapshot.slot_count();
         let mut start = self.next_start;
         // Every excluded match moves the search one slot on; at most `excluded + 1` searches.
@@ -90,20 +90,20 @@ impl RemovalSimulator {
         // Highest priority first; the sort is stable so equal priorities keep node order.
         order.sort_by_key(|p| std::cmp::Reverse(p.priority.unwrap_or(0)));
 
-        snapshot.fork();
-        snapshot.remove_node(node);
-        let copy = snapshot.add_node(Arc::new(replacement));
+        // Returning without the commit below reverts the branch as it drops.
+        let mut branch = snapshot.branch();
+        branch.remove_node(node);
+        let copy = branch.add_node(Arc::new(replacement));
         self.excluded.insert(copy);
         let saved_start = self.next_start;
         let mut moves = Vec::with_capacity(order.len());
         for pod in order {
-            let Some(destination) = self.place(snapshot, pod) else {
-                snapshot.revert();
+            let Some(destination) = self.place(&mut branch, pod) else {
                 self.excluded.remove(&copy);
                 self.next_start = saved_start;
                 return Err(pod.clone());
             };
-            let name = snapshot
+            let name = branch
                 .node(destination)
                 .map(|i| i.node.name.clone())
                 .unwrap_or_default();
@@ -112,7 +112,7 @@ impl RemovalSimulator {
                 destination: name,
             });
         }
-        snapshot.commit();
+        branch.commit();
         Ok(moves)
     }
 }

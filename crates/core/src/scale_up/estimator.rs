@@ -1,6 +1,6 @@
 //! The binpacking estimator (docs/behaviour.md SU-16, SU-18, SU-23): how many new nodes of one
 //! group the pending pods need, found by packing the pods first-fit-decreasing onto template copies
-//! in a snapshot fork.
+//! on a branch of the snapshot.
 //!
 //! Upstream bounds the estimation with wall-clock budgets (`--max-nodegroup-binpacking-duration`,
 //! `--max-binpacking-time`). The decision step never reads the clock, so the only bound here is the
@@ -93,7 +93,7 @@ impl NewNodes {
 }
 
 /// Estimates the new nodes of `template` needed by `groups` (each a list of indices into `pods`,
-/// every group known to fit an empty template). The snapshot is forked and reverted.
+/// every group known to fit an empty template). The snapshot is left as it was.
 pub(super) fn estimate(
     snapshot: &mut Snapshot,
     template: &NodeTemplate,
@@ -113,7 +113,9 @@ pub(super) fn estimate(
     // Biggest first; the stable sort keeps the input order among equal scores.
     ordered.sort_by(|a, b| score(b).total_cmp(&score(a)));
 
-    snapshot.fork();
+    // The estimate is a what-if: everything placed below is reverted when `branch` drops.
+    let mut branch = snapshot.branch();
+    let snapshot: &mut Snapshot = &mut branch;
     let mut new_nodes = NewNodes {
         ids: Vec::new(),
         used: Vec::new(),
@@ -177,7 +179,6 @@ pub(super) fn estimate(
             next += 1;
         }
     }
-    snapshot.revert();
     Estimate {
         node_count: new_nodes.used.iter().filter(|u| **u).count(),
         placed,

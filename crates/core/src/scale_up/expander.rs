@@ -2,14 +2,13 @@
 //! keeps the options it considers equally best; the chain stops once one option is left, and a
 //! seeded random choice settles whatever remains.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ferroscale_model::{Pod, Resources};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
-use regex::Regex;
 
+use super::priority::PriorityConfig;
 use crate::cloud::NodeTemplate;
 use crate::events::{Event, EventObject, reasons};
 use crate::options::ExpanderName;
@@ -29,7 +28,7 @@ pub(super) struct ExpansionOption<'a> {
 /// What the expanders read besides the options.
 pub(super) struct ExpanderContext<'a> {
     pub pods: &'a [Arc<Pod>],
-    pub priority_config: Option<&'a str>,
+    pub priority_config: Option<&'a PriorityConfig>,
     /// Nodes in the cluster, for the price expander's preferred node size.
     pub cluster_nodes: usize,
 }
@@ -131,50 +130,26 @@ fn keep_min<'a>(
         .collect()
 }
 
-/// The priority expander's configuration: priority → patterns.
-fn parse_priorities(text: &str) -> Result<BTreeMap<i64, Vec<Regex>>, String> {
-    let raw: BTreeMap<i64, Vec<String>> =
-        serde_yaml_ng::from_str(text).map_err(|e| format!("invalid priorities YAML: {e}"))?;
-    raw.into_iter()
-        .map(|(priority, patterns)| {
-            let compiled = patterns
-                .iter()
-                .map(|p| {
-                    Regex::new(p).map_err(|e| format!("priority {priority}: pattern {p:?}: {e}"))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok((priority, compiled))
-        })
-        .collect()
-}
-
 fn by_priority<'a>(
     options: Vec<ExpansionOption<'a>>,
     ctx: &ExpanderContext<'_>,
     events: &mut Vec<Event>,
 ) -> Vec<ExpansionOption<'a>> {
-    let Some(text) = ctx.priority_config else {
+    let Some(config) = ctx.priority_config else {
         return options;
     };
-    let priorities = match parse_priorities(text) {
-        Ok(p) => p,
-        Err(message) => {
-            events.push(Event::warning(
-                EventObject::PriorityConfigMap,
-                reasons::PRIORITY_CONFIG_MAP_INVALID,
-                message,
-            ));
-            return options;
-        }
-    };
-    let best_priority = |group: &str| {
-        priorities
-            .iter()
-            .rev()
-            .find(|(_, patterns)| patterns.iter().any(|re| re.is_match(group)))
-            .map(|(p, _)| *p)
-    };
-    let ranked: Vec<Option<i64>> = options.iter().map(|o| best_priority(o.group_id)).collect();
+    if let Some(error) = config.error() {
+        events.push(Event::warning(
+            EventObject::PriorityConfigMap,
+            reasons::PRIORITY_CONFIG_MAP_INVALID,
+            error.to_string(),
+        ));
+        return options;
+    }
+    let ranked: Vec<Option<i64>> = options
+        .iter()
+        .map(|o| config.priority_of(o.group_id).ok().flatten())
+        .collect();
     let Some(top) = ranked.iter().flatten().max().copied() else {
         events.push(Event::warning(
             EventObject::PriorityConfigMap,
@@ -346,10 +321,10 @@ mod tests {
     fn s31_priority_prefers_the_highest_matching_priority() {
         let t = template(4000, 16);
         let ps = pods(2, 1000, 1);
-        let config = "10:\n  - .*small.*\n50:\n  - .*big.*\n";
+        let config = PriorityConfig::parse("10:\n  - .*small.*\n50:\n  - .*big.*\n");
         let ctx = ExpanderContext {
             pods: &ps,
-            priority_config: Some(config),
+            priority_config: Some(&config),
             cluster_nodes: 3,
         };
         for seed in 0..10 {
@@ -372,10 +347,11 @@ mod tests {
     fn s32_missing_or_invalid_priority_config_falls_back_to_random_among_all() {
         let t = template(4000, 16);
         let ps = pods(2, 1000, 1);
-        for config in [None, Some("not: [valid"), Some("10: ['(unclosed']")] {
+        for text in [None, Some("not: [valid"), Some("10: ['(unclosed']")] {
+            let config = text.map(PriorityConfig::parse);
             let ctx = ExpanderContext {
                 pods: &ps,
-                priority_config: config,
+                priority_config: config.as_ref(),
                 cluster_nodes: 3,
             };
             let mut seen = std::collections::BTreeSet::new();
@@ -387,12 +363,13 @@ mod tests {
                     seed,
                 ));
             }
-            assert_eq!(seen.len(), 2, "both options get chosen for {config:?}");
+            assert_eq!(seen.len(), 2, "both options get chosen for {text:?}");
         }
         // An invalid config is reported.
+        let invalid = PriorityConfig::parse("x: y: z");
         let ctx = ExpanderContext {
             pods: &ps,
-            priority_config: Some("x: y: z"),
+            priority_config: Some(&invalid),
             cluster_nodes: 3,
         };
         let mut rng = ChaCha8Rng::seed_from_u64(0);
@@ -407,16 +384,78 @@ mod tests {
         assert_eq!(events[0].reason, reasons::PRIORITY_CONFIG_MAP_INVALID);
     }
 
+    /// Two loops with the same ConfigMap: Gather parsed it once, and neither loop parses it
+    /// again; a malformed one is still reported by each loop that runs the expander.
+    #[test]
+    fn the_priority_config_is_parsed_once_not_per_loop() {
+        use crate::scale_up::priority::PARSES;
+        let t = template(4000, 16);
+        let ps = pods(2, 1000, 1);
+        let parses_before = PARSES.with(|n| n.get());
+        let good = PriorityConfig::parse("10:\n  - .*small.*\n50:\n  - .*big.*\n");
+        let bad = PriorityConfig::parse("10: ['(unclosed']");
+        for _loop in 0..2 {
+            let options = || {
+                vec![
+                    option("pool-small", &t, 1, 0..2),
+                    option("pool-big", &t, 1, 0..2),
+                ]
+            };
+            let mut rng = ChaCha8Rng::seed_from_u64(0);
+            let mut events = Vec::new();
+            let ctx = ExpanderContext {
+                pods: &ps,
+                priority_config: Some(&good),
+                cluster_nodes: 3,
+            };
+            let chosen = choose(
+                options(),
+                &[ExpanderName::Priority],
+                &ctx,
+                &mut rng,
+                &mut events,
+            );
+            assert_eq!(chosen.map(|o| o.group_id), Some("pool-big"));
+            assert!(events.is_empty(), "{events:?}");
+
+            let ctx = ExpanderContext {
+                priority_config: Some(&bad),
+                ..ctx
+            };
+            choose(
+                options(),
+                &[ExpanderName::Priority],
+                &ctx,
+                &mut rng,
+                &mut events,
+            );
+            assert_eq!(events.len(), 1);
+            assert_eq!(events[0].reason, reasons::PRIORITY_CONFIG_MAP_INVALID);
+            assert!(
+                events[0]
+                    .message
+                    .starts_with("priority 10: pattern \"(unclosed\": "),
+                "{}",
+                events[0].message
+            );
+        }
+        assert_eq!(
+            PARSES.with(|n| n.get()) - parses_before,
+            2,
+            "one parse per text"
+        );
+    }
+
     /// docs/behaviour.md SU-33.
     #[test]
     fn s33_priority_ties_are_broken_by_least_waste() {
         let small = template(4000, 16);
         let big = template(16000, 64);
         let ps = pods(4, 1000, 4);
-        let config = "50:\n  - pool-.*\n";
+        let config = PriorityConfig::parse("50:\n  - pool-.*\n");
         let ctx = ExpanderContext {
             pods: &ps,
-            priority_config: Some(config),
+            priority_config: Some(&config),
             cluster_nodes: 3,
         };
         for seed in 0..10 {

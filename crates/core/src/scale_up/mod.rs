@@ -19,6 +19,7 @@ mod intake;
 mod limits;
 mod min_size;
 mod plan;
+mod priority;
 mod template;
 
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub use balancing::templates_similar;
 pub use execute::{ScaleUpExecution, execute_scale_up};
 pub use min_size::plan_min_size_enforcement;
 pub use plan::plan_scale_up;
+pub use priority::{PriorityConfig, PriorityConfigError};
 pub use template::{
     TEMPLATE_NODE_LABEL, UPCOMING_NODE_ANNOTATION, inject_upcoming_nodes, is_upcoming_node,
     sanitize_template,
@@ -126,9 +128,9 @@ pub struct ScaleUpInput<'a> {
     pub node_groups: &'a [NodeGroupView],
     pub backoff: &'a NodeGroupBackoff,
     pub options: &'a AutoscalingOptions,
-    /// The `priorities` key of the priority expander's ConfigMap; `None` when the ConfigMap is
-    /// missing.
-    pub priority_config: Option<&'a str>,
+    /// The priority expander's ConfigMap (its `priorities` key, parsed); `None` when the ConfigMap
+    /// is missing.
+    pub priority_config: Option<&'a PriorityConfig>,
     pub provider: ProviderFacts<'a>,
     /// Seeds every random choice (random expander, final tie break).
     pub seed: u64,

@@ -103,15 +103,14 @@ fn template_verdicts(
     pods: &[Arc<Pod>],
     groups: &[Vec<usize>],
 ) -> Vec<Result<(), Unfit>> {
-    snapshot.fork();
+    // The template copy exists only on this branch.
+    let mut branch = snapshot.branch();
     let name = format!("{}-check", template.node.name);
-    let id = add_template_copy(snapshot, template, &name, false);
-    let verdicts = groups
+    let id = add_template_copy(&mut branch, template, &name, false);
+    groups
         .iter()
-        .map(|g| check(snapshot, &pods[g[0]], id))
-        .collect::<Vec<_>>();
-    snapshot.revert();
-    verdicts
+        .map(|g| check(&mut branch, &pods[g[0]], id))
+        .collect()
 }
 
 /// `pod didn't trigger scale-up: 2 <reason>, 1 <reason>`.

@@ -72,14 +72,18 @@ fn spread(app: &str, key: &str, max_skew: i32) -> TopologySpreadConstraint {
     }
 }
 
-fn fits_on(s: &Snapshot, p: &Pod) -> Vec<String> {
-    s.nodes()
-        .filter(|(id, _)| check(s, p, *id).is_ok())
-        .map(|(_, i)| i.node.name.clone())
-        .collect()
+fn fits_on(s: &mut Snapshot, p: &Pod) -> Vec<String> {
+    let ids: Vec<NodeId> = s.nodes().map(|(id, _)| id).collect();
+    let mut fitting = Vec::new();
+    for id in ids {
+        if check(s, p, id).is_ok() {
+            fitting.push(s.node(id).unwrap().node.name.clone());
+        }
+    }
+    fitting
 }
 
-fn kind(s: &Snapshot, p: &Pod, id: NodeId) -> Option<UnfitKind> {
+fn kind(s: &mut Snapshot, p: &Pod, id: NodeId) -> Option<UnfitKind> {
     check(s, p, id).err().map(|u| u.kind())
 }
 
@@ -100,8 +104,8 @@ fn cordoned_nodes_are_rejected_and_skipped_by_find_node() {
         value: String::new(),
         effect: None,
     });
-    assert_eq!(check(&s, &p, a), Err(Unfit::NodeUnschedulable));
-    assert_eq!(find_node(&s, &p, 0), Some(b));
+    assert_eq!(check(&mut s, &p, a), Err(Unfit::NodeUnschedulable));
+    assert_eq!(find_node(&mut s, &p, 0), Some(b));
 }
 
 #[test]
@@ -111,11 +115,11 @@ fn a_bound_pod_fits_only_its_own_node() {
     let b = add_node(&mut s, "b", None);
     let mut p = pod("p");
     p.node_name = Some("b".into());
-    assert_eq!(check(&s, &p, a), Err(Unfit::NodeName));
-    assert_eq!(check(&s, &p, b), Ok(()));
-    assert_eq!(find_node(&s, &p, 0), Some(b));
+    assert_eq!(check(&mut s, &p, a), Err(Unfit::NodeName));
+    assert_eq!(check(&mut s, &p, b), Ok(()));
+    assert_eq!(find_node(&mut s, &p, 0), Some(b));
     p.node_name = None;
-    assert_eq!(find_node(&s, &p, 0), Some(a));
+    assert_eq!(find_node(&mut s, &p, 0), Some(a));
 }
 
 #[test]
@@ -131,15 +135,18 @@ fn taints_reject_unless_tolerated_and_prefer_no_schedule_never_rejects() {
     let prefer = s.add_node(Arc::new(tainted(TaintEffect::PreferNoSchedule)));
     let p = pod("p");
     assert_eq!(
-        check(&s, &p, no_schedule),
+        check(&mut s, &p, no_schedule),
         Err(Unfit::UntoleratedTaint {
             key: "gpu".into(),
             value: "true".into(),
             effect: "NoSchedule"
         })
     );
-    assert_eq!(kind(&s, &p, no_execute), Some(UnfitKind::TaintToleration));
-    assert_eq!(check(&s, &p, prefer), Ok(()));
+    assert_eq!(
+        kind(&mut s, &p, no_execute),
+        Some(UnfitKind::TaintToleration)
+    );
+    assert_eq!(check(&mut s, &p, prefer), Ok(()));
 
     let with = |key: &str, operator, value: &str, effect| {
         let mut p = pod("p");
@@ -153,17 +160,17 @@ fn taints_reject_unless_tolerated_and_prefer_no_schedule_never_rejects() {
     };
     use TolerationOperator::{Equal, Exists};
     let equal = with("gpu", Equal, "true", None);
-    assert_eq!(fits_on(&s, &equal).len(), 3);
+    assert_eq!(fits_on(&mut s, &equal).len(), 3);
     let wrong_value = with("gpu", Equal, "false", None);
-    assert_eq!(fits_on(&s, &wrong_value), vec!["n-PreferNoSchedule"]);
+    assert_eq!(fits_on(&mut s, &wrong_value), vec!["n-PreferNoSchedule"]);
     let exists = with("gpu", Exists, "", None);
-    assert_eq!(fits_on(&s, &exists).len(), 3);
+    assert_eq!(fits_on(&mut s, &exists).len(), 3);
     let everything = with("", Exists, "", None);
-    assert_eq!(fits_on(&s, &everything).len(), 3);
+    assert_eq!(fits_on(&mut s, &everything).len(), 3);
     let only_no_execute = with("gpu", Exists, "", Some(TaintEffect::NoExecute));
-    assert_eq!(check(&s, &only_no_execute, no_execute), Ok(()));
+    assert_eq!(check(&mut s, &only_no_execute, no_execute), Ok(()));
     assert_eq!(
-        kind(&s, &only_no_execute, no_schedule),
+        kind(&mut s, &only_no_execute, no_schedule),
         Some(UnfitKind::TaintToleration)
     );
 }
@@ -179,7 +186,7 @@ fn taints_are_reported_before_node_affinity_and_resources() {
     p.node_selector = labels(&[("disk", "ssd")]);
     p.requests = Resources::new(1_000_000, 0);
     assert_eq!(
-        check(&s, &p, a).map_err(|u| u.to_string()),
+        check(&mut s, &p, a).map_err(|u| u.to_string()),
         Err("node(s) had untolerated taint {dedicated: } (NoSchedule)".to_string())
     );
 }
@@ -194,11 +201,11 @@ fn node_selector_and_every_node_affinity_operator() {
 
     let mut p = pod("p");
     p.node_selector = labels(&[("disk", "ssd")]);
-    assert_eq!(check(&s, &p, a), Ok(()));
+    assert_eq!(check(&mut s, &p, a), Ok(()));
     p.node_selector = labels(&[("disk", "hdd")]);
-    assert_eq!(check(&s, &p, a), Err(Unfit::NodeAffinity));
+    assert_eq!(check(&mut s, &p, a), Err(Unfit::NodeAffinity));
 
-    let verdict = |operator, key: &str, values: &[&str]| {
+    let mut verdict = |operator, key: &str, values: &[&str]| {
         let mut p = pod("p");
         p.required_node_affinity = Some(NodeSelector {
             terms: vec![NodeSelectorTerm {
@@ -210,7 +217,7 @@ fn node_selector_and_every_node_affinity_operator() {
                 match_fields: vec![],
             }],
         });
-        check(&s, &p, a).is_ok()
+        check(&mut s, &p, a).is_ok()
     };
     assert!(verdict(NodeOperator::In, ZONE, &["z1", "z2"]));
     assert!(!verdict(NodeOperator::In, ZONE, &["z2"]));
@@ -228,7 +235,7 @@ fn node_selector_and_every_node_affinity_operator() {
     // Non-integer values never match Gt/Lt.
     assert!(!verdict(NodeOperator::Gt, "disk", &["1"]));
 
-    let by_field = |name: &str| {
+    let mut by_field = |name: &str| {
         let mut p = pod("p");
         p.required_node_affinity = Some(NodeSelector {
             terms: vec![
@@ -243,7 +250,7 @@ fn node_selector_and_every_node_affinity_operator() {
                 }, // ... but terms are ORed
             ],
         });
-        check(&s, &p, a).is_ok()
+        check(&mut s, &p, a).is_ok()
     };
     assert!(by_field("a"));
     assert!(!by_field("b"));
@@ -268,8 +275,8 @@ fn host_ports_conflict_by_port_protocol_and_address() {
         a,
         with_ports("web", vec![port(80, Protocol::Tcp, "10.0.0.1")]),
     );
-    let verdict_in = |s: &Snapshot, hp: HostPort| check(s, &with_ports("new", vec![hp]), a);
-    let verdict = |hp: HostPort| verdict_in(&s, hp);
+    let verdict_in = |s: &mut Snapshot, hp: HostPort| check(s, &with_ports("new", vec![hp]), a);
+    let mut verdict = |hp: HostPort| verdict_in(&mut s, hp);
     assert_eq!(
         verdict(port(80, Protocol::Tcp, "10.0.0.1")),
         Err(Unfit::NodePorts)
@@ -285,14 +292,14 @@ fn host_ports_conflict_by_port_protocol_and_address() {
     assert_eq!(verdict(port(81, Protocol::Tcp, "")), Ok(()));
     // Removing the pod frees the port.
     s.remove_pod(a, "uid-default-web");
-    assert_eq!(verdict_in(&s, port(80, Protocol::Tcp, "")), Ok(()));
+    assert_eq!(verdict_in(&mut s, port(80, Protocol::Tcp, "")), Ok(()));
     // Port 0 is "no host port" and never conflicts.
     place(
         &mut s,
         a,
         with_ports("zero", vec![port(0, Protocol::Tcp, "")]),
     );
-    assert_eq!(verdict_in(&s, port(0, Protocol::Tcp, "")), Ok(()));
+    assert_eq!(verdict_in(&mut s, port(0, Protocol::Tcp, "")), Ok(()));
 }
 
 #[test]
@@ -307,12 +314,12 @@ fn resource_fit_checks_pod_count_first_then_each_requested_resource() {
     big.requests = Resources::new(600, 1 << 29);
     place(&mut s, a, big);
 
-    let asking = |cpu, memory, storage, gpu| {
+    let mut asking = |cpu, memory, storage, gpu| {
         let mut p = pod("p");
         p.requests = Resources::new(cpu, memory);
         p.requests.ephemeral_storage = storage;
         p.requests.set("nvidia.com/gpu", gpu);
-        check(&s, &p, a).map_err(|u| u.to_string())
+        check(&mut s, &p, a).map_err(|u| u.to_string())
     };
     assert_eq!(asking(400, 1 << 29, 10 << 30, 1), Ok(()));
     assert_eq!(asking(401, 0, 0, 0), Err("Insufficient cpu".into()));
@@ -334,7 +341,7 @@ fn resource_fit_checks_pod_count_first_then_each_requested_resource() {
     let mut fpga = pod("fpga");
     fpga.requests.set("example.com/fpga", 1);
     assert_eq!(
-        check(&s, &fpga, a),
+        check(&mut s, &fpga, a),
         Err(Unfit::InsufficientResource("example.com/fpga".into()))
     );
 
@@ -343,10 +350,10 @@ fn resource_fit_checks_pod_count_first_then_each_requested_resource() {
     let mut nothing = pod("nothing");
     nothing.requests = Resources::default();
     assert_eq!(
-        check(&s, &nothing, a).map_err(|u| u.to_string()),
+        check(&mut s, &nothing, a).map_err(|u| u.to_string()),
         Err("Too many pods".to_string())
     );
-    assert_eq!(find_node(&s, &nothing, 0), None);
+    assert_eq!(find_node(&mut s, &nothing, 0), None);
 }
 
 // ----- inter-pod affinity -----
@@ -369,14 +376,14 @@ fn pod_affinity_on_hostname_and_zone() {
     place(&mut s, n[0], app("db-0", "db"));
     let mut on_host = app("web", "web");
     on_host.pod_affinity.push(term("db", HOSTNAME));
-    assert_eq!(fits_on(&s, &on_host), vec!["a1"]);
-    assert_eq!(check(&s, &on_host, n[2]), Err(Unfit::PodAffinity));
+    assert_eq!(fits_on(&mut s, &on_host), vec!["a1"]);
+    assert_eq!(check(&mut s, &on_host, n[2]), Err(Unfit::PodAffinity));
 
     let mut in_zone = app("web", "web");
     in_zone.pod_affinity.push(term("db", ZONE));
-    assert_eq!(fits_on(&s, &in_zone), vec!["a1", "a2"]);
+    assert_eq!(fits_on(&mut s, &in_zone), vec!["a1", "a2"]);
     // The node without a zone label can never satisfy a zone term.
-    assert_eq!(check(&s, &in_zone, n[4]), Err(Unfit::PodAffinity));
+    assert_eq!(check(&mut s, &in_zone, n[4]), Err(Unfit::PodAffinity));
 }
 
 #[test]
@@ -391,7 +398,7 @@ fn pod_affinity_counts_only_pods_matching_every_term() {
     let mut tier = term("db", HOSTNAME);
     tier.label_selector = Some(LabelSelector::from_labels([("tier", "cache")]));
     p.pod_affinity.push(tier);
-    assert_eq!(fits_on(&s, &p), vec!["b1"]);
+    assert_eq!(fits_on(&mut s, &p), vec!["b1"]);
 }
 
 #[test]
@@ -400,21 +407,21 @@ fn first_pod_of_a_self_affine_group_goes_anywhere_with_the_key() {
     let mut first = app("web-0", "web");
     first.pod_affinity.push(term("web", ZONE));
     // No pod matches: the pod matches its own term, so any zoned node will do.
-    assert_eq!(fits_on(&s, &first), vec!["a1", "a2", "b1", "c1"]);
+    assert_eq!(fits_on(&mut s, &first), vec!["a1", "a2", "b1", "c1"]);
     // A pod that does not match its own term gets no such exception.
     let mut other = app("api-0", "api");
     other.pod_affinity.push(term("web", ZONE));
-    assert!(fits_on(&s, &other).is_empty());
+    assert!(fits_on(&mut s, &other).is_empty());
     // Once one is placed, the rest follow it into its zone.
     place(&mut s, n[2], first.clone());
     let mut second = first.clone();
     second.name = "web-1".into();
     second.uid = "uid-web-1".into();
-    assert_eq!(fits_on(&s, &second), vec!["b1"]);
+    assert_eq!(fits_on(&mut s, &second), vec!["b1"]);
     // A matching pod on a node without the key does not count: the group is still "first".
     let (mut s, n) = three_zones();
     place(&mut s, n[4], app("web-x", "web"));
-    assert_eq!(fits_on(&s, &first).len(), 4);
+    assert_eq!(fits_on(&mut s, &first).len(), 4);
 }
 
 #[test]
@@ -423,11 +430,11 @@ fn pod_anti_affinity_on_hostname_and_zone_ignores_nodes_without_the_key() {
     place(&mut s, n[0], app("web-0", "web"));
     let mut host = app("web-1", "web");
     host.pod_anti_affinity.push(term("web", HOSTNAME));
-    assert_eq!(check(&s, &host, n[0]), Err(Unfit::PodAntiAffinity));
-    assert_eq!(fits_on(&s, &host), vec!["a2", "b1", "c1", "nozone"]);
+    assert_eq!(check(&mut s, &host, n[0]), Err(Unfit::PodAntiAffinity));
+    assert_eq!(fits_on(&mut s, &host), vec!["a2", "b1", "c1", "nozone"]);
     let mut zone = app("web-1", "web");
     zone.pod_anti_affinity.push(term("web", ZONE));
-    assert_eq!(fits_on(&s, &zone), vec!["b1", "c1", "nozone"]);
+    assert_eq!(fits_on(&mut s, &zone), vec!["b1", "c1", "nozone"]);
 }
 
 #[test]
@@ -444,7 +451,7 @@ fn affinity_namespace_selection() {
     in_b.uid = "uid-db-b".into();
     place(&mut s, n[2], in_b);
 
-    let affine_in = |s: &Snapshot, namespaces: &[&str], selector: Option<LabelSelector>| {
+    let affine_in = |s: &mut Snapshot, namespaces: &[&str], selector: Option<LabelSelector>| {
         let mut p = app("web", "web");
         p.namespace = "team-a".into();
         let mut t = term("db", HOSTNAME);
@@ -453,7 +460,7 @@ fn affinity_namespace_selection() {
         p.pod_affinity.push(t);
         fits_on(s, &p)
     };
-    let affine = |namespaces: &[&str], selector| affine_in(&s, namespaces, selector);
+    let mut affine = |namespaces: &[&str], selector| affine_in(&mut s, namespaces, selector);
     // No names and no selector: the pod's own namespace.
     assert_eq!(affine(&[], None), vec!["a1"]);
     assert_eq!(affine(&["team-b"], None), vec!["b1"]);
@@ -469,7 +476,7 @@ fn affinity_namespace_selection() {
     // Relabelling a namespace is seen by later checks.
     s.set_namespace_labels("team-a", labels(&[("team", "b")]));
     let team_b = LabelSelector::from_labels([("team", "b")]);
-    assert_eq!(affine_in(&s, &[], Some(team_b)), vec!["a1", "b1"]);
+    assert_eq!(affine_in(&mut s, &[], Some(team_b)), vec!["a1", "b1"]);
 }
 
 #[test]
@@ -480,10 +487,10 @@ fn a_nil_label_selector_matches_no_pod() {
     t.label_selector = None;
     let mut anti = app("web-1", "web");
     anti.pod_anti_affinity.push(t.clone());
-    assert_eq!(check(&s, &anti, n[0]), Ok(()));
+    assert_eq!(check(&mut s, &anti, n[0]), Ok(()));
     let mut affine = app("web-1", "web");
     affine.pod_affinity.push(t);
-    assert!(fits_on(&s, &affine).is_empty());
+    assert!(fits_on(&mut s, &affine).is_empty());
 }
 
 #[test]
@@ -493,17 +500,20 @@ fn placed_pods_anti_affinity_repels_matching_pods() {
     lonely.pod_anti_affinity.push(term("web", ZONE));
     place(&mut s, n[0], lonely);
     let web = app("web", "web");
-    assert_eq!(check(&s, &web, n[1]), Err(Unfit::ExistingPodAntiAffinity));
-    assert_eq!(fits_on(&s, &web), vec!["b1", "c1", "nozone"]);
+    assert_eq!(
+        check(&mut s, &web, n[1]),
+        Err(Unfit::ExistingPodAntiAffinity)
+    );
+    assert_eq!(fits_on(&mut s, &web), vec!["b1", "c1", "nozone"]);
     // Pods the term does not select are unaffected.
-    assert_eq!(fits_on(&s, &app("api", "api")).len(), 5);
+    assert_eq!(fits_on(&mut s, &app("api", "api")).len(), 5);
     // The term is scoped to the owner's namespace: the same labels elsewhere are fine.
     let mut elsewhere = app("web", "web");
     elsewhere.namespace = "other".into();
-    assert_eq!(fits_on(&s, &elsewhere).len(), 5);
+    assert_eq!(fits_on(&mut s, &elsewhere).len(), 5);
     // Removing the pod lifts the restriction.
     s.remove_pod(n[0], "uid-default-lonely");
-    assert_eq!(fits_on(&s, &web).len(), 5);
+    assert_eq!(fits_on(&mut s, &web).len(), 5);
 }
 
 #[test]
@@ -513,7 +523,7 @@ fn spread_is_checked_before_affinity() {
     let mut p = app("web-1", "web");
     p.topology_spread.push(spread("web", ZONE, 1));
     p.pod_anti_affinity.push(term("web", HOSTNAME));
-    assert_eq!(kind(&s, &p, n[0]), Some(UnfitKind::TopologySpread));
+    assert_eq!(kind(&mut s, &p, n[0]), Some(UnfitKind::TopologySpread));
 }
 
 // ----- topology spread -----
@@ -534,18 +544,18 @@ fn zones_with(counts: [usize; 3]) -> (Snapshot, Vec<NodeId>) {
 
 #[test]
 fn spread_max_skew_against_the_global_minimum() {
-    let (s, _) = zones_with([2, 2, 1]);
+    let (mut s, _) = zones_with([2, 2, 1]);
     let mut p = app("new", "web");
     p.topology_spread.push(spread("web", ZONE, 1));
-    assert_eq!(fits_on(&s, &p), vec!["c1"]);
+    assert_eq!(fits_on(&mut s, &p), vec!["c1"]);
     p.topology_spread[0].max_skew = 2;
-    assert_eq!(fits_on(&s, &p).len(), 3);
+    assert_eq!(fits_on(&mut s, &p).len(), 3);
     // A pod the selector does not match does not count itself: 2 + 0 - 1 is within the skew.
     let mut other = app("new", "api");
     other.topology_spread.push(spread("web", ZONE, 1));
-    assert_eq!(fits_on(&s, &other).len(), 3);
-    let (s, _) = zones_with([3, 2, 1]);
-    assert_eq!(fits_on(&s, &other), vec!["b1", "c1"]);
+    assert_eq!(fits_on(&mut s, &other).len(), 3);
+    let (mut s, _) = zones_with([3, 2, 1]);
+    assert_eq!(fits_on(&mut s, &other), vec!["b1", "c1"]);
 }
 
 #[test]
@@ -553,7 +563,7 @@ fn spread_ignores_schedule_anyway_and_counts_only_matching_live_pods_of_the_name
     let (mut s, n) = zones_with([1, 1, 0]);
     let mut p = app("new", "web");
     p.topology_spread.push(spread("web", ZONE, 1));
-    assert_eq!(fits_on(&s, &p), vec!["c1"]);
+    assert_eq!(fits_on(&mut s, &p), vec!["c1"]);
     // Pods in another namespace, pods not matching, and terminating pods are not counted.
     let mut foreign = app("foreign", "web");
     foreign.namespace = "other".into();
@@ -562,9 +572,9 @@ fn spread_ignores_schedule_anyway_and_counts_only_matching_live_pods_of_the_name
     let mut leaving = app("leaving", "web");
     leaving.deletion_time = Some(Timestamp::from_secs(1));
     place(&mut s, n[2], leaving);
-    assert_eq!(fits_on(&s, &p), vec!["c1"]);
+    assert_eq!(fits_on(&mut s, &p), vec!["c1"]);
     p.topology_spread[0].when_unsatisfiable = UnsatisfiableAction::ScheduleAnyway;
-    assert_eq!(fits_on(&s, &p).len(), 3);
+    assert_eq!(fits_on(&mut s, &p).len(), 3);
 }
 
 #[test]
@@ -574,27 +584,27 @@ fn spread_rejects_nodes_missing_the_key() {
     let mut p = app("new", "web");
     p.topology_spread.push(spread("web", ZONE, 1));
     assert_eq!(
-        check(&s, &p, bare),
+        check(&mut s, &p, bare),
         Err(Unfit::TopologySpreadMissingLabel {
             topology_key: ZONE.into()
         })
     );
-    assert!(!check(&s, &p, bare).unwrap_err().is_local_to_node());
+    assert!(!check(&mut s, &p, bare).unwrap_err().is_local_to_node());
 }
 
 #[test]
 fn spread_min_domains_treats_the_minimum_as_zero_when_domains_are_missing() {
-    let (s, _) = zones_with([1, 1, 1]);
+    let (mut s, _) = zones_with([1, 1, 1]);
     let mut p = app("new", "web");
     p.topology_spread.push(spread("web", ZONE, 1));
-    assert_eq!(fits_on(&s, &p).len(), 3);
+    assert_eq!(fits_on(&mut s, &p).len(), 3);
     p.topology_spread[0].min_domains = Some(3);
-    assert_eq!(fits_on(&s, &p).len(), 3);
+    assert_eq!(fits_on(&mut s, &p).len(), 3);
     // Four domains are wanted, three exist: the global minimum is 0, so 1 + 1 - 0 > 1.
     p.topology_spread[0].min_domains = Some(4);
-    assert!(fits_on(&s, &p).is_empty());
+    assert!(fits_on(&mut s, &p).is_empty());
     p.topology_spread[0].max_skew = 2;
-    assert_eq!(fits_on(&s, &p).len(), 3);
+    assert_eq!(fits_on(&mut s, &p).len(), 3);
 }
 
 #[test]
@@ -615,13 +625,13 @@ fn spread_node_affinity_policy_decides_which_domains_count() {
         }],
     });
     // Honor: domains a, b, d; d has no pods, so the minimum is 0 and only d is allowed.
-    assert_eq!(fits_on(&s, &p), vec!["d1"]);
+    assert_eq!(fits_on(&mut s, &p), vec!["d1"]);
     s.remove_node(d);
     // Honor without d: domains a and b, minimum 1: both allowed.
-    assert_eq!(fits_on(&s, &p), vec!["a1", "b1"]);
+    assert_eq!(fits_on(&mut s, &p), vec!["a1", "b1"]);
     // Ignore: the empty zone c counts, minimum 0: a and b are too full (c fails node affinity).
     p.topology_spread[0].node_affinity_policy = NodeInclusionPolicy::Ignore;
-    assert!(fits_on(&s, &p).is_empty());
+    assert!(fits_on(&mut s, &p).is_empty());
 }
 
 #[test]
@@ -638,9 +648,9 @@ fn spread_node_taints_policy_decides_which_domains_count() {
     let mut p = app("new", "web");
     p.topology_spread.push(spread("web", ZONE, 1));
     // Ignore (default): zone c counts with 0 pods, so a and b are too full.
-    assert!(fits_on(&s, &p).is_empty());
+    assert!(fits_on(&mut s, &p).is_empty());
     p.topology_spread[0].node_taints_policy = NodeInclusionPolicy::Honor;
-    assert_eq!(fits_on(&s, &p), vec!["a1", "b1"]);
+    assert_eq!(fits_on(&mut s, &p), vec!["a1", "b1"]);
 }
 
 #[test]
@@ -654,12 +664,12 @@ fn spread_counts_only_nodes_having_every_constraint_key() {
     let mut p = app("new", "web");
     p.topology_spread.push(spread("web", ZONE, 1));
     // With zone only, zone b is a domain with 0 pods: a is too full.
-    assert_eq!(fits_on(&s, &p), vec!["b1"]);
+    assert_eq!(fits_on(&mut s, &p), vec!["b1"]);
     // With a hostname constraint too, b1 (no hostname) forms no zone domain and is rejected.
     p.topology_spread.push(spread("web", HOSTNAME, 5));
-    assert_eq!(fits_on(&s, &p), vec!["a1"]);
+    assert_eq!(fits_on(&mut s, &p), vec!["a1"]);
     assert_eq!(
-        check(&s, &p, b),
+        check(&mut s, &p, b),
         Err(Unfit::TopologySpreadMissingLabel {
             topology_key: HOSTNAME.into()
         })
@@ -668,12 +678,12 @@ fn spread_counts_only_nodes_having_every_constraint_key() {
 
 #[test]
 fn spread_with_an_empty_selector_counts_nothing() {
-    let (s, _) = zones_with([3, 0, 0]);
+    let (mut s, _) = zones_with([3, 0, 0]);
     let mut p = app("new", "web");
     let mut c = spread("web", ZONE, 1);
     c.label_selector = Some(LabelSelector::default());
     p.topology_spread.push(c);
-    assert_eq!(fits_on(&s, &p).len(), 3);
+    assert_eq!(fits_on(&mut s, &p).len(), 3);
 }
 
 #[test]
@@ -689,7 +699,7 @@ fn hostname_spread_fills_nodes_evenly() {
         let mut p = template.clone();
         p.name = format!("web-{i}");
         p.uid = format!("uid-web-{i}");
-        let id = find_node(&s, &p, 0).unwrap();
+        let id = find_node(&mut s, &p, 0).unwrap();
         placed.push(s.node(id).unwrap().node.name.clone());
         place(&mut s, id, p);
     }
@@ -700,24 +710,26 @@ fn hostname_spread_fills_nodes_evenly() {
 // ----- indexes and branches -----
 
 #[test]
-fn verdicts_follow_fork_and_revert() {
+fn verdicts_follow_branches_and_their_revert() {
     let (mut s, n) = three_zones();
     let mut p = app("web-1", "web");
     p.pod_anti_affinity.push(term("web", ZONE));
     p.topology_spread.push(spread("web", HOSTNAME, 1));
-    assert_eq!(fits_on(&s, &p).len(), 5);
-    s.fork();
-    place(&mut s, n[0], app("web-0", "web"));
-    assert_eq!(fits_on(&s, &p), vec!["b1", "c1", "nozone"]);
-    s.fork();
-    let removed = s.remove_node(n[2]);
-    assert!(removed.is_empty());
-    assert_eq!(fits_on(&s, &p), vec!["c1", "nozone"]);
-    s.revert();
-    assert_eq!(fits_on(&s, &p), vec!["b1", "c1", "nozone"]);
-    s.assert_indexes_consistent();
-    s.revert();
-    assert_eq!(fits_on(&s, &p).len(), 5);
+    assert_eq!(fits_on(&mut s, &p).len(), 5);
+    {
+        let mut outer = s.branch();
+        place(&mut outer, n[0], app("web-0", "web"));
+        assert_eq!(fits_on(&mut outer, &p), vec!["b1", "c1", "nozone"]);
+        {
+            let mut inner = outer.branch();
+            let removed = inner.remove_node(n[2]);
+            assert!(removed.is_empty());
+            assert_eq!(fits_on(&mut inner, &p), vec!["c1", "nozone"]);
+        }
+        assert_eq!(fits_on(&mut outer, &p), vec!["b1", "c1", "nozone"]);
+        outer.assert_indexes_consistent();
+    }
+    assert_eq!(fits_on(&mut s, &p).len(), 5);
     s.assert_indexes_consistent();
 }
 
@@ -740,7 +752,7 @@ fn affinity_operators_in_label_selectors() {
         namespace_selector: None,
         topology_key: ZONE.into(),
     });
-    assert_eq!(fits_on(&s, &p), vec!["c1", "nozone"]);
+    assert_eq!(fits_on(&mut s, &p), vec!["c1", "nozone"]);
 }
 
 #[test]
@@ -750,15 +762,18 @@ fn repeated_checks_see_pods_placed_since_the_previous_check() {
     let mut spread_web = app("web", "web");
     spread_web.topology_spread.push(spread("web", ZONE, 1));
     // Plan both shapes once, with nothing placed.
-    assert_eq!(fits_on(&s, &web).len(), 5);
-    assert_eq!(fits_on(&s, &spread_web).len(), 4);
+    assert_eq!(fits_on(&mut s, &web).len(), 5);
+    assert_eq!(fits_on(&mut s, &spread_web).len(), 4);
     // A pod arrives whose anti-affinity term the cached plans have never seen.
     let mut lonely = app("lonely", "db");
     lonely.pod_anti_affinity.push(term("web", HOSTNAME));
     place(&mut s, n[3], lonely);
-    assert_eq!(check(&s, &web, n[3]), Err(Unfit::ExistingPodAntiAffinity));
+    assert_eq!(
+        check(&mut s, &web, n[3]),
+        Err(Unfit::ExistingPodAntiAffinity)
+    );
     // Spread counts follow placements too.
     place(&mut s, n[0], app("web-0", "web"));
-    assert_eq!(fits_on(&s, &spread_web), vec!["b1"]);
-    assert_eq!(find_node(&s, &spread_web, 0), Some(n[2]));
+    assert_eq!(fits_on(&mut s, &spread_web), vec!["b1"]);
+    assert_eq!(find_node(&mut s, &spread_web, 0), Some(n[2]));
 }

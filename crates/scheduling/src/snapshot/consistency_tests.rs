@@ -1,4 +1,4 @@
-//! Random mutation sequences (with forks, reverts and commits) must leave the snapshot and every
+//! Random mutation sequences (with branches, forks, reverts and commits) must leave the snapshot and every
 //! topology index exactly as if the surviving nodes and pods had been added to a fresh snapshot.
 
 use std::sync::Arc;
@@ -269,7 +269,8 @@ struct Observed {
     first_fit: Vec<Option<String>>,
 }
 
-fn observe(s: &Snapshot) -> Observed {
+/// Takes `&mut` only because probing registers indexes; what it observes does not change.
+fn observe(s: &mut Snapshot) -> Observed {
     let mut nodes: Vec<_> = s
         .nodes()
         .map(|(_, info)| {
@@ -285,7 +286,10 @@ fn observe(s: &Snapshot) -> Observed {
         .map(|p| {
             nodes
                 .iter()
-                .map(|n| check(s, p, s.node_id(&n.0).unwrap()))
+                .map(|n| {
+                    let id = s.node_id(&n.0).unwrap();
+                    check(s, p, id)
+                })
                 .collect()
         })
         .collect();
@@ -334,8 +338,8 @@ proptest! {
         let mut serial = 0;
         run(&mut s, &ops, &mut serial, 0);
         s.assert_indexes_consistent();
-        let fresh = rebuilt(&s);
-        prop_assert_eq!(observe(&s), observe(&fresh));
+        let mut fresh = rebuilt(&s);
+        prop_assert_eq!(observe(&mut s), observe(&mut fresh));
         // Observing registered every probe's indexes; they must still be right afterwards.
         s.assert_indexes_consistent();
     }
@@ -351,7 +355,7 @@ proptest! {
         while s.fork_depth() > 0 {
             s.commit();
         }
-        let expected = observe(&s);
+        let expected = observe(&mut s);
         s.fork();
         run(&mut s, &branch, &mut serial, 1);
         while s.fork_depth() > 1 {
@@ -360,6 +364,36 @@ proptest! {
         s.revert();
         prop_assert_eq!(s.fork_depth(), 0);
         s.assert_indexes_consistent();
-        prop_assert_eq!(observe(&s), expected);
+        prop_assert_eq!(observe(&mut s), expected);
+    }
+
+    #[test]
+    fn a_dropped_branch_restores_what_was_observable_before_it(
+        before in proptest::collection::vec(op(), 0..40),
+        on_branch in proptest::collection::vec(op(), 0..40),
+        inner in proptest::collection::vec(op(), 0..20),
+        keep_inner in any::<bool>(),
+    ) {
+        let mut s = with_namespaces();
+        let mut serial = 0;
+        run(&mut s, &before, &mut serial, 0);
+        while s.fork_depth() > 0 {
+            s.commit();
+        }
+        let expected = observe(&mut s);
+        {
+            let mut branch = s.branch();
+            // Forks the ops open inside and leave open are closed with the branch.
+            run(&mut branch, &on_branch, &mut serial, 1);
+            let mut nested = branch.branch();
+            let depth = nested.fork_depth();
+            run(&mut nested, &inner, &mut serial, depth);
+            if keep_inner {
+                nested.commit();
+            }
+        }
+        prop_assert_eq!(s.fork_depth(), 0);
+        s.assert_indexes_consistent();
+        prop_assert_eq!(observe(&mut s), expected);
     }
 }
