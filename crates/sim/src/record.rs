@@ -172,7 +172,8 @@ pub struct ExpectationOutcome {
     pub observed: String,
 }
 
-/// The `--output json` summary (spec/scenario.md). Fields may be added, never changed.
+/// The `--output json` summary (docs/scenario.md). Fields may be added; a field whose name
+/// misled (`maxSize` once held the peak, now `peakSize`) is changed only with a note in the docs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
