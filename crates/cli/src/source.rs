@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use ferroscale_core::options::AutoscalingOptions;
 use ferroscale_objects::locate_field_line;
 use ferroscale_sim::runner::{SettingsError, options_for};
-use ferroscale_sim::scenario::{self, Scenario, ScenarioError};
+use ferroscale_sim::scenario::{self, Limits, Scenario, ScenarioError};
 
 /// An invalid scenario or invalid flags: `origin[:line]: field: message`.
 #[derive(Debug)]
@@ -63,10 +63,13 @@ pub fn load(path: Option<&Path>, overrides: &[(String, String)]) -> Result<Loade
         }
         Some(path) if path.exists() => {
             let origin = path.display().to_string();
+            // Read once, within the limits: the text also locates option lines below.
+            let text = scenario::read_scenario_text(path, &Limits::DEFAULT)?;
+            let base_dir = path.parent().unwrap_or_else(|| Path::new("."));
             (
-                scenario::load_scenario(path)?,
+                scenario::parse_scenario(&text, &origin, base_dir)?,
                 origin,
-                std::fs::read_to_string(path).ok(),
+                Some(text),
             )
         }
         Some(path) => {
@@ -85,7 +88,11 @@ pub fn load(path: Option<&Path>, overrides: &[(String, String)]) -> Result<Loade
                         origin: path.display().to_string(),
                         line: None,
                         field: String::new(),
-                        message: "no such file, and no bundled scenario of that name".to_string(),
+                        message: format!(
+                            "no such file, and no bundled scenario of that name (bundled \
+                             scenarios: {})",
+                            scenario::bundled_names().join(", ")
+                        ),
                     });
                 }
             }
@@ -97,6 +104,12 @@ pub fn load(path: Option<&Path>, overrides: &[(String, String)]) -> Result<Loade
                 let field = format!("options.{flag}");
                 let line = text.as_deref().and_then(|t| locate_field_line(t, &field));
                 (field, line)
+            }
+            SettingsError::TooManyLoops { .. } => {
+                let line = text
+                    .as_deref()
+                    .and_then(|t| locate_field_line(t, "duration"));
+                ("duration".to_string(), line)
             }
             SettingsError::Override { .. } | SettingsError::Invalid(_) => (String::new(), None),
         };

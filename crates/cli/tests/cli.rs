@@ -336,3 +336,198 @@ fn serve_provider_refuses_plaintext_unless_asked() {
         "{errors}"
     );
 }
+
+/// Runs `simulate` (or `explain`) on `text` as a scenario file and expects exit status 2 with an
+/// error that names the file, the line of `line_needle` and every one of `parts`.
+#[track_caller]
+fn assert_refused(subcommand: &str, test: &str, text: &str, line_needle: &str, parts: &[&str]) {
+    let path = scenario_file(test, text);
+    let output = ferroscale(&[subcommand, path.to_str().unwrap_or_default()]);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{message}");
+    let line = text
+        .lines()
+        .position(|l| l.contains(line_needle))
+        .map(|i| i + 1)
+        .unwrap_or(0);
+    assert!(
+        message.contains(&format!("{}:{line}: ", path.display())),
+        "file and line {line} not named: {message}"
+    );
+    for part in parts {
+        assert!(message.contains(part), "{part:?} not in: {message}");
+    }
+}
+
+#[test]
+fn a_scan_interval_below_one_second_exits_two_from_the_file_and_from_set() {
+    let text = SMALL.replace(
+        "duration: 10m\n",
+        "duration: 10m\noptions:\n  scan-interval: 0s\n",
+    );
+    assert_refused(
+        "simulate",
+        "scan-interval",
+        &text,
+        "scan-interval",
+        &["options.scan-interval", "\"0s\"", "at most once per 1s"],
+    );
+    let output = ferroscale(&["simulate", "--set", "scan-interval=0s"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--set scan-interval=0s"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_utilization_threshold_of_five_exits_two() {
+    let output = ferroscale(&["explain", "--set", "scale-down-utilization-threshold=5"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("between 0 and 1"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_huge_pod_count_exits_two_before_allocating() {
+    let text = SMALL.replace("count: 10", "count: 100000000000");
+    assert_refused(
+        "simulate",
+        "huge-count",
+        &text,
+        "count:",
+        &["events[0].create.count", "100000000000", "1,000,000"],
+    );
+}
+
+#[test]
+fn a_huge_initial_size_exits_two() {
+    let text = SMALL
+        .replace("maxSize: 10", "maxSize: 100000000")
+        .replace("initialSize: 1", "initialSize: 100000000");
+    assert_refused(
+        "simulate",
+        "huge-initial-size",
+        &text,
+        "maxSize",
+        &["nodeGroups[0].maxSize", "100,000 nodes"],
+    );
+}
+
+#[test]
+fn special_files_are_refused_as_scenarios_and_as_objects_files() {
+    let output = ferroscale(&["simulate", "/dev/zero"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("/dev/zero: cannot read the scenario: not a regular file"),
+        "{}",
+        stderr(&output)
+    );
+    let text = SMALL.replace("events:\n", "objects:\n  - file: /dev/zero\nevents:\n");
+    assert_refused(
+        "simulate",
+        "dev-zero",
+        &text,
+        "file: /dev/zero",
+        &["objects[0].file", "a character device"],
+    );
+}
+
+#[test]
+fn yaml_nested_a_hundred_thousand_levels_exits_two() {
+    let text = SMALL.replace(
+        "duration: 10m\n",
+        &format!(
+            "duration: 10m\noptions: {{a: {}}}\n",
+            "[".repeat(100_000) + &"]".repeat(100_000)
+        ),
+    );
+    assert_refused(
+        "simulate",
+        "deep",
+        &text,
+        "options:",
+        &["nested more than 64 levels"],
+    );
+}
+
+#[test]
+fn negative_cpu_and_unknown_pod_fields_exit_two_naming_the_field() {
+    assert_refused(
+        "simulate",
+        "negative-cpu",
+        &SMALL.replace("cpu: \"1\"", "cpu: \"-1\""),
+        "cpu: \"-1\"",
+        &[
+            "events[0].create.pod.spec.containers[0].resources.requests.cpu",
+            "must not be negative",
+        ],
+    );
+    assert_refused(
+        "explain",
+        "node-selektor",
+        &SMALL.replace(
+            "        spec:\n",
+            "        spec:\n          nodeSelektor: {disk: ssd}\n",
+        ),
+        "nodeSelektor",
+        &[
+            "events[0].create.pod.spec.nodeSelektor",
+            "unknown field `nodeSelektor`",
+        ],
+    );
+}
+
+#[test]
+fn events_and_expectations_after_the_end_exit_two() {
+    assert_refused(
+        "simulate",
+        "event-after-end",
+        &SMALL.replace("  - at: 0s", "  - at: 11m"),
+        "at: 11m",
+        &["events[0].at", "after the end of the scenario"],
+    );
+    assert_refused(
+        "simulate",
+        "expectation-after-end",
+        &SMALL.replace("  - at: end", "  - at: 99h"),
+        "at: 99h",
+        &["expect[0].at", "after the end of the scenario"],
+    );
+}
+
+#[test]
+fn an_unknown_scenario_name_lists_the_bundled_ones() {
+    let output = ferroscale(&["simulate", "upstream-9"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let message = stderr(&output);
+    for name in ["default", "upstream-1", "upstream-6", "full-day"] {
+        assert!(message.contains(name), "{name} not listed: {message}");
+    }
+}
+
+#[test]
+fn the_json_summary_names_peak_and_configured_sizes_and_pods_never_started() {
+    // Twelve 1-CPU pods, but the group stops at 2 nodes of 4 CPUs: 4 pods never start.
+    let text = SMALL
+        .replace("count: 10", "count: 12")
+        .replace("maxSize: 10", "maxSize: 2");
+    let path = scenario_file("peak-and-max", &text);
+    let output = ferroscale(&[
+        "simulate",
+        path.to_str().unwrap_or_default(),
+        "--output",
+        "json",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("stdout is JSON");
+    let group = &json["groups"]["general"];
+    assert_eq!(group["peakSize"], 2, "{json}");
+    assert_eq!(group["maxSize"], 2, "{json}");
+    assert_eq!(json["pods"]["neverStarted"], 4, "{json}");
+    assert_eq!(json["pods"]["waitSeconds"]["max"], 600.0, "{json}");
+}

@@ -159,6 +159,15 @@ fn resource_list(
     for (name, quantity) in list.into_iter().flatten() {
         let parsed = Quantity::parse(&quantity.0)
             .map_err(|e| ctx.error(format!("{field}.{name}"), quantity.0.clone(), e.reason))?;
+        // The API server refuses negative requests, limits, capacity and allocatable; taking one
+        // as written would make a pod that frees room or a node that holds less than nothing.
+        if parsed.nanos() < 0 {
+            return Err(ctx.error(
+                format!("{field}.{name}"),
+                quantity.0.clone(),
+                "must not be negative",
+            ));
+        }
         resources.set_quantity(name, parsed);
     }
     Ok(resources)

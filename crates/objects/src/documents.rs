@@ -13,6 +13,7 @@ use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::scheduling::v1 as scheduling;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 use thiserror::Error;
@@ -23,6 +24,7 @@ use crate::convert::{
     pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
 };
 use crate::locate::locate_field_line;
+use crate::strict::unknown_field;
 
 /// Invalid object YAML: names the origin (file), the line when known, the field path and the problem.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -70,19 +72,27 @@ impl fmt::Display for RawObjectError {
     }
 }
 
-fn typed<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, RawObjectError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let inner = e.path().to_string();
-        let field = match (prefix.is_empty(), inner == ".") {
-            (_, true) => prefix.trim_end_matches('.').to_string(),
-            (true, false) => inner,
-            (false, false) => format!("{prefix}{inner}"),
-        };
-        RawObjectError {
-            field,
-            message: e.into_inner().to_string(),
-        }
-    })
+/// Deserializes a typed object strictly: a field the type does not have is an error naming it.
+fn typed<T: DeserializeOwned + Serialize>(value: Value, prefix: &str) -> Result<T, RawObjectError> {
+    let field_at = |inner: &str| match (prefix.is_empty(), inner == ".") {
+        (_, true) => prefix.trim_end_matches('.').to_string(),
+        (true, false) => inner.to_string(),
+        (false, false) => format!("{prefix}{inner}"),
+    };
+    let object: T = serde_path_to_error::deserialize(&value).map_err(|e| RawObjectError {
+        field: field_at(&e.path().to_string()),
+        message: e.into_inner().to_string(),
+    })?;
+    match unknown_field(&value, &object) {
+        None => Ok(object),
+        Some(unknown) => Err(RawObjectError {
+            message: format!(
+                "unknown field `{}`",
+                unknown.rsplit('.').next().unwrap_or(&unknown)
+            ),
+            field: field_at(&unknown),
+        }),
+    }
 }
 
 fn string_field<'a>(value: &'a Value, key: &str) -> Option<&'a str> {

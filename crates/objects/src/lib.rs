@@ -5,11 +5,14 @@
 //! - [`convert`]: one k8s-openapi object to one model object (`pod_from_k8s`, `node_from_k8s`, ...).
 //! - [`documents`]: multi-document YAML and `List`s, dispatched on `kind`; unused kinds are skipped
 //!   with a warning ([`parse_objects_yaml`]).
+//! - [`strict`]: fields the Kubernetes type does not have are errors, as with
+//!   `kubectl --validate=strict`.
 //! - [`locate`]: best-effort line numbers for field paths, for errors found after parsing.
 
 pub mod convert;
 pub mod documents;
 pub mod locate;
+pub mod strict;
 
 use ferroscale_model::{DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass};
 
@@ -22,6 +25,7 @@ pub use documents::{
     parse_objects_yaml, parse_objects_yaml_with, read_documents, split_documents,
 };
 pub use locate::locate_field_line;
+pub use strict::unknown_field;
 
 /// The k8s-openapi version this crate reads, for callers that embed raw objects in their own types.
 pub use k8s_openapi;

@@ -71,7 +71,6 @@ items:
     nodeInfo:
       architecture: amd64
       kubeletVersion: v1.30.0
-    someFieldFromTheFuture: 42
 - apiVersion: v1
   kind: Pod
   metadata:
@@ -526,4 +525,34 @@ fn unknown_priority_class_is_an_error() {
     );
     assert_eq!(e.field, "spec.priorityClassName");
     assert!(e.message.contains("nope"));
+}
+
+#[test]
+fn negative_quantities_are_refused_naming_the_field() {
+    let e = parse_err(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: a\n    resources:\n      requests: {cpu: -100m}\n",
+    );
+    assert_eq!(e.field, "spec.containers[0].resources.requests.cpu");
+    assert_eq!(e.line, Some(8), "{e}");
+    assert!(e.message.contains("must not be negative"), "{e}");
+    assert!(e.message.contains("-100m"), "{e}");
+    let e = parse_err(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus:\n  capacity: {cpu: \"4\", memory: -1Gi}\n",
+    );
+    assert_eq!(e.field, "status.capacity.memory");
+    assert!(e.message.contains("Node n"), "{e}");
+}
+
+#[test]
+fn unknown_fields_are_refused_as_kubectl_validate_strict_does() {
+    let e = parse_err(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  nodeSelektor: {disk: ssd}\n  containers: [{name: a}]\n",
+    );
+    assert_eq!(e.field, "spec.nodeSelektor");
+    assert_eq!(e.line, Some(5), "{e}");
+    assert!(e.message.contains("unknown field `nodeSelektor`"), "{e}");
+    let e = parse_err(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: p, namespace: a}\nspec: {minAvailabel: 1}\n",
+    );
+    assert_eq!(e.field, "spec.minAvailabel");
 }

@@ -16,6 +16,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use ferroscale_model::resources::PODS;
 use ferroscale_model::{
     ConditionStatus, DaemonSet, LabelSelector, Namespace, Node, Pod, PodCondition,
     PodDisruptionBudget, PodPhase, Taint, Timestamp,
@@ -148,6 +149,19 @@ pub struct Cluster {
     /// Controllers deleted by the scenario (kind, namespace, name): they no longer exist and no
     /// longer re-create their pods.
     deleted_controllers: HashSet<(String, String, String)>,
+    /// Pods bound by name to a node they did not fit on, since the last [`Cluster::take_refusals`].
+    refusals: Vec<NodeRefusal>,
+}
+
+/// Pods whose `spec.nodeName` named a node that had no room for them: the node refused them, as a
+/// kubelet's admission does (`OutOfpods`, `OutOfcpu`, ...), and they wait for the scheduler like new
+/// pods (as the replacement a controller creates for a refused pod would).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRefusal {
+    pub node: String,
+    /// The kubelet's reason, e.g. `OutOfpods`.
+    pub reason: String,
+    pub pods: usize,
 }
 
 impl Cluster {
@@ -525,12 +539,30 @@ impl Cluster {
     /// Adds a pod. A pod with `spec.nodeName` of a registered node is bound at once; any other pod
     /// waits for the scheduler (a `nodeName` of an unknown node is cleared, as if the pod had been
     /// recreated). Returns its index.
+    ///
+    /// A pod named to a node without room for it (pod count or resources) is refused by that node
+    /// and waits too; [`Cluster::take_refusals`] says which. DaemonSet pods are exempt: the
+    /// simulated DaemonSet controller places them with their node.
     pub fn add_pod(&mut self, mut pod: Pod, now: Timestamp, shape: Option<usize>) -> PodIndex {
-        let target = pod
+        let mut target = pod
             .node_name
             .as_ref()
             .and_then(|n| self.nodes.get(n))
             .map(|n| n.id);
+        if let Some(id) = target
+            && !pod.is_daemonset_pod()
+            && let Some(info) = self.snapshot.node(id)
+        {
+            // The pod's requests leave out the pod slot it takes.
+            let mut wants = pod.requests.clone();
+            wants.set(PODS, 1);
+            if let Some(resource) = wants.first_insufficient(&info.free()) {
+                let reason = format!("OutOf{resource}");
+                let node = info.node.name.clone();
+                self.note_refusal(&node, &reason);
+                target = None;
+            }
+        }
         if target.is_none() {
             pod.node_name = None;
             pod.phase = PodPhase::Pending;
@@ -544,6 +576,28 @@ impl Cluster {
             }
         }
         index
+    }
+
+    fn note_refusal(&mut self, node: &str, reason: &str) {
+        // Copies bound to one node arrive together: only the latest entry needs a look.
+        match self
+            .refusals
+            .last_mut()
+            .filter(|r| r.node == node && r.reason == reason)
+        {
+            Some(refusal) => refusal.pods += 1,
+            None => self.refusals.push(NodeRefusal {
+                node: node.to_string(),
+                reason: reason.to_string(),
+                pods: 1,
+            }),
+        }
+    }
+
+    /// Pods refused by the node their `spec.nodeName` named, per node and reason, since the last
+    /// call.
+    pub fn take_refusals(&mut self) -> Vec<NodeRefusal> {
+        std::mem::take(&mut self.refusals)
     }
 
     fn insert_pod(&mut self, mut pod: Pod, now: Timestamp, shape: Option<usize>) -> PodIndex {

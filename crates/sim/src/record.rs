@@ -123,10 +123,13 @@ impl Percentiles {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupSummary {
+    /// The group's configured bounds (`minSize`, `maxSize` of the scenario).
+    pub min_size: usize,
+    pub max_size: usize,
     /// Registered nodes at the end.
     pub final_size: usize,
     /// Most registered nodes at any time.
-    pub max_size: usize,
+    pub peak_size: usize,
     /// Successful size increases.
     pub scale_ups: usize,
     /// Nodes that registered during the run (initial nodes not counted).
@@ -146,8 +149,13 @@ pub struct PodSummary {
     /// Pending at the end and fitting neither any node nor any group's template: no scale-up can
     /// ever help them.
     pub never_schedulable: usize,
-    /// From starting to wait to being bound, for every pod that was bound during the run.
+    /// From starting to wait for a node to being bound, over every pod that waited for the
+    /// scheduler; a pod that never got a node counts as waiting until it was deleted or the run
+    /// ended.
     pub wait_seconds: Percentiles,
+    /// Pods that waited for a node and never got one (pending at the end, or deleted while
+    /// pending): their waits are in `wait_seconds` up to the end.
+    pub never_started: usize,
     /// Pods evicted by scale-down drains (each re-created pod counts as the same workload pod in
     /// `created`, `running` and `pending`).
     pub evicted: usize,
@@ -164,7 +172,8 @@ pub struct ExpectationOutcome {
     pub observed: String,
 }
 
-/// The `--output json` summary (spec/scenario.md). Fields may be added, never changed.
+/// The `--output json` summary (docs/scenario.md). Fields may be added; a field whose name
+/// misled (`maxSize` once held the peak, now `peakSize`) is changed only with a note in the docs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {

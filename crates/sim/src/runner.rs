@@ -22,6 +22,7 @@ use ferroscale_core::scale_down::{
 };
 use ferroscale_core::scale_up::{NodeGroupView, ScaleUpExecution, ScaleUpPlan, ScaleUpStatus};
 use ferroscale_model::taints::TO_BE_DELETED;
+use ferroscale_model::time::format_duration;
 use ferroscale_model::{LabelSelector, Timestamp};
 use ferroscale_objects::K8sObject;
 use ferroscale_scheduling::{Snapshot, find_node};
@@ -31,13 +32,14 @@ use thiserror::Error;
 use crate::api::{ApiLog, ClusterAction, SimClusterApi};
 use crate::clock::SimClock;
 use crate::cloud::{FailingCall, FailureWindow, GroupSpec, SimulatedCloud, SimulatedProvider};
-use crate::cluster::{Cluster, Eviction};
+use crate::cluster::{Cluster, Eviction, NodeRefusal};
 use crate::record::{
     EntryKind, ExpectationOutcome, GroupSummary, LoopSample, Percentiles, PodSummary,
     SimulationResult, Summary, TimelineEntry,
 };
 use crate::scenario::{
-    Check, CheckTime, CloudOperation, Expectation, Scenario, ScenarioAction, ScenarioEvent,
+    Check, CheckTime, CloudOperation, Expectation, Limits, MIN_SCAN_INTERVAL, Scenario,
+    ScenarioAction, ScenarioEvent, group_digits,
 };
 
 /// Simulated time starts at the epoch, so every timestamp reads as "time since start".
@@ -156,6 +158,21 @@ pub enum SettingsError {
     /// The combination of flags is invalid.
     #[error("{0}")]
     Invalid(#[source] OptionError),
+    /// The scenario's duration at this scan interval needs more engine loops than a run may have.
+    #[error(
+        "duration {} at scan-interval {} makes {} engine loops; a run may have at most {} \
+         (lengthen scan-interval or shorten the duration)",
+        format_duration(*duration),
+        format_duration(*scan_interval),
+        group_digits(*loops),
+        group_digits(*limit)
+    )]
+    TooManyLoops {
+        duration: Duration,
+        scan_interval: Duration,
+        loops: u64,
+        limit: u64,
+    },
 }
 
 /// The options a run uses: upstream defaults, then the scenario's `options:` block, then the
@@ -164,26 +181,82 @@ pub fn options_for(
     scenario: &Scenario,
     overrides: &[(String, String)],
 ) -> Result<AutoscalingOptions, SettingsError> {
+    options_for_with(scenario, overrides, &Limits::DEFAULT)
+}
+
+/// [`options_for`] within the given limits.
+pub fn options_for_with(
+    scenario: &Scenario,
+    overrides: &[(String, String)],
+    limits: &Limits,
+) -> Result<AutoscalingOptions, SettingsError> {
     let mut options = AutoscalingOptions::default();
     for (flag, value) in &scenario.options {
-        options
-            .set(flag, value)
-            .map_err(|source| SettingsError::ScenarioOption {
+        set_for_simulation(&mut options, flag, value).map_err(|source| {
+            SettingsError::ScenarioOption {
                 flag: flag.clone(),
                 source,
-            })?;
+            }
+        })?;
     }
     for (flag, value) in overrides {
-        options
-            .set(flag, value)
-            .map_err(|source| SettingsError::Override {
+        set_for_simulation(&mut options, flag, value).map_err(|source| {
+            SettingsError::Override {
                 flag: flag.clone(),
                 value: value.clone(),
                 source,
-            })?;
+            }
+        })?;
     }
     options.validate().map_err(SettingsError::Invalid)?;
+    let loops = scenario
+        .duration
+        .as_nanos()
+        .div_ceil(options.scan_interval.as_nanos().max(1));
+    let loops = u64::try_from(loops).unwrap_or(u64::MAX);
+    if loops > limits.loops {
+        return Err(SettingsError::TooManyLoops {
+            duration: scenario.duration,
+            scan_interval: options.scan_interval,
+            loops,
+            limit: limits.loops,
+        });
+    }
     Ok(options)
+}
+
+/// Sets one flag, then applies what a simulation needs beyond the flag's syntax: a scan interval
+/// of at least [`MIN_SCAN_INTERVAL`] and utilization thresholds that are fractions.
+fn set_for_simulation(
+    options: &mut AutoscalingOptions,
+    flag: &str,
+    value: &str,
+) -> Result<(), OptionError> {
+    options.set(flag, value)?;
+    let refuse = |reason: String| {
+        Err(OptionError::InvalidValue {
+            flag: flag.to_string(),
+            value: value.to_string(),
+            reason,
+        })
+    };
+    match flag {
+        "scan-interval" if options.scan_interval < MIN_SCAN_INTERVAL => refuse(format!(
+            "a simulation loops at most once per {}",
+            format_duration(MIN_SCAN_INTERVAL)
+        )),
+        "scale-down-utilization-threshold"
+            if !(0.0..=1.0).contains(&options.scale_down_utilization_threshold) =>
+        {
+            refuse("a utilization threshold is a fraction between 0 and 1".to_string())
+        }
+        "scale-down-gpu-utilization-threshold"
+            if !(0.0..=1.0).contains(&options.scale_down_gpu_utilization_threshold) =>
+        {
+            refuse("a utilization threshold is a fraction between 0 and 1".to_string())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// How far a long run has got, for progress output.
@@ -210,6 +283,8 @@ pub struct LoopReport {
 /// Per-group counters for the summary.
 #[derive(Debug, Clone, Default)]
 struct GroupStats {
+    min_size: usize,
+    max_size: usize,
     initial: usize,
     peak: usize,
     scale_ups: usize,
@@ -373,6 +448,8 @@ impl<'p> Simulation<'p> {
             })
             .collect();
         let group_ids: Vec<String> = specs.iter().map(|g: &GroupSpec| g.id.clone()).collect();
+        let specs_bounds: Vec<(usize, usize)> =
+            specs.iter().map(|g| (g.min_size, g.max_size)).collect();
         let cloud = Arc::new(SimulatedCloud::new(
             clock.clone(),
             specs,
@@ -380,7 +457,14 @@ impl<'p> Simulation<'p> {
         ));
         let provider = SimulatedProvider::new(cloud.clone());
         let mut cluster = Cluster::new(daemonsets);
-        let mut stats = vec![GroupStats::default(); group_ids.len()];
+        let mut stats: Vec<GroupStats> = specs_bounds
+            .iter()
+            .map(|(min_size, max_size)| GroupStats {
+                min_size: *min_size,
+                max_size: *max_size,
+                ..GroupStats::default()
+            })
+            .collect();
 
         for provisioned in cloud.provision(SIMULATION_START) {
             if let Some(i) = group_ids.iter().position(|g| *g == provisioned.group) {
@@ -410,9 +494,12 @@ impl<'p> Simulation<'p> {
             }
         }
         notes.extend(scenario.warnings.iter().cloned());
+        let refusals = cluster.take_refusals();
 
-        let scan_interval = options.scan_interval.max(Duration::from_millis(1));
-        Simulation {
+        // `options_for` refuses shorter intervals; a caller that built options itself gets the
+        // shortest a simulation runs, not a loop per millisecond.
+        let scan_interval = options.scan_interval.max(MIN_SCAN_INTERVAL);
+        let mut simulation = Simulation {
             name: scenario.name.clone(),
             end: at(scenario.duration),
             autoscaler: Autoscaler::new(options.clone(), scenario.seed),
@@ -442,6 +529,25 @@ impl<'p> Simulation<'p> {
             evicted_this_loop: 0,
             final_status: None,
             progress: None,
+        };
+        simulation.record_refusals(SIMULATION_START, refusals);
+        simulation
+    }
+
+    /// Timeline lines for pods refused by the node their `spec.nodeName` named.
+    fn record_refusals(&mut self, now: Timestamp, refusals: Vec<NodeRefusal>) {
+        for refusal in refusals {
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::Scenario,
+                what: format!(
+                    "node {} refused {} pod(s) bound to it by name ({})",
+                    refusal.node, refusal.pods, refusal.reason
+                ),
+                why: "no room left on the node, as its kubelet would refuse them; they wait \
+                      for the scheduler"
+                    .to_string(),
+            });
         }
     }
 
@@ -641,6 +747,8 @@ impl<'p> Simulation<'p> {
                 what,
                 why,
             });
+            let refusals = self.cluster.take_refusals();
+            self.record_refusals(now, refusals);
         }
     }
 
@@ -1488,8 +1596,10 @@ impl<'p> Simulation<'p> {
                 (
                     id.clone(),
                     GroupSummary {
+                        min_size: stats.min_size,
+                        max_size: stats.max_size,
                         final_size: *final_size,
-                        max_size: stats.peak.max(*final_size),
+                        peak_size: stats.peak.max(*final_size),
                         scale_ups: stats.scale_ups,
                         nodes_added: stats.added,
                         nodes_removed: stats.removed,
@@ -1503,17 +1613,32 @@ impl<'p> Simulation<'p> {
             .iter()
             .filter(|r| r.is_workload())
             .collect();
-        let mut waits: Vec<f64> = workload
+        // Every pod that waited for the scheduler counts, started or not: one that never got a
+        // node waited until it was deleted or the run ended. Leaving those out would report the
+        // lucky few.
+        let waited: Vec<_> = workload
             .iter()
-            .filter(|r| r.was_scheduled)
-            .filter_map(|r| r.bound_at.map(|b| b.since(r.pending_since).as_secs_f64()))
+            .filter(|r| r.was_scheduled || r.bound_at.is_none())
             .collect();
+        let mut waits: Vec<f64> = waited
+            .iter()
+            .map(|r| {
+                let until = r
+                    .bound_at
+                    .or(r.deleted_at)
+                    .unwrap_or(end)
+                    .max(r.pending_since);
+                until.since(r.pending_since).as_secs_f64()
+            })
+            .collect();
+        let never_started = waited.iter().filter(|r| r.bound_at.is_none()).count();
         let pods = PodSummary {
             created: workload.iter().filter(|r| r.replaces.is_none()).count(),
             running: workload.iter().filter(|r| r.is_running()).count(),
             pending: workload.iter().filter(|r| r.is_pending()).count(),
             never_schedulable: self.never_schedulable(),
             wait_seconds: rounded_percentiles(Percentiles::of(&mut waits), 3),
+            never_started,
             evicted: self.evictions,
             lost: workload.iter().filter(|r| r.is_lost()).count(),
         };

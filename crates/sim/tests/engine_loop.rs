@@ -95,7 +95,7 @@ fn no_second_scale_up_while_nodes_are_on_their_way() {
         entries(&result, EntryKind::ScaleUp)
     );
     assert_eq!(slow.nodes_added, 3);
-    assert_eq!(slow.max_size, 3);
+    assert_eq!(slow.peak_size, 3);
     assert_eq!(result.summary.pods.running, 12);
     // Nothing can run before the nodes exist: every pod waited at least the provisioning delay.
     assert!(

@@ -248,7 +248,7 @@ fn web_pods(at: &str, count: usize) -> String {
 
 /// The most nodes the group ever had registered.
 fn peak(result: &SimulationResult) -> usize {
-    result.summary.groups["g"].max_size
+    result.summary.groups["g"].peak_size
 }
 
 #[test]

@@ -84,7 +84,7 @@ fn assert_thousand_full_nodes(scenario: &Scenario, impossible_pods: usize) {
     let group = summary.groups.values().next().expect("one group");
     assert_eq!(group.final_size, 1000);
     assert_eq!(
-        group.max_size, 1000,
+        group.peak_size, 1000,
         "{}: the group never grew past 1000",
         scenario.name
     );

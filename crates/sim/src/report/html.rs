@@ -126,6 +126,7 @@ pub fn render_html(result: &SimulationResult) -> String {
             "pods running / created",
         ),
         (summary.pods.pending.to_string(), "pods pending at end"),
+        (summary.pods.never_started.to_string(), "pods never started"),
         (
             format!("{:.0}s", summary.pods.wait_seconds.p50),
             "pod wait p50",
@@ -275,13 +276,14 @@ pub fn render_html(result: &SimulationResult) -> String {
     );
     out.push_str(&time_chart(&[decide], x_max, "ms", Shape::Bars));
 
-    out.push_str("<h2>Groups</h2><table><tr><th>group</th><th class=\"num\">final</th><th class=\"num\">peak</th><th class=\"num\">scale-ups</th><th class=\"num\">added</th><th class=\"num\">removed</th></tr>");
+    out.push_str("<h2>Groups</h2><table><tr><th>group</th><th class=\"num\">final</th><th class=\"num\">peak</th><th class=\"num\">max</th><th class=\"num\">scale-ups</th><th class=\"num\">added</th><th class=\"num\">removed</th></tr>");
     for (id, g) in &summary.groups {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
             escape(id),
             g.final_size,
+            g.peak_size,
             g.max_size,
             g.scale_ups,
             g.nodes_added,

@@ -97,8 +97,10 @@ pub(crate) mod tests {
                     (
                         "a".to_string(),
                         GroupSummary {
+                            min_size: 0,
+                            max_size: 10,
                             final_size: 3,
-                            max_size: 3,
+                            peak_size: 3,
                             scale_ups: 1,
                             nodes_added: 2,
                             nodes_removed: 0,
@@ -116,6 +118,7 @@ pub(crate) mod tests {
                         p99: 100.0,
                         max: 100.0,
                     },
+                    never_started: 0,
                     evicted: 0,
                     lost: 0,
                 },

@@ -68,14 +68,14 @@ pub fn render_text(result: &SimulationResult) -> String {
     let _ = writeln!(out, "\nSummary");
     let _ = writeln!(
         out,
-        "  {:<width$}  {:>7}  {:>7}  {:>9}  {:>6}  {:>8}",
-        "group", "final", "peak", "scale-ups", "added", "removed"
+        "  {:<width$}  {:>7}  {:>7}  {:>7}  {:>9}  {:>6}  {:>8}",
+        "group", "final", "peak", "max", "scale-ups", "added", "removed"
     );
     for (id, g) in &summary.groups {
         let _ = writeln!(
             out,
-            "  {id:<width$}  {:>7}  {:>7}  {:>9}  {:>6}  {:>8}",
-            g.final_size, g.max_size, g.scale_ups, g.nodes_added, g.nodes_removed
+            "  {id:<width$}  {:>7}  {:>7}  {:>7}  {:>9}  {:>6}  {:>8}",
+            g.final_size, g.peak_size, g.max_size, g.scale_ups, g.nodes_added, g.nodes_removed
         );
     }
     let pods = &summary.pods;
@@ -86,8 +86,9 @@ pub fn render_text(result: &SimulationResult) -> String {
     );
     let _ = writeln!(
         out,
-        "  pod wait: p50 {:.1}s, p99 {:.1}s, max {:.1}s",
-        pods.wait_seconds.p50, pods.wait_seconds.p99, pods.wait_seconds.max
+        "  pod wait: p50 {:.1}s, p99 {:.1}s, max {:.1}s ({} never started, counted as waiting \
+         until deleted or the end)",
+        pods.wait_seconds.p50, pods.wait_seconds.p99, pods.wait_seconds.max, pods.never_started
     );
     let _ = writeln!(
         out,

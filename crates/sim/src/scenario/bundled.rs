@@ -46,6 +46,11 @@ pub fn bundled(name: &str) -> Option<&'static str> {
         .map(|(_, text)| *text)
 }
 
+/// The names of the bundled scenarios, in the order they are listed.
+pub fn bundled_names() -> Vec<&'static str> {
+    BUNDLED.iter().map(|(name, _)| *name).collect()
+}
+
 /// Parses the default scenario. Bundled scenarios reference no files, so no directory is needed.
 pub fn default_scenario() -> Result<Scenario, ScenarioError> {
     parse_scenario(DEFAULT_SCENARIO, "<bundled default>", Path::new("."))
@@ -74,6 +79,10 @@ mod tests {
                 "{name}: {:?}",
                 scenario.warnings
             );
+            // Within every limit a run has (scan interval, loops, thresholds).
+            if let Err(e) = crate::runner::options_for(&scenario, &[]) {
+                panic!("bundled scenario {name}: {e}");
+            }
         }
         assert!(bundled("upstream-2").is_some());
         assert!(bundled("nope").is_none());

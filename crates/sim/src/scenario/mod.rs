@@ -1,25 +1,30 @@
-//! Scenario files for `ferroscale simulate` (format: spec/scenario.md): node groups with templates,
+//! Scenario files for `ferroscale simulate` (format: docs/scenario.md): node groups with templates,
 //! initial cluster objects, a timed workload and expectations, parsed once into typed values.
 
 use std::path::Path;
 use std::time::Duration;
 
 use ferroscale_core::cloud::ErrorClass;
+use ferroscale_model::time::format_duration;
 use ferroscale_model::{ConditionStatus, LabelSelector, Node, Pod};
 use ferroscale_objects::{
     ConvertError, K8sObject, ObjectsError, PriorityClasses, RawObject, locate_field_line,
-    node_from_k8s, pod_from_k8s, read_documents,
+    node_from_k8s, pod_from_k8s, read_documents, unknown_field,
 };
 use serde_yaml_ng::{Mapping, Value};
 use thiserror::Error;
 
 mod bundled;
+mod limits;
 mod raw;
 mod selector;
 #[cfg(test)]
 mod tests;
 
-pub use bundled::{BUNDLED, DEFAULT_SCENARIO, bundled, default_scenario};
+pub use bundled::{BUNDLED, DEFAULT_SCENARIO, bundled, bundled_names, default_scenario};
+pub use limits::{
+    Limits, MIN_SCAN_INTERVAL, ReadError, TooDeep, check_nesting, group_digits, read_bounded,
+};
 pub use selector::parse_label_selector;
 
 /// A parsed, validated scenario.
@@ -190,7 +195,7 @@ pub struct Expectation {
 
 /// An invalid scenario: names the file, the line (when known) and the field path.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{origin}{}: {field}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+#[error("{origin}{}: {}{message}", line.map(|l| format!(":{l}")).unwrap_or_default(), if field.is_empty() { String::new() } else { format!("{field}: ") })]
 pub struct ScenarioError {
     pub origin: String,
     /// 1-based line, when known.
@@ -202,15 +207,24 @@ pub struct ScenarioError {
 
 /// Reads and parses a scenario file; `file:` references resolve relative to its directory.
 pub fn load_scenario(path: &Path) -> Result<Scenario, ScenarioError> {
-    let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
-        origin: origin.clone(),
+    load_scenario_with(path, &Limits::DEFAULT)
+}
+
+/// [`load_scenario`] within the given limits.
+pub fn load_scenario_with(path: &Path, limits: &Limits) -> Result<Scenario, ScenarioError> {
+    let text = read_scenario_text(path, limits)?;
+    let base_dir = path.parent().unwrap_or_else(|| Path::new("."));
+    parse_scenario_with(&text, &path.display().to_string(), base_dir, limits)
+}
+
+/// The text of a scenario file: a regular file of at most `limits.file_bytes`.
+pub fn read_scenario_text(path: &Path, limits: &Limits) -> Result<String, ScenarioError> {
+    read_bounded(path, limits.file_bytes.min(limits.total_bytes)).map_err(|e| ScenarioError {
+        origin: path.display().to_string(),
         line: None,
         field: String::new(),
-        message: format!("cannot read the file: {e}"),
-    })?;
-    let base_dir = path.parent().unwrap_or_else(|| Path::new("."));
-    parse_scenario(&text, &origin, base_dir)
+        message: format!("cannot read the scenario: {e}"),
+    })
 }
 
 pub const API_VERSION: &str = "ferroscale/v1alpha1";
@@ -222,13 +236,49 @@ pub fn parse_scenario(
     origin: &str,
     base_dir: &Path,
 ) -> Result<Scenario, ScenarioError> {
+    parse_scenario_with(text, origin, base_dir, &Limits::DEFAULT)
+}
+
+/// [`parse_scenario`] within the given limits.
+pub fn parse_scenario_with(
+    text: &str,
+    origin: &str,
+    base_dir: &Path,
+    limits: &Limits,
+) -> Result<Scenario, ScenarioError> {
+    let whole_file = |line: Option<usize>, message: String| ScenarioError {
+        origin: origin.to_string(),
+        line,
+        field: String::new(),
+        message,
+    };
+    let size = text.len() as u64;
+    if size > limits.file_bytes.min(limits.total_bytes) {
+        return Err(whole_file(
+            None,
+            ReadError::TooLarge {
+                size,
+                limit: limits.file_bytes.min(limits.total_bytes),
+            }
+            .to_string(),
+        ));
+    }
+    check_nesting(text, limits.depth).map_err(|e| whole_file(Some(e.line), too_deep(e)))?;
     let raw = read_raw(text, origin)?;
     Validator {
         text,
         origin,
         base_dir,
+        limits,
     }
     .scenario(raw)
+}
+
+fn too_deep(e: TooDeep) -> String {
+    format!(
+        "YAML nested more than {} levels deep; a scenario may nest at most {} levels",
+        e.limit, e.limit
+    )
 }
 
 /// Strips what serde_yaml_ng appends and prepends (position and path) from its messages: the error
@@ -265,6 +315,7 @@ struct Validator<'a> {
     text: &'a str,
     origin: &'a str,
     base_dir: &'a Path,
+    limits: &'a Limits,
 }
 
 impl Validator<'_> {
@@ -295,9 +346,14 @@ impl Validator<'_> {
         if raw.kind != KIND {
             return Err(self.error("kind", format!("expected {KIND}, found {:?}", raw.kind)));
         }
+        self.check_sizes(&raw)?;
+        self.check_times(&raw)?;
+        let created_pods = self.check_created_pods(&raw.events)?;
+        self.check_known_fields(&raw)?;
         let options = self.options(&raw.options)?;
 
         let mut node_groups: Vec<ScenarioNodeGroup> = Vec::new();
+        let mut group_nodes = 0usize;
         for (i, group) in raw.node_groups.into_iter().enumerate() {
             let group = self.node_group(i, group)?;
             if node_groups.iter().any(|g| g.id == group.id) {
@@ -306,11 +362,24 @@ impl Validator<'_> {
                     format!("duplicate node group id {:?}", group.id),
                 ));
             }
+            group_nodes = group_nodes.saturating_add(group.max_size);
+            if group_nodes > self.limits.nodes {
+                return Err(self.error(
+                    format!("nodeGroups[{i}].maxSize"),
+                    format!(
+                        "the node groups' maxSize add up to {} here, more than the {} nodes a \
+                         scenario may have",
+                        group_digits(group_nodes as u64),
+                        group_digits(self.limits.nodes as u64)
+                    ),
+                ));
+            }
             node_groups.push(group);
         }
 
         let mut warnings = Vec::new();
         let objects = self.objects(&raw.objects, &raw.events, &mut warnings)?;
+        self.check_object_totals(&objects.objects, group_nodes, created_pods)?;
 
         let mut expect = Vec::new();
         for (i, expectation) in raw.expect.into_iter().enumerate() {
@@ -328,6 +397,188 @@ impl Validator<'_> {
             expect,
             warnings,
         })
+    }
+
+    /// Counts and the simulated duration, before anything is read or converted.
+    fn check_sizes(&self, raw: &raw::RawScenario) -> Result<(), ScenarioError> {
+        let files = raw.objects.iter().filter(|o| o.file.is_some()).count();
+        for (field, count, limit, what) in [
+            (
+                "nodeGroups",
+                raw.node_groups.len(),
+                self.limits.node_groups,
+                "node groups",
+            ),
+            ("events", raw.events.len(), self.limits.events, "events"),
+            (
+                "expect",
+                raw.expect.len(),
+                self.limits.expectations,
+                "expectations",
+            ),
+            ("objects", files, self.limits.object_files, "objects files"),
+        ] {
+            if count > limit {
+                return Err(self.error(
+                    field,
+                    format!(
+                        "{} {what}; a scenario may have at most {}",
+                        group_digits(count as u64),
+                        group_digits(limit as u64)
+                    ),
+                ));
+            }
+        }
+        if raw.duration.0 > self.limits.duration {
+            return Err(self.error(
+                "duration",
+                format!(
+                    "{} is longer than the {} a scenario may last",
+                    format_duration(raw.duration.0),
+                    format_duration(self.limits.duration)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Events and expectations inside the simulated time: one after the end would never happen
+    /// (or, for an expectation, be checked at another time than it says).
+    fn check_times(&self, raw: &raw::RawScenario) -> Result<(), ScenarioError> {
+        let end = raw.duration.0;
+        let after_end = |what: &str, at: Duration| {
+            format!(
+                "{what} at {} is after the end of the scenario (duration {})",
+                format_duration(at),
+                format_duration(end)
+            )
+        };
+        for (i, event) in raw.events.iter().enumerate() {
+            if event.at.0 > end {
+                return Err(self.error(
+                    format!("events[{i}].at"),
+                    after_end("the event", event.at.0),
+                ));
+            }
+        }
+        for (i, expectation) in raw.expect.iter().enumerate() {
+            if let raw::RawCheckTime::At(at) = expectation.at
+                && at > end
+            {
+                return Err(self.error(format!("expect[{i}].at"), after_end("the expectation", at)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Pods the events create over the run, refused before any of them exists.
+    fn check_created_pods(&self, events: &[raw::RawEvent]) -> Result<usize, ScenarioError> {
+        let limit = self.limits.pods as u64;
+        let mut total = 0u64;
+        for (i, event) in events.iter().enumerate() {
+            let Some(count) = event.create.as_ref().map(|c| c.count.unwrap_or(1)) else {
+                continue;
+            };
+            total = total.saturating_add(count);
+            if total > limit {
+                let message = if count > limit {
+                    format!(
+                        "count {count} is more than the {} pods a scenario may create",
+                        group_digits(limit)
+                    )
+                } else {
+                    format!(
+                        "the events create {} pods up to here, more than the {} a scenario may \
+                         create",
+                        group_digits(total),
+                        group_digits(limit)
+                    )
+                };
+                return Err(self.error(format!("events[{i}].create.count"), message));
+            }
+        }
+        Ok(usize::try_from(total).unwrap_or(usize::MAX))
+    }
+
+    /// Nodes and pods of `objects:` on top of the groups' nodes and the events' pods.
+    fn check_object_totals(
+        &self,
+        objects: &[K8sObject],
+        group_nodes: usize,
+        created_pods: usize,
+    ) -> Result<(), ScenarioError> {
+        let nodes = objects
+            .iter()
+            .filter(|o| matches!(o, K8sObject::Node(_)))
+            .count();
+        let pods = objects
+            .iter()
+            .filter(|o| matches!(o, K8sObject::Pod(_)))
+            .count();
+        if group_nodes.saturating_add(nodes) > self.limits.nodes {
+            return Err(self.error(
+                "objects",
+                format!(
+                    "{} Node objects and the node groups' maxSize ({}) add up to more than the \
+                     {} nodes a scenario may have",
+                    group_digits(nodes as u64),
+                    group_digits(group_nodes as u64),
+                    group_digits(self.limits.nodes as u64)
+                ),
+            ));
+        }
+        if created_pods.saturating_add(pods) > self.limits.pods {
+            return Err(self.error(
+                "objects",
+                format!(
+                    "{} Pod objects and the {} pods the events create add up to more than the {} \
+                     pods a scenario may have",
+                    group_digits(pods as u64),
+                    group_digits(created_pods as u64),
+                    group_digits(self.limits.pods as u64)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Node templates and event pods are read strictly, like the objects files: a field the
+    /// Kubernetes type does not have is refused instead of silently dropped.
+    fn check_known_fields(&self, raw: &raw::RawScenario) -> Result<(), ScenarioError> {
+        // The text already parsed once into the typed scenario, so it parses as a tree too.
+        let Ok(tree) = serde_yaml_ng::from_str::<Value>(self.text) else {
+            return Ok(());
+        };
+        let unknown = |prefix: String, field: String| {
+            let name = field.rsplit('.').next().unwrap_or(&field).to_string();
+            self.error(
+                format!("{prefix}.{field}"),
+                format!("unknown field `{name}`"),
+            )
+        };
+        let groups = tree.get("nodeGroups");
+        for (i, group) in raw.node_groups.iter().enumerate() {
+            let written = groups
+                .and_then(|g| g.get(i))
+                .and_then(|g| g.get("template"));
+            if let Some(field) = written.and_then(|w| unknown_field(w, &group.template)) {
+                return Err(unknown(format!("nodeGroups[{i}].template"), field));
+            }
+        }
+        let events = tree.get("events");
+        for (i, event) in raw.events.iter().enumerate() {
+            let Some(create) = &event.create else {
+                continue;
+            };
+            let written = events
+                .and_then(|e| e.get(i))
+                .and_then(|e| e.get("create"))
+                .and_then(|c| c.get("pod"));
+            if let Some(field) = written.and_then(|w| unknown_field(w, &create.pod)) {
+                return Err(unknown(format!("events[{i}].create.pod"), field));
+            }
+        }
+        Ok(())
     }
 
     fn options(&self, options: &Mapping) -> Result<Vec<(String, String)>, ScenarioError> {
@@ -478,15 +729,38 @@ impl Validator<'_> {
         }
         let mut files = Vec::new();
         let mut sources_in_order = Vec::new();
+        // What the objects files may still add to the scenario's own bytes.
+        let mut budget = self
+            .limits
+            .total_bytes
+            .saturating_sub(self.text.len() as u64);
         for (i, source) in sources.iter().enumerate() {
             match (&source.file, &source.inline) {
                 (Some(file), None) => {
                     let path = self.base_dir.join(file);
-                    let text = std::fs::read_to_string(&path).map_err(|e| {
+                    let limit = self.limits.file_bytes.min(budget);
+                    let text = read_bounded(&path, limit).map_err(|e| {
+                        let why = match e {
+                            ReadError::TooLarge { .. } if limit < self.limits.file_bytes => {
+                                format!(
+                                    "the scenario and its objects files would have more than \
+                                     {} bytes together, the most a scenario may read",
+                                    group_digits(self.limits.total_bytes)
+                                )
+                            }
+                            other => other.to_string(),
+                        };
                         self.error(
                             format!("objects[{i}].file"),
-                            format!("cannot read {}: {e}", path.display()),
+                            format!("cannot read {}: {why}", path.display()),
                         )
+                    })?;
+                    budget = budget.saturating_sub(text.len() as u64);
+                    check_nesting(&text, self.limits.depth).map_err(|e| ScenarioError {
+                        origin: path.display().to_string(),
+                        line: Some(e.line),
+                        field: String::new(),
+                        message: too_deep(e),
                     })?;
                     files.push(FileObjects {
                         origin: path.display().to_string(),

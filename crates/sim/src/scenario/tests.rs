@@ -540,3 +540,316 @@ fn bad_bind_is_refused() {
         "must not be empty",
     );
 }
+
+/// A temporary directory for one test's files, removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(test: &str) -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("ferroscale-scenario-{}-{test}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn parse_limited(text: &str, base_dir: &Path, limits: &Limits) -> Result<Scenario, ScenarioError> {
+    parse_scenario_with(text, "test.yaml", base_dir, limits)
+}
+
+#[test]
+fn a_pod_count_beyond_the_limit_is_refused_before_any_pod_exists() {
+    assert_error(
+        &mutate("count: 300", "count: 100000000000"),
+        "events[1].create.count",
+        "count: 100000000000",
+        "more than the 1,000,000 pods",
+    );
+    // Several events that each stay under the limit but add up beyond it.
+    let limits = Limits {
+        pods: 500,
+        ..Limits::DEFAULT
+    };
+    let text = mutate(
+        "  - at: 50m\n    cordon:",
+        "  - at: 1h\n    create:\n      count: 201\n      pod: {apiVersion: v1, kind: Pod, metadata: {name: more}, spec: {containers: [{name: c}]}}\n  - at: 50m\n    cordon:",
+    );
+    let e = parse_limited(&text, Path::new("."), &limits).unwrap_err();
+    assert_eq!(e.field, "events[2].create.count", "{e}");
+    assert!(e.message.contains("501 pods"), "{e}");
+}
+
+#[test]
+fn node_group_sizes_beyond_the_node_limit_are_refused() {
+    assert_error(
+        &mutate("    maxSize: 100\n", "    maxSize: 100000000\n"),
+        "nodeGroups[0].maxSize",
+        "maxSize: 100000000",
+        "more than the 100,000 nodes",
+    );
+    // Two groups that each fit but together do not.
+    let limits = Limits {
+        nodes: 101,
+        ..Limits::DEFAULT
+    };
+    let e = parse_limited(VALID, Path::new("."), &limits).unwrap_err();
+    assert_eq!(e.field, "nodeGroups[1].maxSize", "{e}");
+    assert_eq!(e.line, Some(line_of(VALID, "maxSize: 2")), "{e}");
+}
+
+#[test]
+fn counts_of_groups_events_expectations_and_files_are_bounded() {
+    let tight = |limits: Limits, field: &str, part: &str| {
+        let e = parse_limited(VALID, Path::new("."), &limits).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.message.contains(part), "{e}");
+    };
+    tight(
+        Limits {
+            node_groups: 1,
+            ..Limits::DEFAULT
+        },
+        "nodeGroups",
+        "2 node groups; a scenario may have at most 1",
+    );
+    tight(
+        Limits {
+            events: 3,
+            ..Limits::DEFAULT
+        },
+        "events",
+        "4 events; a scenario may have at most 3",
+    );
+    tight(
+        Limits {
+            expectations: 2,
+            ..Limits::DEFAULT
+        },
+        "expect",
+        "4 expectations; a scenario may have at most 2",
+    );
+    let two_files = mutate(
+        "objects:\n",
+        "objects:\n  - file: a.yaml\n  - file: b.yaml\n",
+    );
+    let e = parse_limited(
+        &two_files,
+        Path::new("."),
+        &Limits {
+            object_files: 1,
+            ..Limits::DEFAULT
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "objects", "{e}");
+    assert!(e.message.contains("2 objects files"), "{e}");
+}
+
+#[test]
+fn a_duration_beyond_thirty_days_is_refused() {
+    assert_error(
+        &mutate("duration: 2h", "duration: 9000h"),
+        "duration",
+        "duration",
+        "longer than the 720h0m0s a scenario may last",
+    );
+}
+
+#[test]
+fn events_and_expectations_after_the_end_are_refused() {
+    assert_error(
+        &mutate("  - at: 55m", "  - at: 3h"),
+        "events[3].at",
+        "at: 3h",
+        "after the end of the scenario (duration 2h0m0s)",
+    );
+    assert_error(
+        &mutate(
+            "  - at: 30m\n    pendingPods",
+            "  - at: 99h\n    pendingPods",
+        ),
+        "expect[1].at",
+        "at: 99h",
+        "after the end",
+    );
+    // At the end exactly is still inside the run.
+    assert!(
+        parse(&mutate(
+            "  - at: 30m\n    pendingPods",
+            "  - at: 2h\n    pendingPods"
+        ))
+        .is_ok()
+    );
+}
+
+#[test]
+fn objects_are_read_only_from_regular_files() {
+    let dir = TempDir::new("special-files");
+    std::fs::create_dir_all(dir.0.join("a-directory")).unwrap();
+    for (file, kind) in [
+        ("/dev/zero", "a character device"),
+        ("a-directory", "a directory"),
+    ] {
+        let text = mutate("objects:\n", &format!("objects:\n  - file: {file}\n"));
+        let e = parse_scenario(&text, "test.yaml", &dir.0).unwrap_err();
+        assert_eq!(e.field, "objects[0].file", "{e}");
+        assert_eq!(e.line, Some(line_of(&text, "- file:")), "{e}");
+        assert!(e.message.contains(kind), "{e}");
+        assert!(e.message.contains("only regular files"), "{e}");
+    }
+    let e = load_scenario(Path::new("/dev/zero")).unwrap_err();
+    assert!(e.message.contains("a character device"), "{e}");
+}
+
+#[test]
+fn an_objects_file_one_byte_over_the_limit_is_refused_without_reading_it() {
+    let dir = TempDir::new("file-size");
+    // Larger than the scenario text, so the scenario itself stays within the per-file limits.
+    let pod = format!(
+        "# {}\napiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec: {{containers: [{{name: c}}]}}\n",
+        "padding ".repeat(1000)
+    );
+    std::fs::write(dir.0.join("pods.yaml"), &pod).unwrap();
+    let text = mutate("objects:\n", "objects:\n  - file: pods.yaml\n");
+    let exact = Limits {
+        file_bytes: pod.len() as u64,
+        ..Limits::DEFAULT
+    };
+    assert!(parse_limited(&text, &dir.0, &exact).is_ok());
+    let one_short = Limits {
+        file_bytes: pod.len() as u64 - 1,
+        ..Limits::DEFAULT
+    };
+    let e = parse_limited(&text, &dir.0, &one_short).unwrap_err();
+    assert_eq!(e.field, "objects[0].file", "{e}");
+    assert!(
+        e.message.contains(&format!(
+            "a file may have at most {} bytes",
+            group_digits(pod.len() as u64 - 1)
+        )),
+        "{e}"
+    );
+    // The scenario's own bytes count against the total for all files.
+    let total = Limits {
+        total_bytes: (text.len() + pod.len() - 1) as u64,
+        ..Limits::DEFAULT
+    };
+    let e = parse_limited(&text, &dir.0, &total).unwrap_err();
+    assert!(e.message.contains("together"), "{e}");
+    // The scenario text itself.
+    let small = Limits {
+        file_bytes: text.len() as u64 - 1,
+        ..Limits::DEFAULT
+    };
+    let e = parse_limited(&text, &dir.0, &small).unwrap_err();
+    assert!(e.message.contains("at most"), "{e}");
+}
+
+#[test]
+fn nesting_a_hundred_thousand_levels_deep_fails_before_parsing() {
+    let deep = format!(
+        "apiVersion: ferroscale/v1alpha1\nkind: Scenario\nduration: 1m\noptions: {{a: {}}}\n",
+        "[".repeat(100_000) + &"]".repeat(100_000)
+    );
+    let e = parse_err(&deep);
+    assert_eq!(e.line, Some(4), "{e}");
+    assert!(e.message.contains("nested more than 64 levels"), "{e}");
+    // Block style: a thousand levels are enough to cross the limit (a hundred thousand would be
+    // gigabytes of indentation, refused by the file size limit anyway).
+    let block: String = (0..1_000)
+        .map(|i| format!("{}k:\n", " ".repeat(i)))
+        .collect();
+    let e = parse_err(&format!(
+        "apiVersion: ferroscale/v1alpha1\nkind: Scenario\nduration: 1m\noptions:\n{block}"
+    ));
+    assert!(e.message.contains("nested more than 64 levels"), "{e}");
+
+    // The same bound holds in an objects file.
+    let dir = TempDir::new("nesting");
+    std::fs::write(
+        dir.0.join("deep.yaml"),
+        format!(
+            "apiVersion: v1\nkind: List\nitems: {}\n",
+            "[".repeat(100_000)
+        ),
+    )
+    .unwrap();
+    let text = mutate("objects:\n", "objects:\n  - file: deep.yaml\n");
+    let e = parse_scenario(&text, "test.yaml", &dir.0).unwrap_err();
+    assert!(e.origin.ends_with("deep.yaml"), "{e}");
+    assert_eq!(e.line, Some(3), "{e}");
+}
+
+#[test]
+fn negative_quantities_are_refused_with_their_field() {
+    assert_error(
+        &mutate(
+            "requests: {cpu: 500m, memory: 1Gi}",
+            "requests: {cpu: -500m, memory: 1Gi}",
+        ),
+        "events[1].create.pod.spec.containers[0].resources.requests.cpu",
+        "cpu: -500m",
+        "must not be negative",
+    );
+    assert_error(
+        &mutate(
+            "allocatable: {cpu: \"4\", memory: 16Gi",
+            "allocatable: {cpu: \"4\", memory: -16Gi",
+        ),
+        "nodeGroups[0].template.status.allocatable.memory",
+        "memory: -16Gi",
+        "must not be negative",
+    );
+    assert_error(
+        &mutate("capacity: {cpu: \"8\"", "capacity: {cpu: \"-8\""),
+        "nodeGroups[1].template.status.capacity.cpu",
+        "capacity:",
+        "must not be negative",
+    );
+}
+
+#[test]
+fn unknown_fields_inside_kubernetes_objects_are_refused() {
+    assert_error(
+        &mutate(
+            "          priorityClassName: high\n",
+            "          priorityClassName: high\n          nodeSelektor: {disk: ssd}\n",
+        ),
+        "events[1].create.pod.spec.nodeSelektor",
+        "nodeSelektor",
+        "unknown field `nodeSelektor`",
+    );
+    assert_error(
+        &mutate(
+            "        taints: [{key: nvidia.com/gpu,",
+            "        taint: [{key: nvidia.com/gpu,",
+        ),
+        "nodeGroups[1].template.spec.taint",
+        "taint:",
+        "unknown field `taint`",
+    );
+    let e = parse_err(&mutate(
+        "metadata: {name: web, namespace: default}, spec: {maxUnavailable: 1,",
+        "metadata: {name: web, namespace: default}, spec: {maxUnavailabel: 1,",
+    ));
+    assert_eq!(e.field, "objects[1].inline.spec.maxUnavailabel", "{e}");
+    assert!(e.message.contains("unknown field"), "{e}");
+
+    let dir = TempDir::new("strict-file");
+    std::fs::write(
+        dir.0.join("pods.yaml"),
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: p}\n  spec:\n    containers:\n    - name: c\n      resourcez: {}\n",
+    )
+    .unwrap();
+    let text = mutate("objects:\n", "objects:\n  - file: pods.yaml\n");
+    let e = parse_scenario(&text, "test.yaml", &dir.0).unwrap_err();
+    assert!(e.origin.ends_with("pods.yaml"), "{e}");
+    assert_eq!(e.field, "items[0].spec.containers[0].resourcez", "{e}");
+    assert_eq!(e.line, Some(10), "{e}");
+}
