@@ -36,8 +36,8 @@ use k8s_openapi::api::batch::v1 as batch;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::scheduling::v1 as scheduling;
+use kube::runtime::watcher as watch_stream;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher as watch_stream};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use thiserror::Error;
@@ -796,13 +796,17 @@ where
     let stores = Arc::clone(stores);
     tokio::spawn(async move {
         let kind = store(&stores).kind;
-        let mut events = std::pin::pin!(watch_stream(api, config).default_backoff());
+        let mut events = std::pin::pin!(watch_stream(api, config));
+        let mut retry = RetryDelay::default();
         while let Some(event) = events.next().await {
             match event {
                 Ok(event) => {
                     // `Init` only announces another list attempt; anything else means the API
                     // server answered.
                     let answered = !matches!(event, Event::Init);
+                    if answered {
+                        retry.reset();
+                    }
                     if answered && let Some(attempts) = store(&stores).record_success() {
                         tracing::info!(
                             kind,
@@ -813,15 +817,48 @@ where
                     store(&stores).apply(event, |object| convert(&stores, object));
                     after(&stores);
                 }
-                // The backoff delays the retry; the watcher re-lists or resumes by itself.
+                // The watcher re-lists or resumes by itself at the next poll; the delay spaces
+                // the attempts out.
                 Err(error) => {
                     let error = error_chain(&error);
                     store(&stores).record_failure(&error);
                     log_watch_failure(&stores, kind, &error);
+                    tokio::time::sleep(retry.next_delay()).await;
                 }
             }
         }
     })
+}
+
+/// The wait before a failed watch is tried again: 800 ms doubling up to 30 s (kube-runtime's
+/// default backoff), back to 800 ms once the API server answers. kube-runtime's own backoff
+/// cannot be used as is: the watcher reports the start of every list attempt as an event, which
+/// resets that backoff, so a watch against a server that refuses connections was retried every
+/// 800 ms for ever — eleven watches, a dozen requests and log lines a second.
+#[derive(Debug)]
+struct RetryDelay {
+    next: Duration,
+}
+
+impl RetryDelay {
+    const FIRST: Duration = Duration::from_millis(800);
+    const MAX: Duration = Duration::from_secs(30);
+
+    fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        delay
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+impl Default for RetryDelay {
+    fn default() -> Self {
+        RetryDelay { next: Self::FIRST }
+    }
 }
 
 /// The first failure of its text, then one line per window with the count of identical ones.
@@ -853,6 +890,20 @@ mod tests {
             }),
             ..Pod::default()
         }
+    }
+
+    #[test]
+    fn failed_watches_are_retried_less_and_less_often_until_the_server_answers() {
+        let mut retry = RetryDelay::default();
+        let delays: Vec<u64> = (0..8)
+            .map(|_| retry.next_delay().as_millis() as u64)
+            .collect();
+        assert_eq!(
+            delays,
+            [800, 1_600, 3_200, 6_400, 12_800, 25_600, 30_000, 30_000]
+        );
+        retry.reset();
+        assert_eq!(retry.next_delay(), Duration::from_millis(800));
     }
 
     #[test]
