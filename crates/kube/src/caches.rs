@@ -1,7 +1,7 @@
 //! Watch caches that hold the cluster already converted into the model.
 //!
-//! One kube-runtime watcher per kind (with kube-runtime's default backoff, so a failed watch or an
-//! API server restart is retried and re-listed without anyone noticing but the log). Each watch
+//! One kube-runtime watcher per kind (retried with a growing delay, so a failed watch or an API
+//! server restart is retried and re-listed without anyone noticing but the log). Each watch
 //! event is converted into the model the moment it arrives and the converted object is kept, keyed
 //! by uid; [`ClusterCaches`] hands those out without converting or listing anything again. This is
 //! why there is no kube-runtime reflector here: a reflector keeps the raw objects (managed fields
