@@ -156,6 +156,9 @@ pub struct RunFlags {
     pub health: HealthLimits,
     pub static_node_groups: Vec<StaticNodeGroup>,
     pub loop_timing: LoopTiming,
+    /// `--cache-sync-timeout` (Ferroscale, default 5m): how long the watch caches may take for
+    /// their first list before `run` gives up with an error.
+    pub cache_sync_timeout: Duration,
 }
 
 /// What the command line asked for.
@@ -186,6 +189,7 @@ fn is_process_flag(flag: &str) -> bool {
             | "max-startup-time"
             | "frequent-loops-enabled"
             | "unschedulable-pods-batching-window"
+            | "cache-sync-timeout"
     )
 }
 
@@ -324,6 +328,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     let mut health = HealthLimits::default();
     let mut static_node_groups = Vec::new();
     let mut loop_timing = LoopTiming::default();
+    let mut cache_sync_timeout = Duration::from_secs(300);
 
     for (flag, value) in &pairs {
         let mut record = |result: Result<(), String>| {
@@ -385,6 +390,9 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             },
             "unschedulable-pods-batching-window" => {
                 record(duration(flag, value).map(|d| loop_timing.batching_window = d))
+            }
+            "cache-sync-timeout" => {
+                record(duration(flag, value).map(|d| cache_sync_timeout = d))
             }
             "max-startup-time" => {
                 record(duration(flag, value).map(|d| health.max_startup_time = d))
@@ -465,6 +473,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             health,
             static_node_groups,
             loop_timing,
+            cache_sync_timeout,
         }))),
         _ => Err(errors.join("\n")),
     }
@@ -497,6 +506,8 @@ repeat a flag for lists), for example:
   --unschedulable-pods-batching-window=300ms
                                    (Ferroscale) wait this long after the first new
                                    unschedulable pod so one loop sees its whole burst
+  --cache-sync-timeout=5m          (Ferroscale) give up when the first list of the cluster
+                                   takes longer
   --leader-elect=true              and --leader-elect-lease-duration, -renew-deadline,
                                    -retry-period, -resource-name
   --v=1                            1: decisions and errors, 5: every provider call

@@ -2,6 +2,12 @@
 //! engine's (`Autoscaler::run_once`); this module builds the cloud provider, the watch caches and
 //! `KubeCluster`, serves `/metrics` and `/health-check`, holds the leader-election Lease, runs one
 //! iteration every `--scan-interval`, and shuts down cleanly on SIGTERM or SIGINT (spec 1.1-1.5).
+//!
+//! Shutting down has side effects that belong to the leader alone: deleting the status ConfigMap
+//! (which the next leader writes) and the provider's `Cleanup` (which an externalgrpc server
+//! shared by every replica receives). They run as the last step of the leader's work, while the
+//! Lease is still held and renewed, bounded by [`CLEANUP_TIMEOUT`]; the Lease is released after
+//! them. A standby, or a replica that lost the Lease, leaves without touching anything.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,8 +31,11 @@ use tokio::sync::Notify;
 
 use crate::flags::{CloudProviderKind, LoopTiming, RunFlags};
 
-/// How long the watch caches may take for their first list before start-up fails.
-const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(300);
+/// The longest the leader's shutdown clean-up (status ConfigMap, provider `Cleanup`) may take:
+/// well inside Kubernetes' default termination grace period of 30 s, after an iteration in
+/// progress has finished, so that a server that does not answer cannot keep the process alive
+/// until it is killed.
+pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The wall clock as the engine's timestamps (the only place the binary reads it).
 pub fn system_now() -> Timestamp {
@@ -51,8 +60,12 @@ pub fn init_logging(verbosity: u8) {
         5..=8 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        // kube's client logs every failed request at error level, and the caller reports the
+        // same failure with its context: against an API server that does not answer that was
+        // one more line per retry of each watch.
+        tracing_subscriber::EnvFilter::new(format!("{level},kube_client::client::builder=off"))
+    });
     // A second initialisation (tests) is harmless; keep the first subscriber.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -100,17 +113,25 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     let client_config = environment
         .client_config(flags.kubeconfig.as_deref())
         .await?;
+    // Named in every connection error: the client's own errors do not say which server.
+    let api_server = client_config.cluster_url.to_string();
+    tracing::info!(%api_server, "using the Kubernetes API server");
     let client =
         kube::Client::try_from(client_config.clone()).context("building the Kubernetes client")?;
 
-    let provider = build_provider(&flags, &options, &environment, &client).await?;
+    let provider = build_provider(&flags, &options, &environment, &client)
+        .await
+        .with_context(|| format!("starting against the API server at {api_server}"))?;
     tracing::info!(provider = provider.name(), "cloud provider ready");
 
-    let caches = ClusterCaches::start(client.clone(), &CacheConfig::new(&options.namespace));
+    let caches = ClusterCaches::start(
+        client.clone(),
+        &CacheConfig::new(&options.namespace).with_api_server(&api_server),
+    );
     let wake_ups = caches.clone();
     tokio::select! {
-        synced = caches.wait_until_ready(CACHE_SYNC_TIMEOUT) => synced?,
-        () = shutdown.notified() => return Ok(()),
+        synced = caches.wait_until_ready(flags.cache_sync_timeout) => synced?,
+        () = signalled(&shutdown, &stopping) => return Ok(()),
     }
     let mut cluster_config = KubeClusterConfig::new(&options.namespace);
     cluster_config.status_configmap = options.status_config_map_name.clone();
@@ -119,45 +140,75 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
 
     let seed = u64::try_from(system_now().0).unwrap_or_default();
     let mut autoscaler = Autoscaler::new(options.clone(), seed);
-    let work = autoscale(
-        &mut autoscaler,
-        Loop {
-            provider: provider.as_ref(),
-            cluster: &cluster,
-            wake_ups: &wake_ups,
-            timing: flags.loop_timing,
-            metrics: &metrics,
-            health: &health,
-            shutdown: &shutdown,
-            stopping: &stopping,
-        },
-    );
+    let context = Loop {
+        provider: provider.as_ref(),
+        cluster: &cluster,
+        wake_ups: &wake_ups,
+        timing: flags.loop_timing,
+        metrics: &metrics,
+        health: &health,
+        shutdown: &shutdown,
+        stopping: &stopping,
+    };
     let result = if flags.leader_election.enabled {
         let mut election = LeaderElectionConfig::new(&options.namespace);
         election.lease_name = flags.leader_election.resource_name.clone();
         election.lease_duration = flags.leader_election.lease_duration;
         election.renew_deadline = flags.leader_election.renew_deadline;
         election.retry_period = flags.leader_election.retry_period;
+        election.api_server = api_server.clone();
         let elector = LeaderElector::new(client.clone(), election);
         tracing::info!(identity = elector.identity(), "waiting for leadership");
+        // The clean-up is part of the leader's work: it runs while the Lease is renewed, and is
+        // dropped with the work when the Lease is lost.
         let led = tokio::select! {
-            led = elector.run_while_leader(work) => led,
-            () = wait_until_stopping_before_leading(&shutdown, &stopping, &elector) => Ok(()),
+            led = elector.run_while_leader(lead(&mut autoscaler, context)) => led,
+            () = wait_until_stopping_before_leading(&shutdown, &stopping, &elector) => {
+                tracing::info!("stopping as a standby: leaving the status and the provider to the leader");
+                Ok(())
+            }
         };
         if let Err(error) = elector.release().await {
             tracing::warn!(%error, "releasing the lease");
         }
-        // Losing the lease ends the process with an error, as upstream does.
+        // Losing the lease ends the process with an error, as upstream does, and without the
+        // clean-up: the status and the provider are the new leader's now.
         led.map_err(|lost| anyhow!(lost))
     } else {
-        work.await;
+        lead(&mut autoscaler, context).await;
         Ok(())
     };
-    if let Err(error) = autoscaler.shutdown(provider.as_ref(), &cluster).await {
-        tracing::warn!(%error, "shutdown clean-up");
-    }
     server.abort();
     result
+}
+
+/// The leader's work: the loop until a signal, then the shutdown clean-up — only when the loop
+/// ran, so that a replica that gets the Lease after the signal leaves without side effects.
+async fn lead(autoscaler: &mut Autoscaler, context: Loop<'_>) {
+    let (provider, cluster) = (context.provider, context.cluster);
+    let iterations = autoscale(autoscaler, context).await;
+    if iterations == 0 {
+        tracing::info!("stopped before the first iteration: nothing to clean up");
+        return;
+    }
+    clean_up(autoscaler, provider, cluster, CLEANUP_TIMEOUT).await;
+}
+
+/// Deletes the status ConfigMap and calls the provider's `Cleanup`, giving up after `timeout`.
+async fn clean_up(
+    autoscaler: &mut Autoscaler,
+    provider: &dyn CloudProvider,
+    cluster: &dyn ClusterApi,
+    timeout: Duration,
+) {
+    tracing::info!(
+        "shutdown clean-up: deleting the status ConfigMap and calling the provider's Cleanup"
+    );
+    match tokio::time::timeout(timeout, autoscaler.shutdown(provider, cluster)).await {
+        Ok(Ok(())) => tracing::info!("shutdown clean-up done"),
+        Ok(Err(error)) => tracing::warn!(%error, "shutdown clean-up"),
+        Err(_) => tracing::warn!("shutdown clean-up did not finish within {timeout:?}; giving up"),
+    }
 }
 
 /// The cloud provider `--cloud-provider` names, from `--cloud-config` (or, for kwok, its
@@ -264,10 +315,23 @@ async fn wait_until_stopping_before_leading(
     elector: &LeaderElector,
 ) {
     loop {
-        shutdown.notified().await;
+        let signal = shutdown.notified();
+        tokio::pin!(signal);
+        signal.as_mut().enable();
         if stopping.load(Ordering::SeqCst) && !elector.is_leader() {
             return;
         }
+        signal.await;
+    }
+}
+
+/// Completes once a signal has arrived, whether before or after the call.
+async fn signalled(shutdown: &Notify, stopping: &AtomicBool) {
+    let signal = shutdown.notified();
+    tokio::pin!(signal);
+    signal.as_mut().enable();
+    if !stopping.load(Ordering::SeqCst) {
+        signal.await;
     }
 }
 
@@ -319,7 +383,8 @@ struct Loop<'a> {
 /// iteration's start, until a signal arrives; an iteration in progress always completes. With
 /// `--frequent-loops-enabled`, an iteration starts at once when one of the last two acted, and a
 /// new unschedulable pod cuts the wait short after `--unschedulable-pods-batching-window`.
-async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) {
+/// Returns how many iterations ran.
+async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
     let scan_interval = autoscaler.options().scan_interval;
     let lock_health = || {
         context
@@ -330,7 +395,9 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) {
     lock_health().start_monitoring(system_now());
     // Whether each of the last two iterations acted.
     let mut acted = [false; 2];
+    let mut iterations = 0;
     while !context.stopping.load(Ordering::SeqCst) {
+        iterations += 1;
         let started = Instant::now();
         let now = system_now();
         lock_health().record_activity(now);
@@ -352,6 +419,16 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) {
         log_outcome(&outcome, took);
         acted = [acted[1], outcome.acted()];
 
+        // Listen for the signal before looking at the flag: a signal that arrived during the
+        // iteration has set the flag, one that arrives from here on wakes `stop`. (Listening only
+        // while sleeping missed a signal that came during the iteration, and the process slept a
+        // whole scan interval before noticing it.)
+        let stop = context.shutdown.notified();
+        tokio::pin!(stop);
+        stop.as_mut().enable();
+        if context.stopping.load(Ordering::SeqCst) {
+            break;
+        }
         let waited = Instant::now();
         if context.timing.frequent_loops && acted.contains(&true) {
             tracing::debug!("an iteration acted: starting the next one at once");
@@ -372,25 +449,26 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) {
         if context.timing.frequent_loops {
             tokio::select! {
                 () = sleep => {}
-                () = context.shutdown.notified() => {}
+                () = &mut stop => {}
                 () = context.wake_ups.unschedulable_pod_seen() => {
                     tracing::debug!("a new unschedulable pod: waking up after the batching window");
                     tokio::select! {
                         () = tokio::time::sleep(context.timing.batching_window) => {}
-                        () = context.shutdown.notified() => {}
+                        () = &mut stop => {}
                     }
                 }
             }
         } else {
             tokio::select! {
                 () = sleep => {}
-                () = context.shutdown.notified() => {}
+                () = &mut stop => {}
             }
         }
         context
             .metrics
             .observe_function("loopWait", waited.elapsed());
     }
+    iterations
 }
 
 /// `--v=1`: what was decided and what failed.

@@ -1,7 +1,7 @@
 //! Watch caches that hold the cluster already converted into the model.
 //!
-//! One kube-runtime watcher per kind (with kube-runtime's default backoff, so a failed watch or an
-//! API server restart is retried and re-listed without anyone noticing but the log). Each watch
+//! One kube-runtime watcher per kind (retried with a growing delay, so a failed watch or an API
+//! server restart is retried and re-listed without anyone noticing but the log). Each watch
 //! event is converted into the model the moment it arrives and the converted object is kept, keyed
 //! by uid; [`ClusterCaches`] hands those out without converting or listing anything again. This is
 //! why there is no kube-runtime reflector here: a reflector keeps the raw objects (managed fields
@@ -10,6 +10,12 @@
 //! An object that does not convert (a quantity the model cannot hold, an unknown operator, ...) is
 //! kept out of the model with a warning naming the object, the field and the value, and counted in
 //! [`ClusterCaches::conversion_failures`]; every other object keeps flowing.
+//!
+//! A watch that fails is retried with kube-runtime's backoff. Its failure is logged naming the API
+//! server and the cause, once; identical failures of any watcher are then summed up once per
+//! [`REPEAT_WINDOW`](crate::repeated::REPEAT_WINDOW) (an API server that does not answer fails
+//! all eleven watchers together). While the first lists run, [`ClusterCaches::wait_until_ready`]
+//! reports which caches are synced and how many objects each has listed.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -31,15 +37,21 @@ use k8s_openapi::api::batch::v1 as batch;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::scheduling::v1 as scheduling;
+use kube::runtime::watcher as watch_stream;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher as watch_stream};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::repeated::{RepeatedWarnings, Verdict, error_chain};
 
 /// The priority expander reads this key of its ConfigMap.
 const PRIORITY_EXPANDER_KEY: &str = "priorities";
+
+/// How often [`ClusterCaches::wait_until_ready`] says how far the first lists have got.
+pub const SYNC_PROGRESS_INTERVAL: Duration = Duration::from_secs(15);
 
 /// Where the caches look for the autoscaler's own objects.
 #[derive(Debug, Clone)]
@@ -48,6 +60,9 @@ pub struct CacheConfig {
     pub autoscaler_namespace: String,
     /// Name of the priority expander's ConfigMap (upstream: `cluster-autoscaler-priority-expander`).
     pub priority_expander_configmap: String,
+    /// The API server's URL, named in every watch failure and progress report (the client's
+    /// errors do not say which server they could not reach).
+    pub api_server: String,
 }
 
 impl CacheConfig {
@@ -56,17 +71,106 @@ impl CacheConfig {
         CacheConfig {
             autoscaler_namespace: autoscaler_namespace.into(),
             priority_expander_configmap: "cluster-autoscaler-priority-expander".to_string(),
+            api_server: String::new(),
         }
+    }
+
+    /// The same, naming `url` as the API server in log lines and errors.
+    pub fn with_api_server(mut self, url: impl Into<String>) -> CacheConfig {
+        self.api_server = url.into();
+        self
+    }
+}
+
+/// "the API server at <url>", or "the API server" when the URL is not known.
+fn describe_server(url: &str) -> String {
+    if url.is_empty() {
+        "the API server".to_string()
+    } else {
+        format!("the API server at {url}")
     }
 }
 
 /// The caches did not finish their first list in time.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("watch caches not synced within {timeout:?}; still waiting for: {pending}")]
+#[error(
+    "the watch caches did not sync with {server} within {timeout:?}; {progress}",
+    server = describe_server(api_server)
+)]
 pub struct NotSynced {
     pub timeout: Duration,
-    /// The kinds that have not completed their first list, comma-separated.
-    pub pending: String,
+    /// The API server's URL (empty when not known).
+    pub api_server: String,
+    /// How far each cache got, including the last error of those that fail.
+    pub progress: SyncProgress,
+}
+
+/// How far one watch cache has got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheProgress {
+    pub kind: &'static str,
+    /// Its first list completed.
+    pub synced: bool,
+    /// Objects held (synced), or listed so far by the list in progress.
+    pub objects: usize,
+    /// The error of its last attempt, while it keeps failing.
+    pub failing: Option<String>,
+}
+
+/// How far every watch cache has got: which are synced, what has been listed so far, what fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncProgress(pub Vec<CacheProgress>);
+
+impl SyncProgress {
+    /// The kinds whose first list has not completed.
+    pub fn pending(&self) -> Vec<&'static str> {
+        self.0
+            .iter()
+            .filter(|c| !c.synced)
+            .map(|c| c.kind)
+            .collect()
+    }
+
+    /// The last error of the caches that fail, if any do.
+    pub fn last_error(&self) -> Option<&str> {
+        self.0.iter().find_map(|c| c.failing.as_deref())
+    }
+}
+
+impl std::fmt::Display for SyncProgress {
+    /// `synced: Node (3 objects), ...; listing: Pod (120 so far), ...; failing: Job, ...: <error>`
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let synced: Vec<String> = self
+            .0
+            .iter()
+            .filter(|c| c.synced)
+            .map(|c| format!("{} ({})", c.kind, c.objects))
+            .collect();
+        let listing: Vec<String> = self
+            .0
+            .iter()
+            .filter(|c| !c.synced && c.failing.is_none())
+            .map(|c| format!("{} ({} so far)", c.kind, c.objects))
+            .collect();
+        let failing: Vec<&str> = self
+            .0
+            .iter()
+            .filter(|c| !c.synced && c.failing.is_some())
+            .map(|c| c.kind)
+            .collect();
+        let mut parts = Vec::new();
+        if !synced.is_empty() {
+            parts.push(format!("synced: {}", synced.join(", ")));
+        }
+        if !listing.is_empty() {
+            parts.push(format!("listing: {}", listing.join(", ")));
+        }
+        if !failing.is_empty() {
+            let error = self.last_error().unwrap_or_default();
+            parts.push(format!("failing: {}: {error}", failing.join(", ")));
+        }
+        f.write_str(&parts.join("; "))
+    }
 }
 
 /// Converted objects of one kind, keyed by uid.
@@ -86,6 +190,8 @@ struct StoreState<M> {
     relisting: Option<(BTreeMap<String, M>, BTreeMap<String, String>)>,
     /// The first list completed.
     synced: bool,
+    /// While the watch keeps failing: the last error and how many attempts failed in a row.
+    failing: Option<(String, u64)>,
 }
 
 impl<M> KindStore<M> {
@@ -97,6 +203,7 @@ impl<M> KindStore<M> {
                 rejected: BTreeMap::new(),
                 relisting: None,
                 synced: false,
+                failing: None,
             }),
         }
     }
@@ -194,6 +301,33 @@ impl<M> KindStore<M> {
     {
         self.read().objects.values().cloned().collect()
     }
+
+    /// Records a failed attempt of the watch.
+    fn record_failure(&self, error: &str) {
+        let mut state = self.write();
+        let attempts = state.failing.as_ref().map_or(0, |(_, n)| *n);
+        state.failing = Some((error.to_string(), attempts + 1));
+    }
+
+    /// Records that the watch delivers again; returns how many attempts had failed in a row.
+    fn record_success(&self) -> Option<u64> {
+        let mut state = self.write();
+        state.failing.take().map(|(_, attempts)| attempts)
+    }
+
+    fn progress(&self) -> CacheProgress {
+        let state = self.read();
+        let objects = match (&state.relisting, state.synced) {
+            (Some((listed, rejected)), false) => listed.len() + rejected.len(),
+            _ => state.objects.len() + state.rejected.len(),
+        };
+        CacheProgress {
+            kind: self.kind,
+            synced: state.synced,
+            objects,
+            failing: state.failing.as_ref().map(|(error, _)| error.clone()),
+        }
+    }
 }
 
 /// The priority expander's configuration from its ConfigMap, parsed here, as the watch event
@@ -238,11 +372,17 @@ struct Stores {
     /// Signalled when the pod watch reports a pod the scheduler has just found no node for; holds
     /// at most one wake-up until the loop takes it.
     unschedulable_pod: tokio::sync::Notify,
+    /// The API server's URL, for log lines.
+    api_server: String,
+    /// Watch failures already logged, so that identical ones are summed up.
+    warnings: RepeatedWarnings,
 }
 
 impl Stores {
-    fn new() -> Stores {
+    fn new(api_server: String) -> Stores {
         Stores {
+            api_server,
+            warnings: RepeatedWarnings::default(),
             nodes: KindStore::new("Node"),
             pods: KindStore::new("Pod"),
             pdbs: KindStore::new("PodDisruptionBudget"),
@@ -278,6 +418,22 @@ impl Stores {
             summary(&self.priority_class_objects),
             summary(&self.priority_expander),
         ]
+    }
+
+    fn progress(&self) -> SyncProgress {
+        SyncProgress(vec![
+            self.nodes.progress(),
+            self.pods.progress(),
+            self.pdbs.progress(),
+            self.daemonsets.progress(),
+            self.replica_sets.progress(),
+            self.stateful_sets.progress(),
+            self.jobs.progress(),
+            self.replication_controllers.progress(),
+            self.namespaces.progress(),
+            self.priority_class_objects.progress(),
+            self.priority_expander.progress(),
+        ])
     }
 
     fn priority_classes(&self) -> RwLockReadGuard<'_, PriorityClasses> {
@@ -320,7 +476,7 @@ impl ClusterCaches {
     /// Starts one watcher per kind on the current tokio runtime. Returns at once; see
     /// [`ClusterCaches::wait_until_ready`].
     pub fn start(client: Client, config: &CacheConfig) -> ClusterCaches {
-        let stores = Arc::new(Stores::new());
+        let stores = Arc::new(Stores::new(config.api_server.clone()));
         let all = watcher::Config::default();
         let mut tasks = Vec::new();
 
@@ -432,27 +588,54 @@ impl ClusterCaches {
         self.stores.summaries().iter().all(|(_, synced, _)| *synced)
     }
 
-    /// Waits until [`ClusterCaches::synced`], or fails after `timeout` naming the kinds still
-    /// missing.
+    /// How far every cache has got.
+    pub fn progress(&self) -> SyncProgress {
+        self.stores.progress()
+    }
+
+    /// Waits until [`ClusterCaches::synced`], saying every [`SYNC_PROGRESS_INTERVAL`] how far
+    /// the caches have got (a warning while one of them fails, else at info level); fails after
+    /// `timeout` with the same account.
     pub async fn wait_until_ready(&self, timeout: Duration) -> Result<(), NotSynced> {
-        let poll = async {
-            while !self.synced() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        let server = describe_server(&self.stores.api_server);
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut next_report = started + SYNC_PROGRESS_INTERVAL;
+        loop {
+            if self.synced() {
+                tracing::info!(
+                    "watch caches synced with {server} after {:.1} s: {}",
+                    started.elapsed().as_secs_f64(),
+                    self.progress()
+                );
+                return Ok(());
             }
-        };
-        tokio::time::timeout(timeout, poll)
-            .await
-            .map_err(|_| NotSynced {
-                timeout,
-                pending: self
-                    .stores
-                    .summaries()
-                    .iter()
-                    .filter(|(_, synced, _)| !synced)
-                    .map(|(kind, _, _)| *kind)
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(NotSynced {
+                    timeout,
+                    api_server: self.stores.api_server.clone(),
+                    progress: self.progress(),
+                });
+            }
+            if now >= next_report {
+                next_report = now + SYNC_PROGRESS_INTERVAL;
+                let progress = self.progress();
+                let waited = started.elapsed().as_secs();
+                if progress.last_error().is_some() {
+                    tracing::warn!(
+                        "still waiting for the watch caches of {server} ({waited} s of {} s): {progress}",
+                        timeout.as_secs()
+                    );
+                } else {
+                    tracing::info!(
+                        "still waiting for the watch caches of {server} ({waited} s of {} s): {progress}",
+                        timeout.as_secs()
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50).min(deadline - now)).await;
+        }
     }
 
     /// How many objects currently in the cluster are left out of the model because they did not
@@ -617,18 +800,84 @@ where
     let stores = Arc::clone(stores);
     tokio::spawn(async move {
         let kind = store(&stores).kind;
-        let mut events = std::pin::pin!(watch_stream(api, config).default_backoff());
+        let mut events = std::pin::pin!(watch_stream(api, config));
+        let mut retry = RetryDelay::default();
         while let Some(event) = events.next().await {
             match event {
                 Ok(event) => {
+                    // `Init` only announces another list attempt; anything else means the API
+                    // server answered.
+                    let answered = !matches!(event, Event::Init);
+                    if answered {
+                        retry.reset();
+                    }
+                    if answered && let Some(attempts) = store(&stores).record_success() {
+                        tracing::info!(
+                            kind,
+                            "the watch of {} resumed after {attempts} failed attempts",
+                            describe_server(&stores.api_server)
+                        );
+                    }
                     store(&stores).apply(event, |object| convert(&stores, object));
                     after(&stores);
                 }
-                // The backoff delays the retry; the watcher re-lists or resumes by itself.
-                Err(error) => tracing::warn!(kind, %error, "watch failed; retrying"),
+                // The watcher re-lists or resumes by itself at the next poll; the delay spaces
+                // the attempts out.
+                Err(error) => {
+                    let error = error_chain(&error);
+                    store(&stores).record_failure(&error);
+                    log_watch_failure(&stores, kind, &error);
+                    tokio::time::sleep(retry.next_delay()).await;
+                }
             }
         }
     })
+}
+
+/// The wait before a failed watch is tried again: 800 ms doubling up to 30 s (kube-runtime's
+/// default backoff), back to 800 ms once the API server answers. kube-runtime's own backoff
+/// cannot be used as is: the watcher reports the start of every list attempt as an event, which
+/// resets that backoff, so a watch against a server that refuses connections was retried every
+/// 800 ms for ever — eleven watches, a dozen requests and log lines a second.
+#[derive(Debug)]
+struct RetryDelay {
+    next: Duration,
+}
+
+impl RetryDelay {
+    const FIRST: Duration = Duration::from_millis(800);
+    const MAX: Duration = Duration::from_secs(30);
+
+    fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        delay
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+impl Default for RetryDelay {
+    fn default() -> Self {
+        RetryDelay { next: Self::FIRST }
+    }
+}
+
+/// The first failure of its text, then one line per window with the count of identical ones.
+fn log_watch_failure(stores: &Stores, kind: &'static str, error: &str) {
+    let server = describe_server(&stores.api_server);
+    match stores.warnings.note(error, kind, Instant::now()) {
+        Verdict::Log => tracing::warn!(kind, "watch of {server} failed; retrying: {error}"),
+        Verdict::LogWithSummary(held_back) => {
+            tracing::warn!(
+                kind,
+                "watch of {server} failed; retrying: {error} ({held_back})"
+            )
+        }
+        Verdict::Suppress => tracing::debug!(kind, "watch of {server} failed; retrying: {error}"),
+    }
 }
 
 #[cfg(test)]
@@ -645,6 +894,20 @@ mod tests {
             }),
             ..Pod::default()
         }
+    }
+
+    #[test]
+    fn failed_watches_are_retried_less_and_less_often_until_the_server_answers() {
+        let mut retry = RetryDelay::default();
+        let delays: Vec<u64> = (0..8)
+            .map(|_| retry.next_delay().as_millis() as u64)
+            .collect();
+        assert_eq!(
+            delays,
+            [800, 1_600, 3_200, 6_400, 12_800, 25_600, 30_000, 30_000]
+        );
+        retry.reset();
+        assert_eq!(retry.next_delay(), Duration::from_millis(800));
     }
 
     #[test]

@@ -21,6 +21,8 @@ use kube::{Api, Client};
 use thiserror::Error;
 use tokio::time::Instant;
 
+use crate::repeated::{RepeatedWarnings, Verdict, error_chain};
+
 /// How the lease is held. [`LeaderElectionConfig::new`] gives upstream's defaults.
 #[derive(Debug, Clone)]
 pub struct LeaderElectionConfig {
@@ -38,6 +40,8 @@ pub struct LeaderElectionConfig {
     pub renew_deadline: Duration,
     /// How often candidates try to acquire and the leader renews (2 s).
     pub retry_period: Duration,
+    /// The API server's URL, named in the errors (empty when not known).
+    pub api_server: String,
 }
 
 impl LeaderElectionConfig {
@@ -50,6 +54,7 @@ impl LeaderElectionConfig {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            api_server: String::new(),
         }
     }
 }
@@ -87,12 +92,23 @@ pub enum LeaderElectionError {
         name: String,
         reason: String,
     },
-    #[error("lease {namespace}/{name}: {message}")]
+    #[error("lease {namespace}/{name}{server}: {message}", server = at_server(api_server))]
     Api {
+        /// The API server's URL (empty when not known).
+        api_server: String,
         namespace: String,
         name: String,
         message: String,
     },
+}
+
+/// " at <url>" when the URL is known.
+fn at_server(url: &str) -> String {
+    if url.is_empty() {
+        String::new()
+    } else {
+        format!(" at {url}")
+    }
 }
 
 /// The lease record as last read, and when (on our clock) it last changed.
@@ -111,6 +127,8 @@ pub struct LeaderElector {
     config: LeaderElectionConfig,
     leading: AtomicBool,
     observed: Mutex<Option<Observed>>,
+    /// Failed acquire and renew attempts already logged: one line per window for the same error.
+    warnings: RepeatedWarnings,
 }
 
 impl LeaderElector {
@@ -120,6 +138,7 @@ impl LeaderElector {
             config,
             leading: AtomicBool::new(false),
             observed: Mutex::new(None),
+            warnings: RepeatedWarnings::default(),
         }
     }
 
@@ -134,9 +153,10 @@ impl LeaderElector {
 
     fn api_error(&self, error: kube::Error) -> LeaderElectionError {
         LeaderElectionError::Api {
+            api_server: self.config.api_server.clone(),
             namespace: self.config.namespace.clone(),
             name: self.config.lease_name.clone(),
-            message: error.to_string(),
+            message: error_chain(&error),
         }
     }
 
@@ -261,13 +281,28 @@ impl LeaderElector {
             .map_or_else(Instant::now, |o| o.changed_at)
     }
 
+    /// A failed attempt, logged the first time and then once per window with the count of the
+    /// identical ones held back (a candidate retries every retry period for as long as the API
+    /// server is away).
+    fn warn(&self, what: &str, error: &str) {
+        match self.warnings.note(error, "lease", Instant::now()) {
+            Verdict::Log => tracing::warn!(error, "{what}"),
+            Verdict::LogWithSummary(held_back) => {
+                tracing::warn!(error, "{what} ({held_back})")
+            }
+            Verdict::Suppress => tracing::debug!(error, "{what}"),
+        }
+    }
+
     /// Tries every retry period until we lead. API errors are logged and retried.
     pub async fn acquire(&self) {
         loop {
             match self.try_acquire_or_renew().await {
                 Ok(true) => return,
                 Ok(false) => {}
-                Err(error) => tracing::warn!(%error, "could not acquire leadership; retrying"),
+                Err(error) => {
+                    self.warn("could not acquire leadership; retrying", &error.to_string())
+                }
             }
             tokio::time::sleep(self.config.retry_period).await;
         }
@@ -284,8 +319,15 @@ impl LeaderElector {
             match attempt {
                 Ok(Ok(true)) => last_renewed = Instant::now(),
                 Ok(Ok(false)) => return self.lost("another candidate holds the lease"),
-                Ok(Err(error)) => tracing::warn!(%error, "could not renew the lease"),
-                Err(_) => tracing::warn!("renewing the lease timed out"),
+                Ok(Err(error)) => self.warn("could not renew the lease", &error.to_string()),
+                Err(_) => self.warn(
+                    "could not renew the lease",
+                    &format!(
+                        "no answer{} within {:?}",
+                        at_server(&self.config.api_server),
+                        self.config.renew_deadline
+                    ),
+                ),
             }
             if last_renewed.elapsed() >= self.config.renew_deadline {
                 return self.lost(format!(

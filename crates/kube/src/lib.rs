@@ -7,6 +7,7 @@
 //!   caches, and the engine's few writes (node taints and cordoning, evictions, events, the status
 //!   ConfigMap).
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease, compatible with client-go's.
+//! - [`repeated`]: warnings that repeat (a server that does not answer) said once, then summed up.
 //!
 //! # What this crate must never do
 //!
@@ -25,7 +26,8 @@
 pub mod caches;
 pub mod cluster;
 pub mod leader;
+pub mod repeated;
 
-pub use caches::{CacheConfig, ClusterCaches, NotSynced};
+pub use caches::{CacheConfig, CacheProgress, ClusterCaches, NotSynced, SyncProgress};
 pub use cluster::{COMPONENT, KubeCluster, KubeClusterConfig};
 pub use leader::{LeaderElectionConfig, LeaderElectionError, LeaderElector};

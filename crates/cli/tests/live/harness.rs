@@ -41,6 +41,10 @@ pub const TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
 /// Generous for a loaded 2-core machine; the steps normally take seconds.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(240);
 
+/// Kubernetes' default `terminationGracePeriodSeconds`: how long a process has between SIGTERM
+/// and SIGKILL.
+pub const TERMINATION_GRACE_PERIOD: Duration = Duration::from_secs(30);
+
 /// A control plane with Ferroscale's manifests applied.
 pub struct Cluster {
     pub control_plane: ControlPlane,
@@ -445,6 +449,38 @@ impl Autoscaler {
         self.child
             .as_mut()
             .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    /// SIGTERM, as the kubelet stops a pod, then [`Autoscaler::wait_for_exit`].
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        self.signal(libc::SIGTERM);
+        self.wait_for_exit()
+    }
+
+    /// Sends `signal` (SIGTERM, SIGSTOP, SIGCONT, ...) to the process.
+    pub fn signal(&self, signal: libc::c_int) {
+        let child = self.child.as_ref().expect("the process was started");
+        let pid = libc::pid_t::try_from(child.id()).expect("a process id fits pid_t");
+        // SAFETY: kill(2) with the process id of our own child and a valid signal number.
+        let sent = unsafe { libc::kill(pid, signal) };
+        assert_eq!(sent, 0, "send signal {signal} to {}", self.name);
+    }
+
+    /// Waits for the process to exit for at most [`TERMINATION_GRACE_PERIOD`] (after which the
+    /// kubelet would kill it, as this does). Returns the exit status, `None` when it had to be
+    /// killed.
+    pub fn wait_for_exit(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let deadline = std::time::Instant::now() + TERMINATION_GRACE_PERIOD;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     /// SIGKILL: a crash, nothing cleaned up.

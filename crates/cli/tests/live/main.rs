@@ -9,6 +9,8 @@
 mod clusterapi;
 mod exoscale;
 mod harness;
+mod shutdown;
+mod unreachable;
 
 use std::time::Duration;
 
