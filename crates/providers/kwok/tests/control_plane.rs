@@ -4,87 +4,19 @@
 //!
 //! One control plane serves the whole scenario: starting one costs seconds of CPU on a small machine.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+mod support;
 
 use ferroscale_core::cloud::{CloudError, CloudProvider};
 use ferroscale_provider_kwok::{ConfigSource, KwokProvider};
-use ferroscale_testing_control_plane::ControlPlane;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
-
-const WAIT_LIMIT: Duration = Duration::from_secs(120);
-const NAMESPACE: &str = "kube-system";
-
-const CONFIG: &str = r#"
-apiVersion: v1alpha1
-readNodesFrom: configmap
-nodegroups:
-  fromNodeLabelKey: "pool"
-configmap:
-  name: kwok-provider-templates
-"#;
-
-const TEMPLATES: &str = r#"
-apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Node
-  metadata:
-    name: workers-template
-    labels: {pool: workers}
-    annotations:
-      cluster-autoscaler.kwok.nodegroup/min-count: "1"
-      cluster-autoscaler.kwok.nodegroup/max-count: "3"
-  status:
-    capacity: {cpu: "4", memory: 16Gi, pods: "110"}
-    allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
-"#;
-
-async fn client_for(control_plane: &ControlPlane) -> Client {
-    let kubeconfig = Kubeconfig::read_from(control_plane.kubeconfig_path()).expect("kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("client configuration");
-    Client::try_from(config).expect("client")
-}
-
-async fn put_configmap(client: &Client, name: &str, key: &str, text: &str) {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    let configmap = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([(key.to_string(), text.to_string())])),
-        ..ConfigMap::default()
-    };
-    api.create(&PostParams::default(), &configmap)
-        .await
-        .expect("create ConfigMap");
-}
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use support::*;
 
 fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-async fn node_names(nodes: &Api<Node>) -> Vec<String> {
-    let mut names: Vec<String> = nodes
-        .list(&ListParams::default())
-        .await
-        .expect("list nodes")
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    names.sort();
-    names
 }
 
 /// Polls until every named node is Ready.
@@ -105,7 +37,7 @@ async fn wait_ready(nodes: &Api<Node>, names: &[String]) {
             tokio::time::Instant::now() < deadline,
             "nodes {names:?} did not become Ready within {WAIT_LIMIT:?}"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
 
@@ -116,13 +48,9 @@ async fn model_node(nodes: &Api<Node>, name: &str) -> ferroscale_model::Node {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
-    let control_plane = tokio::task::spawn_blocking(ControlPlane::start)
-        .await
-        .expect("start-up thread")
-        .expect("control plane starts (run scripts/control-plane/build.sh first)");
+    let control_plane = start_control_plane().await;
     let client = client_for(&control_plane).await;
-    put_configmap(&client, "kwok-provider-config", "config", CONFIG).await;
-    put_configmap(&client, "kwok-provider-templates", "templates", TEMPLATES).await;
+    configure(&client, 1, 3).await;
 
     let source = ConfigSource::ConfigMap {
         namespace: NAMESPACE.to_string(),
@@ -144,12 +72,14 @@ async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
         "refresh counts existing nodes"
     );
 
-    // Grow: two real Node objects that kwok makes Ready.
+    // Grow: two real Node objects that kwok makes Ready. The target moves at once; the Node
+    // objects follow in the background.
     let nodes: Api<Node> = Api::all(client.clone());
     group.increase_size(2).await.expect("increase by 2");
     assert_eq!(group.target_size().await.unwrap(), 2);
-    let created = node_names(&nodes).await;
-    assert_eq!(created.len(), 2, "{created:?}");
+    assert_eq!(group.nodes().await.unwrap().len(), 2);
+    let created = wait_node_count(&nodes, 2).await;
+    wait_instances_running(group.as_ref()).await;
     for name in &created {
         assert!(
             name.starts_with("workers-") && name.len() == "workers-".len() + 5,
@@ -221,6 +151,7 @@ async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
             .is_none()
     );
     group.increase_size(1).await.expect("back to 2");
+    wait_instances_running(group.as_ref()).await;
     let foreign_refused = group.delete_nodes(&[foreign]).await.unwrap_err();
     assert!(
         foreign_refused.to_string().contains("not a kwok node"),
@@ -232,19 +163,17 @@ async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
     assert_eq!(group.target_size().await.unwrap(), 2);
     assert!(provider.has_instance(&first).await.unwrap());
 
-    // Cleanup removes every node the provider created.
+    // Cleanup removes every node the provider created, and the group forgets them at once.
     provider.cleanup().await.expect("cleanup");
     assert!(node_names(&nodes).await.is_empty());
+    assert_eq!(group.nodes().await.unwrap(), Vec::new());
     provider.refresh().await.unwrap();
     assert_eq!(group.target_size().await.unwrap(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_templates_configmap_is_an_error_naming_it() {
-    let control_plane = tokio::task::spawn_blocking(ControlPlane::start)
-        .await
-        .expect("start-up thread")
-        .expect("control plane starts (run scripts/control-plane/build.sh first)");
+    let control_plane = start_control_plane().await;
     let client = client_for(&control_plane).await;
     put_configmap(&client, "kwok-provider-config", "config", CONFIG).await;
     put_configmap(
