@@ -209,3 +209,169 @@ async fn a_malformed_templates_configmap_is_an_error_naming_it() {
         .to_string();
     assert!(error.contains("kube-system/no-such-config"), "{error}");
 }
+
+/// An admission policy refusing every Node of the `workers` pool: the API server answers each
+/// creation with an error, as it would a quota or a webhook.
+const REFUSE_WORKER_NODES: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: refuse-worker-nodes}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["nodes"]}
+  validations:
+  - expression: "!has(object.metadata.labels) || !('pool' in object.metadata.labels) || object.metadata.labels['pool'] != 'workers'"
+    message: "no worker nodes today"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: refuse-worker-nodes}
+spec:
+  policyName: refuse-worker-nodes
+  validationActions: [Deny]
+"#;
+
+/// Log output captured in memory.
+#[derive(Clone, Default)]
+struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl CapturedLog {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// A current-thread runtime, so the background creations log through the subscriber set for this
+// thread.
+#[tokio::test]
+async fn nodes_that_cannot_be_created_are_failed_instances_and_a_warning() {
+    use ferroscale_core::cloud::{ErrorClass, InstanceState};
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use kube::api::PostParams;
+
+    let log = CapturedLog::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let control_plane = start_control_plane().await;
+    let client = client_for(&control_plane).await;
+    configure(&client, 0, 5).await;
+    let mut documents = REFUSE_WORKER_NODES.split("\n---\n");
+    let policy: ValidatingAdmissionPolicy =
+        serde_yaml_ng::from_str(documents.next().unwrap()).unwrap();
+    let binding: ValidatingAdmissionPolicyBinding =
+        serde_yaml_ng::from_str(documents.next().unwrap()).unwrap();
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the policy");
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("bind the policy");
+    let nodes: Api<Node> = Api::all(client.clone());
+    // The API server applies a new policy after a moment: wait until a worker Node is refused.
+    let probe: Node =
+        serde_yaml_ng::from_str("metadata: {name: probe, labels: {pool: workers}}").unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    while nodes.create(&PostParams::default(), &probe).await.is_ok() {
+        let _ = nodes.delete("probe", &Default::default()).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the policy never applied"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    let source = ConfigSource::ConfigMap {
+        namespace: NAMESPACE.to_string(),
+        name: "kwok-provider-config".to_string(),
+    };
+    let provider = KwokProvider::build(client.clone(), &source, Some(NAMESPACE))
+        .await
+        .expect("provider builds from the ConfigMaps");
+    let group = provider.node_groups().await.unwrap().remove(0);
+    group
+        .increase_size(2)
+        .await
+        .expect("the request is accepted");
+    assert_eq!(group.target_size().await.unwrap(), 2);
+
+    // Both become failed instances: Creating with error info naming the refusal.
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    let failed = loop {
+        let instances = group.nodes().await.unwrap();
+        let failed: Vec<_> = instances
+            .iter()
+            .filter_map(|instance| instance.status.clone())
+            .filter(|status| status.state == InstanceState::Creating)
+            .filter_map(|status| status.error)
+            .collect();
+        if failed.len() == 2 {
+            break instances;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no failed instances: {instances:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    for instance in &failed {
+        let error = instance
+            .status
+            .as_ref()
+            .and_then(|s| s.error.as_ref())
+            .unwrap();
+        assert_eq!(error.class, ErrorClass::Other);
+        assert!(error.message.contains("no worker nodes today"), "{error:?}");
+    }
+    let warning = log
+        .text()
+        .lines()
+        .find(|line| line.contains("could not be created"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no warning in {}", log.text()));
+    assert!(
+        warning.contains("WARN") && warning.contains("failed=2"),
+        "{warning}"
+    );
+    assert!(node_names(&nodes).await.is_empty());
+
+    // The core deletes failed instances through placeholders carrying only the instance id.
+    let placeholders: Vec<ferroscale_model::Node> = failed
+        .iter()
+        .map(|instance| {
+            let mut node = ferroscale_model::Node::new(
+                instance.id.clone(),
+                ferroscale_model::Resources::new(0, 0),
+            );
+            node.provider_id = instance.id.clone();
+            node
+        })
+        .collect();
+    group
+        .delete_nodes(&placeholders)
+        .await
+        .expect("failed instances are deleted");
+    assert_eq!(group.target_size().await.unwrap(), 0);
+    assert!(group.nodes().await.unwrap().is_empty());
+}
