@@ -10,7 +10,8 @@
 //!   optional features a provider lacks (pricing, templates, per-group options) answer status 12
 //!   UNIMPLEMENTED, which clients read as "not offered"; a node outside every group is an OK
 //!   answer with an empty group; unknown group ids are NOT_FOUND; missing or malformed request
-//!   fields (including undecodable `pod_bytes`) are INVALID_ARGUMENT naming the field;
+//!   fields (including undecodable `pod_bytes`) are INVALID_ARGUMENT naming the field, and so is a
+//!   request whose message does not decode at all (naming the method);
 //! - checks the bounds of the core contract before calling the provider: growing past the max
 //!   size, deleting a node that is not an instance of the group, or deleting below the min size
 //!   is INVALID_ARGUMENT and reaches no provider method that changes anything;
@@ -22,7 +23,9 @@
 //! - refuses to send an answer larger than the 4 MiB an upstream client accepts
 //!   ([`MAX_RESPONSE_BYTES`]), with a message naming the call, instead of letting the client fail
 //!   without saying why;
-//! - requires mutual TLS unless [`Tls::Insecure`] is chosen (and then warns at start);
+//! - requires mutual TLS unless [`Tls::Insecure`] is chosen (and then warns at start), and logs
+//!   every client it refuses (no certificate, another CA, expired, not TLS) at warn with the
+//!   peer's address and the reason, at most 10 lines a minute;
 //! - serves the standard health service `grpc.health.v1.Health`, reporting SERVING for the
 //!   externalgrpc service (`clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider`) and
 //!   for the server as a whole (`""`);
@@ -160,11 +163,14 @@
 
 mod call;
 mod conversion;
+mod handshake;
 mod server;
 mod service;
 mod tls;
+mod unreadable;
 
 pub use call::MAX_RESPONSE_BYTES;
 pub use server::{ProviderServer, ServeError};
 pub use service::ProviderService;
 pub use tls::{MutualTls, Tls, TlsError, TlsFile};
+pub use unreadable::UnreadableRequestsRefused;

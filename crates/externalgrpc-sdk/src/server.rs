@@ -1,6 +1,7 @@
 //! The listening side: one port carrying the externalgrpc service and the standard gRPC health
 //! service, secured as [`Tls`] says, until the shutdown future completes — then no new connection
-//! is accepted and the calls in flight finish before `serve` returns.
+//! is accepted and the calls in flight finish before `serve` returns. With mutual TLS the
+//! handshakes are made by [`crate::handshake`], which logs the clients it refuses.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -10,12 +11,16 @@ use ferroscale_core::cloud::CloudProvider;
 use ferroscale_externalgrpc_proto::v1::cloud_provider_server::{CloudProviderServer, SERVICE_NAME};
 use thiserror::Error;
 use tokio::net::TcpListener;
+use tokio::task::AbortHandle;
+use tokio_rustls::TlsAcceptor;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 
+use crate::handshake;
 use crate::service::ProviderService;
 use crate::tls::{Tls, TlsError};
+use crate::unreadable::UnreadableRequestsRefused;
 
 /// Why the server could not start or stopped with an error.
 #[derive(Debug, Error)]
@@ -52,9 +57,12 @@ impl ProviderServer {
     }
 
     /// The externalgrpc service alone, for a vendor that runs its own tonic server (and its own
-    /// health service). Requests are logged; answers are limited to what upstream clients accept.
-    pub fn service(&self) -> CloudProviderServer<ProviderService> {
-        CloudProviderServer::new(ProviderService::new(self.provider.clone()))
+    /// health service). Requests are logged; a request message that does not decode is
+    /// INVALID_ARGUMENT; answers are limited to what upstream clients accept.
+    pub fn service(&self) -> UnreadableRequestsRefused<CloudProviderServer<ProviderService>> {
+        UnreadableRequestsRefused::new(CloudProviderServer::new(ProviderService::new(
+            self.provider.clone(),
+        )))
     }
 
     /// Listens on `address` and serves until `shutdown` completes; the calls in flight then
@@ -65,11 +73,11 @@ impl ProviderServer {
         tls: Tls,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
-        let server = transport(&tls)?;
+        let security = Security::of(&tls)?;
         let listener = TcpListener::bind(address)
             .await
             .map_err(|source| ServeError::Bind { address, source })?;
-        self.serve_configured(server, &tls, listener, shutdown)
+        self.serve_configured(security, &tls, listener, shutdown)
             .await
     }
 
@@ -81,14 +89,14 @@ impl ProviderServer {
         tls: Tls,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
-        let server = transport(&tls)?;
-        self.serve_configured(server, &tls, listener, shutdown)
+        let security = Security::of(&tls)?;
+        self.serve_configured(security, &tls, listener, shutdown)
             .await
     }
 
     async fn serve_configured(
         self,
-        mut server: Server,
+        security: Security,
         tls: &Tls,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
@@ -114,45 +122,70 @@ impl ProviderServer {
             ),
         }
 
-        let shutdown = async {
-            shutdown.await;
-            tracing::info!(
-                %address,
-                "shutting down the externalgrpc service: no new connections; calls in flight \
-                 finish first"
-            );
-        };
-        server
+        let router = Server::builder()
             .add_service(health_service)
-            .add_service(self.service())
-            .serve_with_incoming_shutdown(
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
-                shutdown,
-            )
-            .await
-            .map_err(ServeError::Transport)?;
+            .add_service(self.service());
+        let served = match security {
+            Security::Plaintext => {
+                let shutdown = announce_shutdown(address, shutdown);
+                router
+                    .serve_with_incoming_shutdown(
+                        TcpIncoming::from(listener).with_nodelay(Some(true)),
+                        shutdown,
+                    )
+                    .await
+            }
+            Security::MutualTls(acceptor) => {
+                let (incoming, port) = handshake::accept_tls(listener, acceptor);
+                // Closing the port when the shutdown begins, not when the last call ends.
+                let _close_on_return = AbortOnDrop(port.clone());
+                let shutdown = async {
+                    announce_shutdown(address, shutdown).await;
+                    port.abort();
+                };
+                router
+                    .serve_with_incoming_shutdown(incoming, shutdown)
+                    .await
+            }
+        };
+        served.map_err(ServeError::Transport)?;
         tracing::info!(%address, "the externalgrpc service has stopped");
         Ok(())
     }
 }
 
-/// The transport, with TLS configured from checked files.
-fn transport(tls: &Tls) -> Result<Server, ServeError> {
-    let server = Server::builder();
-    match tls {
-        Tls::Insecure => Ok(server),
-        Tls::Mutual(files) => {
-            let config = files.server_config()?;
-            // The transport builds its rustls configuration with the process-wide crypto
-            // provider. Choosing ring (the one the files were checked with) unless the process
-            // chose already keeps a binary whose dependencies enable a second provider from
-            // panicking on the first connection.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            Ok(server
-                .tls_config(config)
-                .map_err(|error| TlsError::Refused {
-                    reason: error.to_string(),
-                })?)
+/// `shutdown`, logged when it comes.
+async fn announce_shutdown(address: SocketAddr, shutdown: impl Future<Output = ()>) {
+    shutdown.await;
+    tracing::info!(
+        %address,
+        "shutting down the externalgrpc service: no new connections; calls in flight \
+         finish first"
+    );
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How connections are secured, from checked files.
+enum Security {
+    Plaintext,
+    MutualTls(TlsAcceptor),
+}
+
+impl Security {
+    fn of(tls: &Tls) -> Result<Security, ServeError> {
+        match tls {
+            Tls::Insecure => Ok(Security::Plaintext),
+            Tls::Mutual(files) => Ok(Security::MutualTls(TlsAcceptor::from(
+                files.server_config()?,
+            ))),
         }
     }
 }

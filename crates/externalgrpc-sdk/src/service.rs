@@ -23,10 +23,11 @@ use crate::conversion::{
     FieldError, describe_node, instance_key, instance_to_wire, node_from_wire, options_to_wire,
     size_to_wire, timestamp_from_wire,
 };
+use crate::unreadable::Reached;
 
 /// The externalgrpc service for one provider. [`crate::ProviderServer`] serves it; a vendor with
-/// its own tonic server can add it as a service instead
-/// (`CloudProviderServer::new(ProviderService::new(provider))`).
+/// its own tonic server adds [`crate::ProviderServer::service`] (which also answers requests that
+/// do not decode INVALID_ARGUMENT).
 #[derive(Clone)]
 pub struct ProviderService {
     provider: Arc<dyn CloudProvider>,
@@ -73,6 +74,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupsRequest>,
     ) -> Result<Response<NodeGroupsResponse>, Status> {
+        Reached::mark(request.extensions());
         let call = Call::new("NodeGroups").within_deadline_of(request.metadata());
         call.clone()
             .run(async {
@@ -109,6 +111,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupForNodeRequest>,
     ) -> Result<Response<NodeGroupForNodeResponse>, Status> {
+        Reached::mark(request.extensions());
         let (metadata, _, request) = request.into_parts();
         let call = match &request.node {
             Some(node) => Call::for_node("NodeGroupForNode", describe_node(node)),
@@ -145,6 +148,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<PricingNodePriceRequest>,
     ) -> Result<Response<PricingNodePriceResponse>, Status> {
+        Reached::mark(request.extensions());
         let (metadata, _, request) = request.into_parts();
         let call = match &request.node {
             Some(node) => Call::for_node("PricingNodePrice", describe_node(node)),
@@ -176,6 +180,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<PricingPodPriceRequest>,
     ) -> Result<Response<PricingPodPriceResponse>, Status> {
+        Reached::mark(request.extensions());
         let (metadata, _, request) = request.into_parts();
         // The pod is read first so that the call, its errors and its log line can name it.
         let pod = read_pod(&request);
@@ -205,6 +210,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<GpuLabelRequest>,
     ) -> Result<Response<GpuLabelResponse>, Status> {
+        Reached::mark(request.extensions());
         Call::new("GPULabel")
             .within_deadline_of(request.metadata())
             .run(async {
@@ -219,6 +225,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<GetAvailableGpuTypesRequest>,
     ) -> Result<Response<GetAvailableGpuTypesResponse>, Status> {
+        Reached::mark(request.extensions());
         Call::new("GetAvailableGPUTypes")
             .within_deadline_of(request.metadata())
             .run(async {
@@ -233,6 +240,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<CleanupRequest>,
     ) -> Result<Response<CleanupResponse>, Status> {
+        Reached::mark(request.extensions());
         let call = Call::new("Cleanup").within_deadline_of(request.metadata());
         call.clone()
             .run(async {
@@ -249,6 +257,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<RefreshRequest>,
     ) -> Result<Response<RefreshResponse>, Status> {
+        Reached::mark(request.extensions());
         let call = Call::new("Refresh").within_deadline_of(request.metadata());
         call.clone()
             .run(async {
@@ -265,6 +274,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupTargetSizeRequest>,
     ) -> Result<Response<NodeGroupTargetSizeResponse>, Status> {
+        Reached::mark(request.extensions());
         let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupTargetSize", &request.id);
         let call = call.within_deadline_of(&metadata);
@@ -286,6 +296,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupIncreaseSizeRequest>,
     ) -> Result<Response<NodeGroupIncreaseSizeResponse>, Status> {
+        Reached::mark(request.extensions());
         let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupIncreaseSize", &request.id);
         let call = call.within_deadline_of(&metadata);
@@ -325,6 +336,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupDeleteNodesRequest>,
     ) -> Result<Response<NodeGroupDeleteNodesResponse>, Status> {
+        Reached::mark(request.extensions());
         let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupDeleteNodes", &request.id);
         let call = call.within_deadline_of(&metadata);
@@ -387,6 +399,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupDecreaseTargetSizeRequest>,
     ) -> Result<Response<NodeGroupDecreaseTargetSizeResponse>, Status> {
+        Reached::mark(request.extensions());
         let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupDecreaseTargetSize", &request.id);
         let call = call.within_deadline_of(&metadata);
@@ -413,6 +426,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupNodesRequest>,
     ) -> Result<Response<NodeGroupNodesResponse>, Status> {
+        Reached::mark(request.extensions());
         let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupNodes", &request.id);
         let call = call.within_deadline_of(&metadata);
@@ -434,6 +448,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupTemplateNodeInfoRequest>,
     ) -> Result<Response<NodeGroupTemplateNodeInfoResponse>, Status> {
+        Reached::mark(request.extensions());
         let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupTemplateNodeInfo", &request.id);
         let call = call.within_deadline_of(&metadata);
@@ -467,6 +482,7 @@ impl CloudProviderRpc for ProviderService {
         &self,
         request: Request<NodeGroupAutoscalingOptionsRequest>,
     ) -> Result<Response<NodeGroupAutoscalingOptionsResponse>, Status> {
+        Reached::mark(request.extensions());
         let (metadata, _, request) = request.into_parts();
         let call = Call::for_group("NodeGroupGetOptions", &request.id);
         let call = call.within_deadline_of(&metadata);

@@ -285,3 +285,174 @@ async fn each_call_is_logged_with_method_group_duration_and_code_and_failures_wa
     assert!(failed.contains("no such node group"), "{failed}");
     assert!(!ok.contains("object="), "absent fields are left out: {ok}");
 }
+
+/// A subscriber for this thread writing every line to a captured log.
+fn capture_log() -> (CapturedLog, tracing::subscriber::DefaultGuard) {
+    let log = CapturedLog::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    (log, tracing::subscriber::set_default(subscriber))
+}
+
+/// The lines of `log` containing `needle`, once there are at least `count` (the server writes
+/// them from its own tasks, possibly after the client has learnt of the refusal).
+async fn wait_for_lines(log: &CapturedLog, needle: &str, count: usize) -> Vec<String> {
+    for _ in 0..500 {
+        let lines: Vec<String> = log
+            .text()
+            .lines()
+            .filter(|line| line.contains(needle))
+            .map(str::to_string)
+            .collect();
+        if lines.len() >= count {
+            return lines;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("fewer than {count} lines with {needle:?}:\n{}", log.text());
+}
+
+const REFUSED: &str = "refused a client's TLS handshake";
+
+// A current-thread runtime (the default of `tokio::test`), so the server's tasks log through the
+// subscriber set for this thread.
+#[tokio::test]
+async fn a_refused_tls_handshake_is_a_warning_naming_the_peer_and_the_reason() {
+    let (log, _guard) = capture_log();
+    let pki = Pki::generate();
+    let server = start(Arc::new(FakeCloud::new(Pricing::Offered)), pki.server_tls()).await;
+
+    let cases = [
+        (None, "no certificate"),
+        (Some(&pki.client_signed_by_other_ca), "unknownissuer"),
+        (Some(&pki.expired_client), "expired"),
+    ];
+    for (count, (identity, reason)) in cases.into_iter().enumerate() {
+        assert!(refresh_over_tls(&pki, &server, identity).await.is_err());
+        let lines = wait_for_lines(&log, REFUSED, count + 1).await;
+        let line = &lines[count];
+        assert!(line.contains("WARN"), "{line}");
+        assert!(line.contains("peer=127.0.0.1:"), "{line}");
+        assert!(line.to_lowercase().contains(reason), "{reason}: {line}");
+    }
+}
+
+#[tokio::test]
+async fn refused_handshakes_are_logged_at_a_bounded_rate() {
+    let (log, _guard) = capture_log();
+    let pki = Pki::generate();
+    let server = start(Arc::new(FakeCloud::new(Pricing::Offered)), pki.server_tls()).await;
+    // A scanner: many clients without a certificate in a row.
+    for _ in 0..25 {
+        assert!(refresh_over_tls(&pki, &server, None).await.is_err());
+    }
+    wait_for_lines(&log, REFUSED, 10).await;
+    // Give stragglers the time to be written, were they going to be.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let logged = log.text().lines().filter(|l| l.contains(REFUSED)).count();
+    assert_eq!(logged, 10, "{}", log.text());
+    // A legitimate client is still served.
+    refresh_over_tls(&pki, &server, Some(&pki.client))
+        .await
+        .expect("a client with a valid certificate is served");
+}
+
+/// Sends and receives message bytes as they are, to put malformed protobuf on the wire.
+#[derive(Debug, Clone, Copy, Default)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        buffer: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use prost::bytes::BufMut;
+        buffer.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        buffer: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        use prost::bytes::Buf;
+        Ok(Some(buffer.copy_to_bytes(buffer.remaining()).to_vec()))
+    }
+}
+
+#[tokio::test]
+async fn a_request_that_is_not_valid_protobuf_is_invalid_argument() {
+    let cloud = Arc::new(FakeCloud::new(Pricing::Offered));
+    let (server, _client) = plain(cloud.clone()).await;
+    let channel = Endpoint::from_shared(format!("http://{}", server.address))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    let cases: [(&str, Vec<u8>); 3] = [
+        // Field 1 (delta, a varint) whose varint never ends.
+        ("NodeGroupIncreaseSize", vec![0x08, 0xff, 0xff]),
+        // Field 1 (id, a string) announcing 5 bytes and carrying 1.
+        ("NodeGroupTargetSize", vec![0x0a, 0x05, b'n']),
+        // A field with the reserved wire type 7.
+        ("Refresh", vec![0x0f]),
+    ];
+    for (method, bytes) in cases {
+        grpc.ready().await.unwrap();
+        let path = format!("/{SERVICE_NAME}/{method}");
+        let status = grpc
+            .unary(
+                tonic::Request::new(bytes),
+                path.parse::<tonic::codegen::http::uri::PathAndQuery>()
+                    .unwrap(),
+                RawCodec,
+            )
+            .await
+            .expect_err("malformed protobuf is refused");
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{method}: {status:?}"
+        );
+        assert!(status.message().contains(method), "{status:?}");
+    }
+    assert!(cloud.log.mutations().is_empty(), "{:?}", cloud.log.all());
+
+    // A well-formed call on the same connection is served as before.
+    grpc.ready().await.unwrap();
+    let answer = grpc
+        .unary(
+            tonic::Request::new(Vec::new()),
+            format!("/{SERVICE_NAME}/Refresh")
+                .parse::<tonic::codegen::http::uri::PathAndQuery>()
+                .unwrap(),
+            RawCodec,
+        )
+        .await;
+    assert!(answer.is_ok(), "{answer:?}");
+}

@@ -71,6 +71,15 @@ pub enum OperationOutcome {
     NeverSettles,
 }
 
+/// An injected failure of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fault {
+    status: u16,
+    /// The message echoes the request's headers and the account's secret, as a proxy or a broken
+    /// endpoint that dumps what it received (and what it knows) might.
+    echo_request: bool,
+}
+
 /// One request as the fake received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedRequest {
@@ -160,7 +169,7 @@ struct State {
     settle_after_polls: u32,
     next_outcomes: VecDeque<OperationOutcome>,
     stuck_pools: HashSet<String>,
-    faults: HashMap<Endpoint, VecDeque<u16>>,
+    faults: HashMap<Endpoint, VecDeque<Fault>>,
     delays: HashMap<Endpoint, Duration>,
     requests: Vec<RecordedRequest>,
 }
@@ -445,11 +454,31 @@ impl FakeExoscale {
     /// The next `times` calls of `endpoint` answer `status` with `{"message": "injected <status>"}`
     /// without doing anything.
     pub fn fail_next(&self, endpoint: Endpoint, status: u16, times: usize) {
+        let fault = Fault {
+            status,
+            echo_request: false,
+        };
         self.state()
             .faults
             .entry(endpoint)
             .or_default()
-            .extend(std::iter::repeat_n(status, times));
+            .extend(std::iter::repeat_n(fault, times));
+    }
+
+    /// The next `times` calls of `endpoint` answer `status` with a `message` that echoes every
+    /// request header (`authorization` with the API key and the signature included) and the
+    /// account's secret, without doing anything: what a proxy or a broken endpoint that dumps its
+    /// request might send back.
+    pub fn fail_next_echoing_request(&self, endpoint: Endpoint, status: u16, times: usize) {
+        let fault = Fault {
+            status,
+            echo_request: true,
+        };
+        self.state()
+            .faults
+            .entry(endpoint)
+            .or_default()
+            .extend(std::iter::repeat_n(fault, times));
     }
 
     /// Every call of `endpoint` waits `delay` before answering (`None` to stop).
@@ -534,10 +563,27 @@ async fn handle(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
                             .get_mut(&endpoint)
                             .and_then(VecDeque::pop_front)
                         {
-                            Some(status) => {
-                                let status = StatusCode::from_u16(status)
+                            Some(fault) => {
+                                let status = StatusCode::from_u16(fault.status)
                                     .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-                                message(status, format!("injected {}", status.as_u16()))
+                                if fault.echo_request {
+                                    let echoed: Vec<String> = headers
+                                        .iter()
+                                        .map(|(name, value)| format!("{name}: {value}"))
+                                        .collect();
+                                    message(
+                                        status,
+                                        format!(
+                                            "injected {}; request {method} {path}; headers: {}; \
+                                             account secret {}",
+                                            status.as_u16(),
+                                            echoed.join("; "),
+                                            state.credentials.secret
+                                        ),
+                                    )
+                                } else {
+                                    message(status, format!("injected {}", status.as_u16()))
+                                }
                             }
                             None => serve(&mut state, endpoint, &params, &headers, &body),
                         }

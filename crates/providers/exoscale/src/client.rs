@@ -13,7 +13,9 @@
 //! # Secrets
 //!
 //! The API key, the secret and the `Authorization` header never appear in errors or logs: errors
-//! carry the method, the path and what the API or the transport said.
+//! carry the method, the path and what the API or the transport said, and what the API said is
+//! cut short and stripped of anything credential-shaped first ([`crate::redact`]), because a
+//! proxy in the way may echo the request, signature included.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,6 +29,7 @@ use tracing::debug;
 use crate::api;
 use crate::config::{ConfigError, ExoscaleConfig, Secret};
 use crate::rate_limit::{RateLimit, TokenBucket};
+use crate::redact;
 use crate::signer::{self, SIGNATURE_LIFETIME_SECS, SignedRequest};
 
 /// How the client talks to the API. The defaults suit the real API; tests shorten them.
@@ -102,9 +105,6 @@ pub struct CallError {
     #[source]
     pub error: ApiError,
 }
-
-/// Longest piece of a non-JSON error body quoted in an error.
-const MAX_QUOTED_BODY: usize = 512;
 
 /// The Exoscale API v2 of one zone.
 #[derive(Debug)]
@@ -283,7 +283,7 @@ impl ApiClient {
             .map(|(name, value)| (name.as_str(), value.as_str()))
             .collect();
         let body_bytes = body.unwrap_or_default();
-        let authorization = signer::authorization_header(
+        let signed = signer::authorization_header(
             &SignedRequest {
                 method: method.as_str(),
                 path: &path,
@@ -294,7 +294,7 @@ impl ApiClient {
             self.api_key.expose(),
             &self.api_secret,
         );
-        let mut authorization = HeaderValue::from_str(&authorization).map_err(|_| {
+        let mut authorization = HeaderValue::from_str(&signed).map_err(|_| {
             fail(ApiError::Transport(
                 "the API key cannot be sent in an HTTP header".to_string(),
             ))
@@ -347,42 +347,53 @@ impl ApiClient {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "exoscale API call"
         );
-        classify(status, &content_type, bytes).map_err(fail)
+        let signature = signed
+            .rsplit_once("signature=")
+            .map(|(_, signature)| signature);
+        let mut known = vec![self.api_key.expose(), self.api_secret.expose()];
+        known.extend(signature);
+        classify(status, &content_type, bytes, &known).map_err(fail)
     }
 }
 
-/// Section 4: only a 200 with a JSON content type is a success.
-fn classify(status: StatusCode, content_type: &str, body: Vec<u8>) -> Result<Vec<u8>, ApiError> {
+/// Section 4: only a 200 with a JSON content type is a success. `known` are the secrets of the
+/// request (key, secret, signature), never to be quoted from an error body.
+fn classify(
+    status: StatusCode,
+    content_type: &str,
+    body: Vec<u8>,
+    known: &[&str],
+) -> Result<Vec<u8>, ApiError> {
+    let message = || error_message(&body, known);
     match status.as_u16() {
         200 if content_type.contains("json") => Ok(body),
         200 => Err(ApiError::UnexpectedStatus {
             status: 200,
-            detail: format!("content type {content_type:?} is not JSON"),
+            detail: format!(
+                "content type {} is not JSON",
+                redact::scrub(&format!("{content_type:?}"), known)
+            ),
         }),
-        404 => Err(ApiError::NotFound(error_message(&body))),
-        400..=499 => Err(ApiError::InvalidRequest(error_message(&body))),
-        500..=599 => Err(ApiError::Api(error_message(&body))),
+        404 => Err(ApiError::NotFound(message())),
+        400..=499 => Err(ApiError::InvalidRequest(message())),
+        500..=599 => Err(ApiError::Api(message())),
         other => Err(ApiError::UnexpectedStatus {
             status: other,
-            detail: error_message(&body),
+            detail: message(),
         }),
     }
 }
 
-/// The `message` of a JSON error body, else the body text (cut to a readable length).
-fn error_message(body: &[u8]) -> String {
+/// The `message` of a JSON error body, else the body text; cut short and without credentials
+/// either way.
+fn error_message(body: &[u8], known: &[&str]) -> String {
     #[derive(serde::Deserialize)]
     struct ErrorBody {
         message: String,
     }
-    if let Ok(parsed) = serde_json::from_slice::<ErrorBody>(body) {
-        return parsed.message;
-    }
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    match text.char_indices().nth(MAX_QUOTED_BODY) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(parsed) => redact::scrub(&parsed.message, known),
+        Err(_) => redact::scrub(&String::from_utf8_lossy(body), known),
     }
 }
 
@@ -442,31 +453,32 @@ mod tests {
     fn c06_status_classification() {
         let json = |m: &str| format!(r#"{{"message":"{m}"}}"#).into_bytes();
         assert_eq!(
-            classify(StatusCode::OK, "application/json", b"{}".to_vec()),
+            classify(StatusCode::OK, "application/json", b"{}".to_vec(), &[]),
             Ok(b"{}".to_vec())
         );
         assert_eq!(
-            classify(StatusCode::NOT_FOUND, "application/json", json("gone")),
+            classify(StatusCode::NOT_FOUND, "application/json", json("gone"), &[]),
             Err(ApiError::NotFound("gone".into()))
         );
         assert_eq!(
-            classify(StatusCode::FORBIDDEN, "application/json", json("no")),
+            classify(StatusCode::FORBIDDEN, "application/json", json("no"), &[]),
             Err(ApiError::InvalidRequest("no".into()))
         );
         assert_eq!(
             classify(
                 StatusCode::BAD_GATEWAY,
                 "text/plain",
-                b"upstream down".to_vec()
+                b"upstream down".to_vec(),
+                &[]
             ),
             Err(ApiError::Api("upstream down".into()))
         );
         assert!(matches!(
-            classify(StatusCode::CREATED, "application/json", b"{}".to_vec()),
+            classify(StatusCode::CREATED, "application/json", b"{}".to_vec(), &[]),
             Err(ApiError::UnexpectedStatus { status: 201, .. })
         ));
         assert!(matches!(
-            classify(StatusCode::OK, "text/html", b"<html>".to_vec()),
+            classify(StatusCode::OK, "text/html", b"<html>".to_vec(), &[]),
             Err(ApiError::UnexpectedStatus { status: 200, .. })
         ));
         assert_eq!(ApiError::Api("boom".into()).to_string(), "API error: boom");
@@ -478,8 +490,8 @@ mod tests {
 
     #[test]
     fn long_raw_bodies_are_cut() {
-        let message = error_message(&vec![b'x'; 10_000]);
-        assert!(message.chars().count() <= MAX_QUOTED_BODY + 1);
+        let message = error_message(&vec![b'x'; 10_000], &[]);
+        assert!(message.chars().count() <= redact::MAX_ERROR_TEXT + 1);
     }
 
     #[test]

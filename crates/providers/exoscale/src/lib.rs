@@ -4,6 +4,7 @@
 //! - [`config`]: credentials and zone from the environment, the API base URL, `--nodes` bounds.
 //! - [`signer`]: the `EXO2-HMAC-SHA256` request signature.
 //! - [`client`]: the HTTP client (timeouts, GET retries, rate limiting, error kinds).
+//! - [`redact`]: what of an API error body may reach an error or a log line.
 //! - [`operations`]: polling of asynchronous operations and of pool states.
 //! - [`ExoscaleProvider`] and [`ExoscaleNodeGroup`]: the `CloudProvider` and its groups.
 //!
@@ -59,6 +60,7 @@ pub mod config;
 pub mod operations;
 pub mod provider;
 pub mod rate_limit;
+pub mod redact;
 pub mod signer;
 
 pub use client::{ApiClient, ApiError, CallError, ClientOptions};

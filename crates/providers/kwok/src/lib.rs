@@ -6,17 +6,28 @@
 //! - [`templates`]: template nodes → groups, bounds, prepared fake nodes.
 //! - [`KwokProvider`] / [`KwokNodeGroup`]: the `CloudProvider` and `NodeGroup` implementations.
 //!
-//! The provider keeps each group's target size in memory, as upstream does: `refresh` resets it
-//! to the number of existing nodes, so a restart loses nothing that matters.
+//! The provider keeps each group's target size and nodes in memory, as upstream does: `refresh`
+//! resets the target to the number of existing nodes, so a restart loses nothing that matters.
+//! Every change the provider makes itself is recorded as it makes it, so what it reports never
+//! waits for a `refresh`: `increase_size` records the new nodes as instances being created and
+//! creates their Node objects in the background (a bounded number at a time), so it answers at
+//! once at any size; a creation that fails turns the node into a failed instance, which the core
+//! backs off and deletes as it does for any cloud; `delete_nodes` and `cleanup` forget each node
+//! as its Node object goes.
 
 pub mod config;
 pub mod templates;
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use ferroscale_core::cloud::{CloudError, CloudProvider, Instance, NodeGroup, NodeTemplate};
+use ferroscale_core::cloud::{
+    CloudError, CloudProvider, ErrorClass, Instance, InstanceErrorInfo, InstanceState,
+    InstanceStatus, NodeGroup, NodeTemplate,
+};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -228,33 +239,261 @@ fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
-/// A node this provider created, as the group remembers it.
+/// How many Node objects the provider creates or deletes at once: enough that 500 new nodes take
+/// seconds, not minutes, few enough not to flood the API server.
+const API_CONCURRENCY: usize = 32;
+
+/// The instance error code of a node whose Node object could not be created.
+pub const CREATE_FAILED_CODE: &str = "KwokCreateNodeFailed";
+
+/// Where a node of the group stands, as far as the provider knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NodeStatus {
+    /// Requested by `increase_size`; its Node object is being created in the background.
+    Creating,
+    /// Its Node object exists.
+    Running,
+    /// Its Node object could not be created: reported as an instance still being created with
+    /// error info, so the core backs the group off and deletes it, as for any failed instance.
+    Failed(String),
+}
+
+/// A node of the group, as the group remembers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct GroupNode {
     name: String,
     provider_id: String,
+    status: NodeStatus,
+    /// The group's [`GroupState::version`] when the provider last changed this entry.
+    changed: u64,
 }
 
+impl GroupNode {
+    fn instance(&self) -> Instance {
+        let status = match &self.status {
+            NodeStatus::Running => return Instance::running(self.provider_id.clone()),
+            NodeStatus::Creating => InstanceStatus {
+                state: InstanceState::Creating,
+                error: None,
+            },
+            NodeStatus::Failed(message) => InstanceStatus {
+                state: InstanceState::Creating,
+                error: Some(InstanceErrorInfo {
+                    class: ErrorClass::Other,
+                    code: CREATE_FAILED_CODE.to_string(),
+                    message: message.clone(),
+                }),
+            },
+        };
+        Instance {
+            id: self.provider_id.clone(),
+            status: Some(status),
+        }
+    }
+}
+
+/// A group's target and nodes. Every change the provider makes (creating, deleting, cleaning up)
+/// is recorded here as it happens, so `target_size` and `nodes` never depend on a `refresh` to
+/// catch up with the provider's own work; `refresh` only brings in what others changed.
 #[derive(Debug, Default)]
 struct GroupState {
     target_size: usize,
     nodes: Vec<GroupNode>,
+    /// Counts the provider's changes, so that `refresh` can tell a change made while it was
+    /// listing (newer than its list) from one its list already shows.
+    version: u64,
+    /// Nodes the provider deleted, with the version of the deletion, until a list newer than the
+    /// deletion is merged.
+    deleted: HashMap<String, u64>,
+}
+
+impl GroupState {
+    fn bump(&mut self) -> u64 {
+        self.version += 1;
+        self.version
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// Forgets a node the provider deleted (or gave up creating).
+    fn remove(&mut self, name: &str) {
+        if let Some(at) = self.position(name) {
+            self.nodes.remove(at);
+            self.target_size = self.target_size.saturating_sub(1);
+        }
+        let version = self.bump();
+        self.deleted.insert(name.to_string(), version);
+    }
+
+    /// Merges a list of the group's Node objects taken when the state was at version `listed_at`:
+    /// the target becomes the number of nodes. Nodes still being created or failed are kept
+    /// (they have no Node object to list); so are changes the provider made after the list was
+    /// taken.
+    fn merge_listed(&mut self, listed: Vec<(String, String)>, listed_at: u64) {
+        let listed_names: HashSet<&str> = listed.iter().map(|(name, _)| name.as_str()).collect();
+        self.nodes.retain(|node| {
+            node.status != NodeStatus::Running
+                || node.changed > listed_at
+                || listed_names.contains(node.name.as_str())
+        });
+        for (name, provider_id) in listed {
+            let deleted_since_list = self
+                .deleted
+                .get(&name)
+                .is_some_and(|&version| version > listed_at);
+            if deleted_since_list {
+                continue;
+            }
+            match self.position(&name) {
+                Some(at) => self.nodes[at].status = NodeStatus::Running,
+                None => self.nodes.push(GroupNode {
+                    name,
+                    provider_id,
+                    status: NodeStatus::Running,
+                    changed: listed_at,
+                }),
+            }
+        }
+        self.deleted.retain(|_, version| *version > listed_at);
+        self.target_size = self.nodes.len();
+    }
+}
+
+/// The part of a group its background creations share with it.
+#[derive(Debug)]
+struct Shared {
+    id: String,
+    template: Node,
+    nodes_api: Api<Node>,
+    state: Mutex<GroupState>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, GroupState> {
+        // A panic elsewhere cannot leave the counters half-written; keep serving.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Creates the Node objects of `names`, [`API_CONCURRENCY`] at a time, recording each outcome
+    /// in the state. A node the provider stopped wanting meanwhile (deleted, cleaned up) is not
+    /// created, or deleted again if its creation was already under way.
+    async fn create_nodes(self: Arc<Self>, names: Vec<String>) {
+        let requested = names.len();
+        let failures: Vec<String> = futures::stream::iter(names)
+            .map(|name| Arc::clone(&self).create_node(name))
+            .buffer_unordered(API_CONCURRENCY)
+            .filter_map(|outcome| async move { outcome.err() })
+            .collect()
+            .await;
+        match failures.first() {
+            None => tracing::debug!(group = %self.id, count = requested, "kwok: new Nodes created"),
+            Some(first) => tracing::warn!(
+                group = %self.id,
+                failed = failures.len(),
+                requested,
+                first_error = %first,
+                "kwok: some new Nodes could not be created; they are reported as failed \
+                 instances until the autoscaler deletes them"
+            ),
+        }
+    }
+
+    async fn create_node(self: Arc<Self>, name: String) -> Result<(), String> {
+        let still_wanted = {
+            let state = self.state();
+            state
+                .position(&name)
+                .is_some_and(|at| state.nodes[at].status == NodeStatus::Creating)
+        };
+        if !still_wanted {
+            return Ok(());
+        }
+        let node = node_from_template(&self.template, &name);
+        let created = self.nodes_api.create(&PostParams::default(), &node).await;
+        let unwanted = {
+            let mut state = self.state();
+            let version = state.bump();
+            let entry = state.position(&name);
+            match (created, entry) {
+                (Ok(_), Some(at)) => {
+                    let node = &mut state.nodes[at];
+                    node.status = NodeStatus::Running;
+                    node.changed = version;
+                    false
+                }
+                (Ok(_), None) => true,
+                (Err(error), Some(at)) => {
+                    let message = format!("creating Node {name}: {error}");
+                    tracing::debug!(group = %self.id, error = %message, "kwok: creating a Node failed");
+                    let node = &mut state.nodes[at];
+                    node.status = NodeStatus::Failed(message.clone());
+                    node.changed = version;
+                    return Err(message);
+                }
+                // Failed, but no longer wanted either: nothing to report.
+                (Err(_), None) => false,
+            }
+        };
+        if unwanted {
+            tracing::debug!(group = %self.id, node = %name, "kwok: deleting a Node created after it was no longer wanted");
+            match self.nodes_api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(error) if is_not_found(&error) => {}
+                Err(error) => {
+                    return Err(format!(
+                        "deleting Node {name}, created after it was no longer wanted: {error}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the Node objects of `names`, forgetting each one as soon as it is gone; returns
+    /// the failures.
+    async fn delete_nodes(&self, names: Vec<String>) -> Vec<String> {
+        delete_node_objects(&self.nodes_api, names, |name| self.state().remove(name)).await
+    }
+}
+
+/// Deletes the Node objects of `names`, [`API_CONCURRENCY`] at a time, calling `deleted` for each
+/// one that is gone (already gone included); returns the failures.
+async fn delete_node_objects(
+    nodes_api: &Api<Node>,
+    names: Vec<String>,
+    deleted: impl Fn(&str),
+) -> Vec<String> {
+    let deleted = &deleted;
+    futures::stream::iter(names)
+        .map(|name| async move {
+            match nodes_api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(error) if is_not_found(&error) => {}
+                Err(error) => return Some(format!("deleting Node {name}: {error}")),
+            }
+            deleted(&name);
+            None
+        })
+        .buffer_unordered(API_CONCURRENCY)
+        .filter_map(|failure| async move { failure })
+        .collect()
+        .await
 }
 
 /// One kwok node group.
 #[derive(Debug)]
 pub struct KwokNodeGroup {
     spec: GroupSpec,
-    nodes_api: Api<Node>,
-    state: Mutex<GroupState>,
+    shared: Arc<Shared>,
 }
 
 impl KwokNodeGroup {
     fn state(&self) -> MutexGuard<'_, GroupState> {
-        // A panic elsewhere cannot leave the counters half-written; keep serving.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.shared.state()
     }
 
     fn new_node_name(&self) -> String {
@@ -269,6 +508,11 @@ impl KwokNodeGroup {
 
 fn is_kwok_node(annotations: &ferroscale_model::Labels) -> bool {
     annotations.get(KWOK_NODE_ANNOTATION).map(String::as_str) == Some(KWOK_NODE_ANNOTATION_VALUE)
+}
+
+/// The name of the node of `provider_id` (`kwok:<name>`), when it is one of this provider's.
+fn name_of_provider_id(provider_id: &str) -> Option<&str> {
+    provider_id.strip_prefix(templates::PROVIDER_ID_PREFIX)
 }
 
 #[async_trait]
@@ -289,86 +533,112 @@ impl NodeGroup for KwokNodeGroup {
         Ok(self.state().target_size)
     }
 
+    /// Records the new target and the new nodes (as instances being created), then creates their
+    /// Node objects in the background: the call answers at once at any size, and a node whose
+    /// creation fails shows up in `nodes` as a failed instance.
     async fn increase_size(&self, delta: usize) -> Result<(), CloudError> {
         if delta == 0 {
             return Err(CloudError::InvalidRequest(
                 "size increase must be positive".to_string(),
             ));
         }
-        let target = self.state().target_size;
-        let wanted = target.saturating_add(delta);
-        if wanted > self.spec.max_size {
-            return Err(CloudError::InvalidRequest(format!(
-                "size increase too large for node group {}: desired {wanted}, max {}",
-                self.spec.id, self.spec.max_size
-            )));
-        }
-        tracing::debug!(group = %self.spec.id, delta, "kwok: IncreaseSize");
-        for _ in 0..delta {
-            let name = self.new_node_name();
-            let node = node_from_template(&self.spec.template, &name);
-            self.nodes_api
-                .create(&PostParams::default(), &node)
-                .await
-                .map_err(|e| provider_error(format_args!("creating Node {name}"), e))?;
+        let names = {
             let mut state = self.state();
-            state.target_size += 1;
-            state.nodes.push(GroupNode {
+            let wanted = state.target_size.saturating_add(delta);
+            if wanted > self.spec.max_size {
+                return Err(CloudError::InvalidRequest(format!(
+                    "size increase too large for node group {}: desired {wanted}, max {}",
+                    self.spec.id, self.spec.max_size
+                )));
+            }
+            let version = state.bump();
+            let mut names = Vec::with_capacity(delta);
+            while names.len() < delta {
+                let name = self.new_node_name();
+                if state.position(&name).is_some() || names.contains(&name) {
+                    continue;
+                }
+                names.push(name);
+            }
+            state.nodes.extend(names.iter().map(|name| GroupNode {
                 provider_id: format!("{}{name}", templates::PROVIDER_ID_PREFIX),
-                name,
-            });
-        }
+                name: name.clone(),
+                status: NodeStatus::Creating,
+                changed: version,
+            }));
+            state.target_size = wanted;
+            names
+        };
+        tracing::debug!(group = %self.spec.id, delta, "kwok: IncreaseSize");
+        tokio::spawn(Arc::clone(&self.shared).create_nodes(names));
         Ok(())
     }
 
+    /// Deletes the nodes' Node objects; a node the group still creates or failed to create has
+    /// none yet, and is only forgotten (its creation, if under way, is undone when it ends).
     async fn delete_nodes(&self, nodes: &[ferroscale_model::Node]) -> Result<(), CloudError> {
-        for node in nodes {
-            if !is_kwok_node(&node.annotations) {
-                return Err(CloudError::InvalidRequest(format!(
-                    "node {} is not a kwok node (annotation {KWOK_NODE_ANNOTATION}={KWOK_NODE_ANNOTATION_VALUE} missing)",
-                    node.name
-                )));
-            }
-            let group = node.annotations.get(GROUP_NAME_ANNOTATION);
-            if group.map(String::as_str) != Some(self.spec.id.as_str()) {
-                return Err(CloudError::InvalidRequest(format!(
-                    "node {} does not belong to node group {} ({GROUP_NAME_ANNOTATION}={})",
-                    node.name,
-                    self.spec.id,
-                    group.map(String::as_str).unwrap_or("<none>")
-                )));
-            }
-        }
-        let target = self.state().target_size;
-        if target < self.spec.min_size.saturating_add(nodes.len()) {
-            return Err(CloudError::InvalidRequest(format!(
-                "deleting {} nodes would take node group {} below its min size {} (target {target})",
-                nodes.len(),
-                self.spec.id,
-                self.spec.min_size
-            )));
-        }
-        tracing::debug!(group = %self.spec.id, count = nodes.len(), "kwok: DeleteNodes");
-        for node in nodes {
-            match self
-                .nodes_api
-                .delete(&node.name, &DeleteParams::default())
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => {
-                    return Err(provider_error(
-                        format_args!("deleting Node {}", node.name),
-                        e,
-                    ));
+        let mut to_delete = Vec::new();
+        {
+            let mut state = self.state();
+            // A node the group knows is its own by name or provider id; placeholders the core
+            // makes for instances without a Node object carry only the latter.
+            let known: Vec<Option<GroupNode>> = nodes
+                .iter()
+                .map(|node| {
+                    name_of_provider_id(&node.provider_id)
+                        .and_then(|name| state.position(name))
+                        .or_else(|| state.position(&node.name))
+                        .map(|at| state.nodes[at].clone())
+                })
+                .collect();
+            for (node, known) in nodes.iter().zip(&known) {
+                if known.is_some() {
+                    continue;
+                }
+                if !is_kwok_node(&node.annotations) {
+                    return Err(CloudError::InvalidRequest(format!(
+                        "node {} is not a kwok node (annotation {KWOK_NODE_ANNOTATION}={KWOK_NODE_ANNOTATION_VALUE} missing)",
+                        node.name
+                    )));
+                }
+                let group = node.annotations.get(GROUP_NAME_ANNOTATION);
+                if group.map(String::as_str) != Some(self.spec.id.as_str()) {
+                    return Err(CloudError::InvalidRequest(format!(
+                        "node {} does not belong to node group {} ({GROUP_NAME_ANNOTATION}={})",
+                        node.name,
+                        self.spec.id,
+                        group.map(String::as_str).unwrap_or("<none>")
+                    )));
                 }
             }
-            let mut state = self.state();
-            state.nodes.retain(|n| n.name != node.name);
-            state.target_size = state.target_size.saturating_sub(1);
+            let target = state.target_size;
+            if target < self.spec.min_size.saturating_add(nodes.len()) {
+                return Err(CloudError::InvalidRequest(format!(
+                    "deleting {} nodes would take node group {} below its min size {} (target {target})",
+                    nodes.len(),
+                    self.spec.id,
+                    self.spec.min_size
+                )));
+            }
+            for (node, known) in nodes.iter().zip(known) {
+                match known {
+                    Some(entry) if entry.status != NodeStatus::Running => state.remove(&entry.name),
+                    Some(entry) => to_delete.push(entry.name),
+                    None => to_delete.push(node.name.clone()),
+                }
+            }
         }
-        Ok(())
+        tracing::debug!(group = %self.spec.id, count = nodes.len(), "kwok: DeleteNodes");
+        let failures = self.shared.delete_nodes(to_delete).await;
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(CloudError::Provider(format!(
+                "node group {}: {}",
+                self.spec.id,
+                failures.join("; ")
+            )))
+        }
     }
 
     async fn decrease_target_size(&self, delta: i64) -> Result<(), CloudError> {
@@ -384,6 +654,7 @@ impl NodeGroup for KwokNodeGroup {
             Some(new_target) if new_target >= existing => {
                 tracing::debug!(group = %self.spec.id, delta, "kwok: DecreaseTargetSize");
                 state.target_size = new_target;
+                state.bump();
                 Ok(())
             }
             _ => Err(CloudError::InvalidRequest(format!(
@@ -394,12 +665,7 @@ impl NodeGroup for KwokNodeGroup {
     }
 
     async fn nodes(&self) -> Result<Vec<Instance>, CloudError> {
-        Ok(self
-            .state()
-            .nodes
-            .iter()
-            .map(|n| Instance::running(n.provider_id.clone()))
-            .collect())
+        Ok(self.state().nodes.iter().map(GroupNode::instance).collect())
     }
 
     async fn template_node_info(&self) -> Result<NodeTemplate, CloudError> {
@@ -448,12 +714,16 @@ impl KwokProvider {
             .into_iter()
             .map(|spec| {
                 Arc::new(KwokNodeGroup {
-                    state: Mutex::new(GroupState {
-                        target_size: spec.desired_size,
-                        nodes: Vec::new(),
+                    shared: Arc::new(Shared {
+                        id: spec.id.clone(),
+                        template: spec.template.clone(),
+                        nodes_api: nodes_api.clone(),
+                        state: Mutex::new(GroupState {
+                            target_size: spec.desired_size,
+                            ..GroupState::default()
+                        }),
                     }),
                     spec,
-                    nodes_api: nodes_api.clone(),
                 })
             })
             .collect();
@@ -540,9 +810,10 @@ impl CloudProvider for KwokProvider {
     }
 
     async fn refresh(&self) -> Result<(), CloudError> {
+        let listed_at: Vec<u64> = self.groups.iter().map(|g| g.state().version).collect();
         let nodes = self.managed_nodes().await?;
-        for group in &self.groups {
-            let members: Vec<GroupNode> = nodes
+        for (group, listed_at) in self.groups.iter().zip(listed_at) {
+            let members: Vec<(String, String)> = nodes
                 .iter()
                 .filter(|node| {
                     node.metadata
@@ -553,34 +824,50 @@ impl CloudProvider for KwokProvider {
                 })
                 .map(|node| {
                     let name = node.metadata.name.clone().unwrap_or_default();
-                    GroupNode {
-                        provider_id: node
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.provider_id.clone())
-                            .unwrap_or_else(|| format!("{}{name}", templates::PROVIDER_ID_PREFIX)),
-                        name,
-                    }
+                    let provider_id = node
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.provider_id.clone())
+                        .unwrap_or_else(|| format!("{}{name}", templates::PROVIDER_ID_PREFIX));
+                    (name, provider_id)
                 })
                 .collect();
-            let mut state = group.state();
-            state.target_size = members.len();
-            state.nodes = members;
+            group.state().merge_listed(members, listed_at);
         }
         Ok(())
     }
 
+    /// Deletes every kwok Node of the provider's groups and forgets them at once, so that
+    /// `nodes` and `target_size` no longer report them even before the next `refresh`. Creations
+    /// still under way are abandoned (and their Nodes deleted when they complete).
     async fn cleanup(&self) -> Result<(), CloudError> {
-        let nodes = self.managed_nodes().await?;
-        let mut failures = Vec::new();
-        for node in nodes {
-            let name = node.metadata.name.unwrap_or_default();
-            match self.nodes_api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => failures.push(format!("{name}: {e}")),
+        for group in &self.groups {
+            let mut state = group.state();
+            let pending: Vec<String> = state
+                .nodes
+                .iter()
+                .filter(|node| node.status != NodeStatus::Running)
+                .map(|node| node.name.clone())
+                .collect();
+            for name in pending {
+                state.remove(&name);
             }
         }
+        let names: Vec<String> = self
+            .managed_nodes()
+            .await?
+            .into_iter()
+            .filter_map(|node| node.metadata.name)
+            .collect();
+        let failures = delete_node_objects(&self.nodes_api, names, |name| {
+            for group in &self.groups {
+                let mut state = group.state();
+                if state.position(name).is_some() {
+                    state.remove(name);
+                }
+            }
+        })
+        .await;
         if failures.is_empty() {
             Ok(())
         } else {
@@ -589,5 +876,103 @@ impl CloudProvider for KwokProvider {
                 failures.join("; ")
             )))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, status: NodeStatus, changed: u64) -> GroupNode {
+        GroupNode {
+            name: name.to_string(),
+            provider_id: format!("kwok:{name}"),
+            status,
+            changed,
+        }
+    }
+
+    fn listed(names: &[&str]) -> Vec<(String, String)> {
+        names
+            .iter()
+            .map(|name| (name.to_string(), format!("kwok:{name}")))
+            .collect()
+    }
+
+    fn names(state: &GroupState) -> Vec<&str> {
+        let mut names: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_refresh_keeps_nodes_still_being_created_or_failed_and_drops_nodes_gone_elsewhere() {
+        let mut state = GroupState {
+            target_size: 4,
+            nodes: vec![
+                node("a", NodeStatus::Running, 1),
+                node("b", NodeStatus::Running, 1),
+                node("c", NodeStatus::Creating, 1),
+                node("d", NodeStatus::Failed("quota".into()), 1),
+            ],
+            version: 1,
+            ..GroupState::default()
+        };
+        // `b` was deleted by someone else; `e` was created by someone else.
+        state.merge_listed(listed(&["a", "e"]), 1);
+        assert_eq!(names(&state), ["a", "c", "d", "e"]);
+        assert_eq!(state.target_size, 4);
+    }
+
+    #[test]
+    fn a_refresh_does_not_undo_what_the_provider_did_while_it_listed() {
+        let mut state = GroupState {
+            target_size: 2,
+            nodes: vec![
+                node("a", NodeStatus::Running, 1),
+                node("b", NodeStatus::Creating, 1),
+            ],
+            version: 1,
+            ..GroupState::default()
+        };
+        let listed_at = state.version;
+        // While the list is read: `a` is deleted, `b`'s Node object is created.
+        state.remove("a");
+        let version = state.bump();
+        state.nodes[0].status = NodeStatus::Running;
+        state.nodes[0].changed = version;
+        // The list predates both changes.
+        state.merge_listed(listed(&["a"]), listed_at);
+        assert_eq!(names(&state), ["b"]);
+        assert_eq!(state.target_size, 1);
+        // A later list that no longer shows `a` forgets the deletion.
+        state.merge_listed(listed(&["b"]), state.version);
+        assert!(state.deleted.is_empty());
+        assert_eq!(names(&state), ["b"]);
+    }
+
+    #[test]
+    fn instances_report_creation_and_its_failure() {
+        let creating = node("c", NodeStatus::Creating, 0).instance();
+        assert_eq!(
+            creating.status.map(|s| (s.state, s.error)),
+            Some((InstanceState::Creating, None))
+        );
+        let failed = node("d", NodeStatus::Failed("creating Node d: denied".into()), 0).instance();
+        let status = failed.status.expect("a status");
+        assert_eq!(status.state, InstanceState::Creating);
+        let error = status.error.expect("error info");
+        assert_eq!(
+            (error.class, error.code.as_str(), error.message.as_str()),
+            (
+                ErrorClass::Other,
+                CREATE_FAILED_CODE,
+                "creating Node d: denied"
+            )
+        );
+        assert_eq!(
+            node("a", NodeStatus::Running, 0).instance(),
+            Instance::running("kwok:a")
+        );
     }
 }

@@ -4,87 +4,19 @@
 //!
 //! One control plane serves the whole scenario: starting one costs seconds of CPU on a small machine.
 
-use std::collections::BTreeMap;
-use std::time::Duration;
+mod support;
 
 use ferroscale_core::cloud::{CloudError, CloudProvider};
 use ferroscale_provider_kwok::{ConfigSource, KwokProvider};
-use ferroscale_testing_control_plane::ControlPlane;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
-
-const WAIT_LIMIT: Duration = Duration::from_secs(120);
-const NAMESPACE: &str = "kube-system";
-
-const CONFIG: &str = r#"
-apiVersion: v1alpha1
-readNodesFrom: configmap
-nodegroups:
-  fromNodeLabelKey: "pool"
-configmap:
-  name: kwok-provider-templates
-"#;
-
-const TEMPLATES: &str = r#"
-apiVersion: v1
-kind: List
-items:
-- apiVersion: v1
-  kind: Node
-  metadata:
-    name: workers-template
-    labels: {pool: workers}
-    annotations:
-      cluster-autoscaler.kwok.nodegroup/min-count: "1"
-      cluster-autoscaler.kwok.nodegroup/max-count: "3"
-  status:
-    capacity: {cpu: "4", memory: 16Gi, pods: "110"}
-    allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
-"#;
-
-async fn client_for(control_plane: &ControlPlane) -> Client {
-    let kubeconfig = Kubeconfig::read_from(control_plane.kubeconfig_path()).expect("kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("client configuration");
-    Client::try_from(config).expect("client")
-}
-
-async fn put_configmap(client: &Client, name: &str, key: &str, text: &str) {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    let configmap = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([(key.to_string(), text.to_string())])),
-        ..ConfigMap::default()
-    };
-    api.create(&PostParams::default(), &configmap)
-        .await
-        .expect("create ConfigMap");
-}
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use support::*;
 
 fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-async fn node_names(nodes: &Api<Node>) -> Vec<String> {
-    let mut names: Vec<String> = nodes
-        .list(&ListParams::default())
-        .await
-        .expect("list nodes")
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    names.sort();
-    names
 }
 
 /// Polls until every named node is Ready.
@@ -105,7 +37,7 @@ async fn wait_ready(nodes: &Api<Node>, names: &[String]) {
             tokio::time::Instant::now() < deadline,
             "nodes {names:?} did not become Ready within {WAIT_LIMIT:?}"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
 
@@ -116,13 +48,9 @@ async fn model_node(nodes: &Api<Node>, name: &str) -> ferroscale_model::Node {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
-    let control_plane = tokio::task::spawn_blocking(ControlPlane::start)
-        .await
-        .expect("start-up thread")
-        .expect("control plane starts (run scripts/control-plane/build.sh first)");
+    let control_plane = start_control_plane().await;
     let client = client_for(&control_plane).await;
-    put_configmap(&client, "kwok-provider-config", "config", CONFIG).await;
-    put_configmap(&client, "kwok-provider-templates", "templates", TEMPLATES).await;
+    configure(&client, 1, 3).await;
 
     let source = ConfigSource::ConfigMap {
         namespace: NAMESPACE.to_string(),
@@ -144,12 +72,14 @@ async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
         "refresh counts existing nodes"
     );
 
-    // Grow: two real Node objects that kwok makes Ready.
+    // Grow: two real Node objects that kwok makes Ready. The target moves at once; the Node
+    // objects follow in the background.
     let nodes: Api<Node> = Api::all(client.clone());
     group.increase_size(2).await.expect("increase by 2");
     assert_eq!(group.target_size().await.unwrap(), 2);
-    let created = node_names(&nodes).await;
-    assert_eq!(created.len(), 2, "{created:?}");
+    assert_eq!(group.nodes().await.unwrap().len(), 2);
+    let created = wait_node_count(&nodes, 2).await;
+    wait_instances_running(group.as_ref()).await;
     for name in &created {
         assert!(
             name.starts_with("workers-") && name.len() == "workers-".len() + 5,
@@ -221,6 +151,7 @@ async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
             .is_none()
     );
     group.increase_size(1).await.expect("back to 2");
+    wait_instances_running(group.as_ref()).await;
     let foreign_refused = group.delete_nodes(&[foreign]).await.unwrap_err();
     assert!(
         foreign_refused.to_string().contains("not a kwok node"),
@@ -232,19 +163,17 @@ async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
     assert_eq!(group.target_size().await.unwrap(), 2);
     assert!(provider.has_instance(&first).await.unwrap());
 
-    // Cleanup removes every node the provider created.
+    // Cleanup removes every node the provider created, and the group forgets them at once.
     provider.cleanup().await.expect("cleanup");
     assert!(node_names(&nodes).await.is_empty());
+    assert_eq!(group.nodes().await.unwrap(), Vec::new());
     provider.refresh().await.unwrap();
     assert_eq!(group.target_size().await.unwrap(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_templates_configmap_is_an_error_naming_it() {
-    let control_plane = tokio::task::spawn_blocking(ControlPlane::start)
-        .await
-        .expect("start-up thread")
-        .expect("control plane starts (run scripts/control-plane/build.sh first)");
+    let control_plane = start_control_plane().await;
     let client = client_for(&control_plane).await;
     put_configmap(&client, "kwok-provider-config", "config", CONFIG).await;
     put_configmap(
@@ -279,4 +208,170 @@ async fn a_malformed_templates_configmap_is_an_error_naming_it() {
         .expect("a missing ConfigMap is refused")
         .to_string();
     assert!(error.contains("kube-system/no-such-config"), "{error}");
+}
+
+/// An admission policy refusing every Node of the `workers` pool: the API server answers each
+/// creation with an error, as it would a quota or a webhook.
+const REFUSE_WORKER_NODES: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: refuse-worker-nodes}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["nodes"]}
+  validations:
+  - expression: "!has(object.metadata.labels) || !('pool' in object.metadata.labels) || object.metadata.labels['pool'] != 'workers'"
+    message: "no worker nodes today"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: refuse-worker-nodes}
+spec:
+  policyName: refuse-worker-nodes
+  validationActions: [Deny]
+"#;
+
+/// Log output captured in memory.
+#[derive(Clone, Default)]
+struct CapturedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl CapturedLog {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// A current-thread runtime, so the background creations log through the subscriber set for this
+// thread.
+#[tokio::test]
+async fn nodes_that_cannot_be_created_are_failed_instances_and_a_warning() {
+    use ferroscale_core::cloud::{ErrorClass, InstanceState};
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use kube::api::PostParams;
+
+    let log = CapturedLog::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let control_plane = start_control_plane().await;
+    let client = client_for(&control_plane).await;
+    configure(&client, 0, 5).await;
+    let mut documents = REFUSE_WORKER_NODES.split("\n---\n");
+    let policy: ValidatingAdmissionPolicy =
+        serde_yaml_ng::from_str(documents.next().unwrap()).unwrap();
+    let binding: ValidatingAdmissionPolicyBinding =
+        serde_yaml_ng::from_str(documents.next().unwrap()).unwrap();
+    Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the policy");
+    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("bind the policy");
+    let nodes: Api<Node> = Api::all(client.clone());
+    // The API server applies a new policy after a moment: wait until a worker Node is refused.
+    let probe: Node =
+        serde_yaml_ng::from_str("metadata: {name: probe, labels: {pool: workers}}").unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    while nodes.create(&PostParams::default(), &probe).await.is_ok() {
+        let _ = nodes.delete("probe", &Default::default()).await;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the policy never applied"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+
+    let source = ConfigSource::ConfigMap {
+        namespace: NAMESPACE.to_string(),
+        name: "kwok-provider-config".to_string(),
+    };
+    let provider = KwokProvider::build(client.clone(), &source, Some(NAMESPACE))
+        .await
+        .expect("provider builds from the ConfigMaps");
+    let group = provider.node_groups().await.unwrap().remove(0);
+    group
+        .increase_size(2)
+        .await
+        .expect("the request is accepted");
+    assert_eq!(group.target_size().await.unwrap(), 2);
+
+    // Both become failed instances: Creating with error info naming the refusal.
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    let failed = loop {
+        let instances = group.nodes().await.unwrap();
+        let failed: Vec<_> = instances
+            .iter()
+            .filter_map(|instance| instance.status.clone())
+            .filter(|status| status.state == InstanceState::Creating)
+            .filter_map(|status| status.error)
+            .collect();
+        if failed.len() == 2 {
+            break instances;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no failed instances: {instances:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    for instance in &failed {
+        let error = instance
+            .status
+            .as_ref()
+            .and_then(|s| s.error.as_ref())
+            .unwrap();
+        assert_eq!(error.class, ErrorClass::Other);
+        assert!(error.message.contains("no worker nodes today"), "{error:?}");
+    }
+    let warning = log
+        .text()
+        .lines()
+        .find(|line| line.contains("could not be created"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("no warning in {}", log.text()));
+    assert!(
+        warning.contains("WARN") && warning.contains("failed=2"),
+        "{warning}"
+    );
+    assert!(node_names(&nodes).await.is_empty());
+
+    // The core deletes failed instances through placeholders carrying only the instance id.
+    let placeholders: Vec<ferroscale_model::Node> = failed
+        .iter()
+        .map(|instance| {
+            let mut node = ferroscale_model::Node::new(
+                instance.id.clone(),
+                ferroscale_model::Resources::new(0, 0),
+            );
+            node.provider_id = instance.id.clone();
+            node
+        })
+        .collect();
+    group
+        .delete_nodes(&placeholders)
+        .await
+        .expect("failed instances are deleted");
+    assert_eq!(group.target_size().await.unwrap(), 0);
+    assert!(group.nodes().await.unwrap().is_empty());
 }
