@@ -788,8 +788,10 @@ impl Autoscaler {
             gpu_label: &gpu_label,
             resource_limits: limits.as_ref(),
         };
-        // Placeholders and the pods the plan leaves placed live on a branch, discarded after.
-        base.fork();
+        // The upcoming placeholders, and the pods the plan places (nominated pods, and pods that
+        // fit existing or upcoming nodes), stay in the snapshot for the rest of the loop, as
+        // upstream keeps them: scale-down then counts a node that pending pods will land on as
+        // used, even while the scheduler has not bound them (stopped, slow or behind a burst).
         self.inject_upcoming(&mut base, &views);
         let plan = timer.time("scaleUp", || {
             plan_scale_up(ScaleUpInput {
@@ -805,7 +807,6 @@ impl Autoscaler {
                 seed,
             })
         });
-        base.revert();
         events.extend(plan.events.iter().cloned());
         for increase in plan.increases.iter().filter(|i| i.delta() > 0) {
             outcome.planned_actions.push(PlannedAction::IncreaseSize {
@@ -840,10 +841,8 @@ impl Autoscaler {
             .await;
         }
 
-        // 25. Min-size enforcement.
+        // 25. Min-size enforcement (the snapshot holds the upcoming placeholders already).
         if self.options.enforce_node_group_min_size {
-            base.fork();
-            self.inject_upcoming(&mut base, &views);
             let targets: Vec<NodeGroupView> = views
                 .iter()
                 .map(|v| {
@@ -866,7 +865,6 @@ impl Autoscaler {
                     provider,
                 )
             });
-            base.revert();
             for increase in min_plan.increases.iter().filter(|i| i.delta() > 0) {
                 outcome.planned_actions.push(PlannedAction::IncreaseSize {
                     group_id: increase.group_id.clone(),
@@ -900,21 +898,8 @@ impl Autoscaler {
         events: &mut Vec<Event>,
     ) {
         let dry_run = self.options.dry_run;
-        // Nominated pods count where they are going (1.3 step 10).
-        let cutoff = self.options.expendable_pods_priority_cutoff;
-        snapshot.fork();
-        for pod in &gathered.objects.pods {
-            if pod.node_name.is_none()
-                && pod.deletion_time.is_none()
-                && !pod.is_expendable(cutoff)
-                && let Some(nominated) = pod.nominated_node_name.as_deref()
-                && let Some(id) = snapshot.node_id(nominated)
-            {
-                let mut placed = (**pod).clone();
-                placed.node_name = Some(nominated.to_string());
-                snapshot.add_pod(id, Arc::new(placed));
-            }
-        }
+        // Nominated pods already count where they are going (1.3 step 10): the scale-up intake
+        // placed them in the snapshot.
         let controllers = controller_index(&gathered.objects);
         let in_progress = self.deletions.in_progress();
         let deletions = DeletionsInProgress {
@@ -958,7 +943,6 @@ impl Autoscaler {
                 scale_down_disabled_this_loop: skip_this_loop,
             })
         });
-        snapshot.revert();
         self.scale_down_state = plan.next_state.clone();
         events.extend(plan.events.iter().cloned());
 
