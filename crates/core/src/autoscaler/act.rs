@@ -53,8 +53,8 @@ impl Autoscaler {
         Some(execution)
     }
 
-    /// Removes the deletion taints an earlier process left on nodes of autoscaled groups (1.3
-    /// step 1, once per process).
+    /// Removes the deletion taints an earlier process left on nodes of autoscaled groups (once
+    /// per process).
     pub(super) async fn clean_up_leftover_taints(
         &mut self,
         cloud: &dyn CloudProvider,
@@ -90,8 +90,7 @@ impl Autoscaler {
         Ok(())
     }
 
-    /// Lowers the target of groups whose scale-up timed out by the nodes that never came
-    /// (spec 4.4).
+    /// Lowers the target of groups whose scale-up timed out by the nodes that never came.
     pub(super) async fn revert_timed_out_scale_ups(
         &self,
         groups: &[Arc<dyn NodeGroup>],
@@ -123,7 +122,7 @@ impl Autoscaler {
         }
     }
 
-    /// Deletes instances that stayed unregistered too long (1.3 step 14, spec 4.5).
+    /// Deletes instances that stayed unregistered too long.
     pub(super) async fn delete_long_unregistered(
         &self,
         groups: &[Arc<dyn NodeGroup>],
@@ -157,7 +156,7 @@ impl Autoscaler {
         }
     }
 
-    /// Deletes instances whose creation failed (1.3 step 16, spec 4.6).
+    /// Deletes instances whose creation failed.
     pub(super) async fn delete_failed_instances(
         &self,
         groups: &[Arc<dyn NodeGroup>],
@@ -173,7 +172,7 @@ impl Autoscaler {
         }
     }
 
-    /// Fixes incorrect target sizes (1.3 step 17, spec 4.7). True when the iteration ends here:
+    /// Fixes incorrect target sizes. True when the iteration ends here:
     /// a size was fixed (or, in dry-run mode, would have been).
     pub(super) async fn fix_incorrect_sizes(
         &self,
@@ -288,7 +287,7 @@ impl Autoscaler {
         }
     }
 
-    /// Adds and removes the plan's soft taints (spec 3.9).
+    /// Adds and removes the plan's soft taints.
     pub(super) async fn apply_soft_taints(
         &self,
         cluster: &dyn ClusterApi,

@@ -1,4 +1,4 @@
-//! Gather, the cloud's half (1.3 steps 9 and 12): every node group's instances, target size,
+//! Gather, the cloud's half: every node group's instances, target size,
 //! options, template and price, which group each node belongs to, the provider's resource limits
 //! and scale-down vetoes.
 //!

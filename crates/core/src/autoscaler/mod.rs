@@ -237,7 +237,7 @@ struct ScaleDownStep<'a> {
     gathered: &'a Gathered,
     /// The node groups with this iteration's health.
     views: &'a [NodeGroupView],
-    /// Scale-up asked to skip scale-down this loop (1.3 step 23).
+    /// Scale-up asked to skip scale-down this loop.
     skip_this_loop: bool,
     provider: ProviderFacts<'a>,
     now: Timestamp,

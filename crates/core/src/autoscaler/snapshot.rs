@@ -1,4 +1,4 @@
-//! Building the loop's snapshot (1.3 steps 4, 10 and 19, 2.1 step 5), a pure step: from the
+//! Building the loop's snapshot, a pure step: from the
 //! gathered objects and the cluster-state report to the snapshot the decide steps share, the
 //! pending pods and the pods of nodes being drained.
 
