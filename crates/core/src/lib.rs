@@ -1,10 +1,13 @@
 //! The cloud-agnostic autoscaling engine.
 //!
-//! `cloud` is the contract every provider implements (async: it does I/O). Everything else here is
-//! the pure Decide layer: functions of a gathered snapshot, remembered state and options, returning a
-//! plan. No I/O, no clock reads, no unseeded randomness. The one exception is
-//! [`scale_up::execute_scale_up`], the Act step of a scale-up, which talks to the provider.
+//! `cloud` and `kubernetes` are the contracts the outside world implements (async: they do I/O).
+//! `scale_up`, `scale_down`, `cluster_state`, `backoff` and `events` are the pure Decide layer:
+//! functions of a gathered snapshot, remembered state and options, returning a plan. No I/O, no
+//! clock reads, no unseeded randomness. The Act side talks to the contracts: `act` (executing a
+//! scale-up plan), `actuation` (scale-down deletions as state machines) and `autoscaler` (the
+//! loop: gather, decide, act).
 
+pub mod act;
 pub mod actuation;
 pub mod autoscaler;
 pub mod backoff;

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use ferroscale_core::AutoscalingOptions;
 use ferroscale_core::actuation::{ActuationStep, RemovalKind};
-use ferroscale_core::autoscaler::{LoopError, LoopOutcome, PlannedAction};
+use ferroscale_core::autoscaler::{
+    GatherCall, GatherFailure, LoopError, LoopOutcome, PlannedAction,
+};
 use ferroscale_core::scale_down::UnremovableReason;
 use ferroscale_model::ConditionStatus;
 use prometheus::{
@@ -332,6 +334,14 @@ impl AutoscalerMetrics {
         self.observe_function("main", loop_duration);
         self.set_limits(options);
 
+        // A failed gather call does not end the iteration, but it is a provider call that
+        // failed: counted with the provider errors that end one, and logged.
+        if !outcome.gather_failures.is_empty() {
+            self.errors_total
+                .with_label_values(&["cloudProviderError"])
+                .inc_by(outcome.gather_failures.len() as u64);
+            log_gather_failures(&outcome.gather_failures);
+        }
         if let Some(error) = &outcome.error {
             let error_type = match error {
                 LoopError::Gather(_) => "apiCallError",
@@ -498,6 +508,31 @@ fn as_gauge(count: usize) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
 }
 
+/// Logs one iteration's gather failures: a warning per failure, except NodeGroupForNode, which
+/// can fail for every node outside the groups and is summed up in one line.
+fn log_gather_failures(failures: &[GatherFailure]) {
+    let (lookups, others): (Vec<&GatherFailure>, Vec<&GatherFailure>) = failures
+        .iter()
+        .partition(|failure| failure.call == GatherCall::NodeGroupForNode);
+    for failure in others {
+        tracing::warn!(
+            call = %failure.call,
+            subject = %failure.subject,
+            error = %failure.error,
+            "provider call failed while gathering; the iteration went on without its answer"
+        );
+    }
+    if let Some(first) = lookups.first() {
+        tracing::warn!(
+            call = %first.call,
+            failed = lookups.len(),
+            first = %first.subject,
+            error = %first.error,
+            "provider call failed while gathering; the nodes stay outside every group this iteration"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -646,6 +681,48 @@ mod tests {
                 .count(),
             DURATION_BUCKET_COUNT + 1,
             "150 buckets and +Inf"
+        );
+    }
+
+    /// Failed gather calls do not fail the iteration, but each is counted as a provider error.
+    #[test]
+    fn gather_failures_count_as_cloud_provider_errors() {
+        use ferroscale_core::autoscaler::GatherSubject;
+        let metrics = AutoscalerMetrics::new().unwrap();
+        let options = AutoscalingOptions::default();
+        let failure = |call, subject| GatherFailure {
+            call,
+            subject,
+            error: CloudError::Provider("timeout".into()),
+        };
+        let mut outcome = LoopOutcome {
+            now: Timestamp::from_secs(1_700_000_000),
+            ..LoopOutcome::default()
+        };
+        outcome.gather_failures = vec![
+            failure(GatherCall::TargetSize, GatherSubject::Group("pool".into())),
+            failure(
+                GatherCall::NodeGroupForNode,
+                GatherSubject::Node("n1".into()),
+            ),
+            failure(GatherCall::ResourceLimits, GatherSubject::Provider),
+        ];
+        metrics.record_loop(&outcome, &options, Duration::ZERO);
+        let text = metrics.render();
+        assert_eq!(
+            line_value(
+                &text,
+                "cluster_autoscaler_errors_total{type=\"cloudProviderError\"}"
+            ),
+            Some(3.0)
+        );
+        assert_eq!(
+            line_value(
+                &text,
+                "cluster_autoscaler_last_activity{activity=\"mainSuccessful\"}"
+            ),
+            Some(1.7e9),
+            "the iteration itself succeeded"
         );
     }
 

@@ -214,15 +214,16 @@ impl Snapshot {
     }
 
     /// Opens a what-if branch that the caller must close with exactly one [`Snapshot::revert`] or
-    /// [`Snapshot::commit`]. Prefer [`Snapshot::branch`], whose guard cannot be left open.
+    /// [`Snapshot::commit`]. Private: outside this module only [`Snapshot::branch`]'s guard opens
+    /// branches, so none can be left open.
     #[inline]
-    pub fn fork(&mut self) {
+    fn fork(&mut self) {
         self.fork_points.push(self.undo.len());
     }
 
-    /// Discards every change since the matching [`Snapshot::fork`]. Prefer [`Snapshot::branch`].
+    /// Discards every change since the matching [`Snapshot::fork`].
     #[inline]
-    pub fn revert(&mut self) {
+    fn revert(&mut self) {
         let Some(point) = self.fork_points.pop() else {
             return;
         };
@@ -232,10 +233,9 @@ impl Snapshot {
         }
     }
 
-    /// Keeps every change since the matching [`Snapshot::fork`]. Prefer [`Snapshot::branch`] and
-    /// [`Branch::commit`].
+    /// Keeps every change since the matching [`Snapshot::fork`].
     #[inline]
-    pub fn commit(&mut self) {
+    fn commit(&mut self) {
         if self.fork_points.pop().is_some() && self.fork_points.is_empty() {
             self.undo.clear();
         }

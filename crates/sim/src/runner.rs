@@ -1237,7 +1237,7 @@ impl<'p> Simulation<'p> {
                 at: now,
                 kind: EntryKind::Failure,
                 what: format!("{action:?} failed"),
-                why: error.clone(),
+                why: error.to_string(),
             });
         }
         backed_off.dedup();

@@ -315,6 +315,20 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Stops kube-scheduler for good, leaving the others running: pending pods keep whatever
+    /// condition it gave them and are never bound, as when a scheduler is down or far behind a
+    /// burst. (Starting without it, [`Options::scheduler`], leaves new pods without the
+    /// `Unschedulable` condition that makes an autoscaler act.)
+    pub fn stop_scheduler(&self) -> Result<(), Error> {
+        let running = self
+            .lock()
+            .scheduler
+            .take()
+            .ok_or(Error::SchedulerNotRunning)?;
+        running.terminate(SHUTDOWN_GRACE);
+        Ok(())
+    }
+
     /// Starts the API server stopped by [`ControlPlane::stop_apiserver`] and waits until it is ready.
     pub fn start_apiserver(&self) -> Result<(), Error> {
         let mut processes = self.lock();

@@ -140,6 +140,9 @@ pub enum Error {
 
     #[error("the API server is {0}")]
     ApiServerState(&'static str),
+
+    #[error("kube-scheduler is not running (never started, or already stopped)")]
+    SchedulerNotRunning,
 }
 
 impl fmt::Debug for Error {

@@ -13,7 +13,10 @@
 //! no mutating cloud or cluster method is called (events and the status ConfigMap are returned,
 //! not written).
 
+mod act;
+mod gather;
 mod recorder;
+mod snapshot;
 mod templates;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -21,33 +24,34 @@ use std::sync::Arc;
 
 use ferroscale_model::{Node, Pod, Timestamp};
 use ferroscale_scheduling::Snapshot;
-use futures::StreamExt;
 
 use crate::actuation::{
     ActuationProgress, ActuationReport, ActuationStep, CompletedDeletion, DeletionTracker,
-    EmptinessRecheck, FailedDeletion, NodeDeletion, RecheckRefusal, RemovalKind, RemovalRecheck,
-    SoftTaintUpdate, apply_soft_taints, remove_leftover_taints,
+    EmptinessRecheck, FailedDeletion, RecheckRefusal, RemovalKind, RemovalRecheck, SoftTaintUpdate,
 };
 use crate::backoff::NodeGroupBackoff;
-use crate::cloud::{CloudError, CloudProvider, Instance, NodeGroup};
+use crate::cloud::{CloudError, CloudProvider};
 use crate::cluster_state::status::{StatusInput, format_go_time};
 use crate::cluster_state::{
-    ClusterStateRegistry, ClusterStateReport, GroupObservation, InstanceToDelete, StatusReport,
-    render_status_yaml,
+    ClusterStateRegistry, ClusterStateReport, StatusReport, render_status_yaml,
 };
 use crate::events::{Event, EventObject, reasons};
 use crate::kubernetes::{ClusterApi, ClusterError, ClusterObjects, StatusConfigMap};
-use crate::options::{AutoscalingOptions, ExpanderName};
+use crate::options::AutoscalingOptions;
 use crate::scale_down::{
     ControllerIndex, ControllerReplicas, DeletionInProgress, DeletionsInProgress, ScaleDownInput,
     ScaleDownPlan, ScaleDownState, first_blocking_pod, plan_scale_down,
 };
 use crate::scale_up::{
-    NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan, execute_scale_up,
-    inject_upcoming_nodes, plan_min_size_enforcement, plan_scale_up,
+    NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan,
+    plan_min_size_enforcement, plan_scale_up,
 };
 
+use act::record_progress;
+use gather::Gathered;
+pub use gather::{GatherCall, GatherFailure, GatherSubject};
 pub use recorder::{EVENT_REPEAT_INTERVAL, EventRecorder};
+use snapshot::{LoopSnapshot, SnapshotInput, build_snapshot};
 pub use templates::{TemplateCache, TemplateSource, daemonset_runs_on};
 
 /// Measures elapsed time for the caller; the core has no clock of its own.
@@ -146,8 +150,12 @@ pub struct LoopOutcome {
     pub soft_taints: SoftTaintUpdate,
     /// Mutating calls made (or, in dry-run mode, that would have been made), in order.
     pub planned_actions: Vec<PlannedAction>,
-    /// Cloud or cluster calls that failed outside scale-up and actuation, with the error.
-    pub action_errors: Vec<(PlannedAction, String)>,
+    /// Cloud calls that failed outside scale-up and actuation, with the provider's error (a group
+    /// that disappeared since gather is `CloudError::NodeGroupDoesNotExist`).
+    pub action_errors: Vec<(PlannedAction, CloudError)>,
+    /// Provider calls that failed while gathering; the iteration went on without their answers
+    /// (see [`GatherFailure`]).
+    pub gather_failures: Vec<GatherFailure>,
     /// The status report of the iteration (always set once `run_once` returns).
     pub status: Option<StatusReport>,
     /// The status ConfigMap written (or, in dry-run mode, that would have been written).
@@ -186,9 +194,6 @@ impl LoopOutcome {
     }
 }
 
-/// How many NodeGroupForNode calls may be in flight at once while gathering.
-const NODE_GROUP_LOOKUP_CONCURRENCY: usize = 16;
-
 /// Summed capacity of the cluster's nodes, for `cluster_cpu_current_cores` and
 /// `cluster_memory_current_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -226,6 +231,18 @@ pub struct Autoscaler {
     started_at: Option<Timestamp>,
 }
 
+/// What the scale-down steps read besides the snapshot.
+#[derive(Clone, Copy)]
+struct ScaleDownStep<'a> {
+    gathered: &'a Gathered,
+    /// The node groups with this iteration's health.
+    views: &'a [NodeGroupView],
+    /// Scale-up asked to skip scale-down this loop.
+    skip_this_loop: bool,
+    provider: ProviderFacts<'a>,
+    now: Timestamp,
+}
+
 /// Measures the pure calls of one iteration.
 struct DecideTimer<'s> {
     stopwatch: &'s dyn Stopwatch,
@@ -252,20 +269,6 @@ impl DecideTimer<'_> {
         }
         value
     }
-}
-
-/// What gather produced for the rest of the iteration.
-struct Gathered {
-    objects: ClusterObjects,
-    groups: Vec<Arc<dyn NodeGroup>>,
-    views: Vec<NodeGroupView>,
-    /// Node name → index into `groups`.
-    group_of_node: HashMap<String, usize>,
-    /// Per group: `Nodes()` (`None` when the call failed).
-    instances: Vec<Option<Vec<Instance>>>,
-    /// Nodes of a group that the provider keeps out of scale-down this loop
-    /// (`CloudProvider::scale_down_vetoes`).
-    scale_down_vetoed: HashSet<String>,
 }
 
 impl Autoscaler {
@@ -307,28 +310,28 @@ impl Autoscaler {
     }
 
     /// Advances the scale-down deletions in progress to `now` (run_once does this too; a live
-    /// binary may call it between iterations so drains progress at their own pace).
+    /// binary may call it between iterations so drains progress at their own pace). When the
+    /// node groups or the cluster cannot be read nothing moves (a deletion whose group seems
+    /// gone would be abandoned, and the re-check needs fresh PDBs and controllers), and the
+    /// error says which read failed.
     pub async fn advance_actuation(
         &mut self,
         cloud: &dyn CloudProvider,
         cluster: &dyn ClusterApi,
         now: Timestamp,
-    ) -> ActuationProgress {
+    ) -> Result<ActuationProgress, LoopError> {
         if self.deletions.is_idle() || self.options.dry_run {
-            return ActuationProgress::default();
+            return Ok(ActuationProgress::default());
         }
-        let groups = cloud.node_groups().await.unwrap_or_default();
-        // The re-check needs fresh PDBs and controllers; without them nothing is removed.
-        let Ok(objects) = cluster.gather().await else {
-            return ActuationProgress::default();
-        };
+        let groups = cloud.node_groups().await.map_err(LoopError::NodeGroups)?;
+        let objects = cluster.gather().await.map_err(LoopError::Gather)?;
         let recheck = LiveRecheck::new(&objects, now, &self.options);
         let progress = self
             .deletions
             .advance(&groups, cluster, &recheck, now, &self.options)
             .await;
         self.absorb(&progress, now);
-        progress
+        Ok(progress)
     }
 
     /// Shutdown (spec 1.5): deletes the status ConfigMap (with `--write-status-configmap`) and
@@ -361,26 +364,6 @@ impl Autoscaler {
     }
 
     /// Records what actuation did in the registry and the scale-down state.
-    /// Act on a plan of group increases (scale-up or min-size enforcement): resize through the
-    /// cloud, then register each success as a scale-up request and a scale-down cooldown start.
-    async fn execute_increases(
-        &mut self,
-        plan: &ScaleUpPlan,
-        groups: &[Arc<dyn NodeGroup>],
-        now: Timestamp,
-        events: &mut Vec<Event>,
-    ) -> ScaleUpExecution {
-        let execution = execute_scale_up(plan, groups, &mut self.backoff, now, &self.options).await;
-        for increase in &execution.succeeded {
-            self.registry
-                .register_scale_up(&increase.group_id, increase.delta(), now);
-            self.scale_down_state
-                .record_scale_up(&increase.group_id, now);
-        }
-        events.extend(execution.events.iter().cloned());
-        execution
-    }
-
     fn absorb(&mut self, progress: &ActuationProgress, now: Timestamp) {
         for done in &progress.completed {
             self.registry
@@ -503,30 +486,8 @@ impl Autoscaler {
         // 1. First-iteration clean-up of taints an earlier process left behind.
         if !self.first_loop_done {
             self.first_loop_done = true;
-            let objects = cluster.gather().await.map_err(LoopError::Gather)?;
-            if dry_run {
-                for node in objects
-                    .nodes
-                    .iter()
-                    .filter(|n| n.has_taint(ferroscale_model::taints::TO_BE_DELETED))
-                {
-                    outcome
-                        .planned_actions
-                        .push(PlannedAction::RemoveLeftoverTaint {
-                            node: node.name.clone(),
-                        });
-                }
-            }
-            let cleaned =
-                remove_leftover_taints(cloud, cluster, &objects.nodes, now, &self.options).await;
-            for event in &cleaned {
-                if let EventObject::Node(node) = &event.object {
-                    outcome
-                        .planned_actions
-                        .push(PlannedAction::RemoveLeftoverTaint { node: node.clone() });
-                }
-            }
-            events.extend(cleaned);
+            self.clean_up_leftover_taints(cloud, cluster, now, outcome, events)
+                .await?;
         }
 
         // 8. Refresh the cloud's view, then move running deletions forward so the snapshot
@@ -551,8 +512,17 @@ impl Autoscaler {
         let objects = cluster.gather().await.map_err(LoopError::Gather)?;
         // 5. Cluster resource metrics: capacity of the nodes not being deleted.
         outcome.cluster_resources = Some(cluster_resources(&objects.nodes, now));
-        let gathered = self.gather_groups(cloud, groups, objects, now).await;
+        let gathered = gather::gather_groups(
+            cloud,
+            groups,
+            objects,
+            &mut self.templates,
+            now,
+            &self.options,
+        )
+        .await;
         outcome.node_groups = gathered.views.clone();
+        outcome.gather_failures = gathered.failures.clone();
 
         // 3. Actionable-cluster check (only without scale-up from zero).
         if !self.options.scale_up_from_zero {
@@ -586,26 +556,7 @@ impl Autoscaler {
         }
 
         // 13. Cluster-state update.
-        let observations: Vec<GroupObservation> = gathered
-            .views
-            .iter()
-            .enumerate()
-            .map(|(i, view)| {
-                let nodes: Vec<Arc<Node>> = gathered
-                    .objects
-                    .nodes
-                    .iter()
-                    .filter(|n| gathered.group_of_node.get(&n.name) == Some(&i))
-                    .cloned()
-                    .collect();
-                let instances = gathered.instances.get(i).cloned().flatten();
-                let known = instances.is_some();
-                let mut observation =
-                    GroupObservation::new(view.clone(), instances.unwrap_or_default(), nodes);
-                observation.instances_known = known;
-                observation
-            })
-            .collect();
+        let observations = gathered.observations();
         // GPU nodes whose GPUs have not appeared in allocatable yet are not ready (4.2).
         self.registry.set_gpu_label(cloud.gpu_label());
         let report = timer.time("updateClusterState", || {
@@ -626,60 +577,11 @@ impl Autoscaler {
             }
         }
 
-        // 4.4: revert timed-out scale-ups.
-        for timed_out in &report.timed_out_scale_ups {
-            if timed_out.missing == 0 {
-                continue;
-            }
-            let delta = -(i64::try_from(timed_out.missing).unwrap_or(i64::MAX));
-            let action = PlannedAction::DecreaseTargetSize {
-                group_id: timed_out.group_id.clone(),
-                delta,
-            };
-            if let Err(e) = self
-                .act_decrease(&gathered.groups, &timed_out.group_id, delta)
-                .await
-            {
-                events.push(Event::warning(
-                    EventObject::StatusConfigMap,
-                    reasons::FAILED_TO_REVERT_SCALE_UP,
-                    format!(
-                        "failed to revert the scale-up of {} by {}: {e}",
-                        timed_out.group_id, timed_out.missing
-                    ),
-                ));
-                outcome.action_errors.push((action.clone(), e));
-            }
-            outcome.planned_actions.push(action);
-        }
-
-        // 14. Long-unregistered instances.
-        for (group_id, batch) in by_group(&report.long_unregistered_to_delete) {
-            let (action, result) = self
-                .delete_instances(&gathered.groups, &group_id, &batch)
-                .await;
-            let ids = batch
-                .iter()
-                .map(|i| i.instance_id.as_str())
-                .collect::<Vec<_>>()
-                .join(",");
-            match &result {
-                Ok(()) => events.push(Event::normal(
-                    EventObject::StatusConfigMap,
-                    reasons::DELETE_UNREGISTERED,
-                    format!("Removed unregistered node(s) {ids} of group {group_id}"),
-                )),
-                Err(e) => events.push(Event::warning(
-                    EventObject::StatusConfigMap,
-                    reasons::DELETE_UNREGISTERED_FAILED,
-                    format!("Failed to remove unregistered node(s) {ids} of group {group_id}: {e}"),
-                )),
-            }
-            if let Err(e) = result {
-                outcome.action_errors.push((action.clone(), e));
-            }
-            outcome.planned_actions.push(action);
-        }
+        // 4.4, 14: revert timed-out scale-ups, delete long-unregistered instances.
+        self.revert_timed_out_scale_ups(&gathered.groups, &report, outcome, events)
+            .await;
+        self.delete_long_unregistered(&gathered.groups, &report, outcome, events)
+            .await;
 
         // 15. Health gate.
         if !report.cluster_healthy {
@@ -690,79 +592,20 @@ impl Autoscaler {
         }
 
         // 16. Instances that failed to be created.
-        for (group_id, batch) in by_group(&report.failed_instances_to_delete) {
-            let (action, result) = self
-                .delete_instances(&gathered.groups, &group_id, &batch)
-                .await;
-            if let Err(e) = result {
-                outcome.action_errors.push((action.clone(), e));
-            }
-            outcome.planned_actions.push(action);
-        }
+        self.delete_failed_instances(&gathered.groups, &report, outcome)
+            .await;
 
         // 17. Incorrect sizes: fix and end the iteration.
-        if !report.incorrect_sizes_to_fix.is_empty() {
-            let mut fixed = false;
-            for fix in &report.incorrect_sizes_to_fix {
-                let action = PlannedAction::DecreaseTargetSize {
-                    group_id: fix.group_id.clone(),
-                    delta: fix.delta,
-                };
-                match self
-                    .act_decrease(&gathered.groups, &fix.group_id, fix.delta)
-                    .await
-                {
-                    Ok(()) => fixed = true,
-                    Err(e) => outcome.action_errors.push((action.clone(), e)),
-                }
-                outcome.planned_actions.push(action);
-            }
-            if fixed || dry_run {
-                outcome.ended_early = Some(EarlyEnd::SizesFixed);
-                return Ok(());
-            }
+        if self
+            .fix_incorrect_sizes(&gathered.groups, &report, outcome)
+            .await
+        {
+            outcome.ended_early = Some(EarlyEnd::SizesFixed);
+            return Ok(());
         }
 
-        // 10, 19. Snapshot: registered nodes (minus the still-starting nodes of scaling-up
-        // groups, which placeholders replace) with their scheduled pods, expendable pods excluded.
-        let registered_upcoming: HashSet<String> = report
-            .groups
-            .iter()
-            .flat_map(|g| g.registered_upcoming.iter().cloned())
-            .collect();
-        let cutoff = self.options.expendable_pods_priority_cutoff;
-        let allowed = &self.options.allowed_scheduler_names;
-        let pods: Vec<&Arc<Pod>> = gathered
-            .objects
-            .pods
-            .iter()
-            .filter(|p| allowed.is_empty() || allowed.contains(&p.scheduler_name))
-            .filter(|p| p.deletion_time.is_none() && !p.is_terminal())
-            .collect();
-        let mut base = Snapshot::new();
-        for ns in &gathered.objects.namespaces {
-            base.set_namespace_labels(ns.name.clone(), ns.labels.clone());
-        }
-        for node in &gathered.objects.nodes {
-            if !registered_upcoming.contains(&node.name) {
-                base.add_node(node.clone());
-            }
-        }
-        let mut pending: Vec<Arc<Pod>> = Vec::new();
-        for pod in &pods {
-            match pod.node_name.as_deref() {
-                Some(name) => {
-                    if !pod.is_expendable(cutoff)
-                        && let Some(id) = base.node_id(name)
-                    {
-                        base.add_pod(id, (*pod).clone());
-                    }
-                }
-                None => pending.push((*pod).clone()),
-            }
-        }
-
-        // 2.1 step 5: recreatable pods of nodes being drained are planned for as if pending.
+        // 10, 19, 2.1 step 5: the snapshot with upcoming placeholders, the pending pods and the
+        // pods of nodes being drained.
         let draining: HashSet<String> = self
             .deletions
             .in_progress()
@@ -770,27 +613,28 @@ impl Autoscaler {
             .filter(|d| d.kind == RemovalKind::Drain)
             .map(|d| d.node)
             .collect();
-        let draining_pods: Vec<Arc<Pod>> = pods
-            .iter()
-            .filter(|p| p.node_name.as_ref().is_some_and(|n| draining.contains(n)))
-            .filter(|p| !p.is_mirror_pod() && !p.is_daemonset_pod())
-            .map(|p| {
-                let mut pod = (***p).clone();
-                pod.node_name = None;
-                Arc::new(pod)
-            })
-            .collect();
+        let LoopSnapshot {
+            snapshot: mut base,
+            pending,
+            draining_pods,
+        } = build_snapshot(SnapshotInput {
+            objects: &gathered.objects,
+            report: &report,
+            views: &views,
+            draining: &draining,
+            options: &self.options,
+        });
 
-        // 19-23. Scale-up on a branch with the upcoming placeholders.
+        // 20-23. Scale-up.
         let gpu_label = cloud.gpu_label().to_string();
-        let limits = cloud.resource_limits().ok().flatten();
         let provider = ProviderFacts {
             gpu_label: &gpu_label,
-            resource_limits: limits.as_ref(),
+            resource_limits: gathered.resource_limits.as_ref(),
         };
-        // Placeholders and the pods the plan leaves placed live on a branch, discarded after.
-        base.fork();
-        self.inject_upcoming(&mut base, &views);
+        // The upcoming placeholders, and the pods the plan places (nominated pods, and pods that
+        // fit existing or upcoming nodes), stay in the snapshot for the rest of the loop, as
+        // upstream keeps them: scale-down then counts a node that pending pods will land on as
+        // used, even while the scheduler has not bound them (stopped, slow or behind a burst).
         let plan = timer.time("scaleUp", || {
             plan_scale_up(ScaleUpInput {
                 now,
@@ -805,45 +649,29 @@ impl Autoscaler {
                 seed,
             })
         });
-        base.revert();
         events.extend(plan.events.iter().cloned());
-        for increase in plan.increases.iter().filter(|i| i.delta() > 0) {
-            outcome.planned_actions.push(PlannedAction::IncreaseSize {
-                group_id: increase.group_id.clone(),
-                delta: increase.delta(),
-            });
-        }
-        if !dry_run {
-            let execution = self
-                .execute_increases(&plan, &gathered.groups, now, events)
-                .await;
-            outcome.scale_up_execution = Some(execution);
-        }
+        outcome.scale_up_execution = self
+            .execute_increases(&plan, &gathered.groups, now, outcome, events)
+            .await;
         let skip_scale_down = plan.skip_scale_down_this_loop;
         outcome.scale_up = Some(plan);
         outcome.pending_pods = pending;
 
         // 24. Scale-down.
         if self.options.scale_down_enabled {
-            self.scale_down(
-                cluster,
-                &gathered,
-                &views,
-                &mut base,
-                skip_scale_down,
+            let step = ScaleDownStep {
+                gathered: &gathered,
+                views: &views,
+                skip_this_loop: skip_scale_down,
                 provider,
                 now,
-                timer,
-                outcome,
-                events,
-            )
-            .await;
+            };
+            self.scale_down(cluster, step, &mut base, timer, outcome, events)
+                .await;
         }
 
-        // 25. Min-size enforcement.
+        // 25. Min-size enforcement (the snapshot holds the upcoming placeholders already).
         if self.options.enforce_node_group_min_size {
-            base.fork();
-            self.inject_upcoming(&mut base, &views);
             let targets: Vec<NodeGroupView> = views
                 .iter()
                 .map(|v| {
@@ -866,55 +694,50 @@ impl Autoscaler {
                     provider,
                 )
             });
-            base.revert();
-            for increase in min_plan.increases.iter().filter(|i| i.delta() > 0) {
-                outcome.planned_actions.push(PlannedAction::IncreaseSize {
-                    group_id: increase.group_id.clone(),
-                    delta: increase.delta(),
-                });
-            }
-            if !dry_run {
-                let execution = self
-                    .execute_increases(&min_plan, &gathered.groups, now, events)
-                    .await;
-                outcome.min_size_execution = Some(execution);
-            }
+            outcome.min_size_execution = self
+                .execute_increases(&min_plan, &gathered.groups, now, outcome, events)
+                .await;
             outcome.min_size_enforcement = Some(min_plan);
         }
         Ok(())
     }
 
-    /// Scale-down: plan, start deletions, soft taints (1.3 step 24, spec 3).
-    #[allow(clippy::too_many_arguments)]
+    /// Scale-down (1.3 step 24, spec 3): decide, then start the chosen deletions and apply the
+    /// soft taints.
     async fn scale_down(
         &mut self,
         cluster: &dyn ClusterApi,
-        gathered: &Gathered,
-        views: &[NodeGroupView],
+        step: ScaleDownStep<'_>,
         snapshot: &mut Snapshot,
-        skip_this_loop: bool,
-        provider: ProviderFacts<'_>,
-        now: Timestamp,
         timer: &mut DecideTimer<'_>,
         outcome: &mut LoopOutcome,
         events: &mut Vec<Event>,
     ) {
-        let dry_run = self.options.dry_run;
-        // Nominated pods count where they are going (1.3 step 10).
-        let cutoff = self.options.expendable_pods_priority_cutoff;
-        snapshot.fork();
-        for pod in &gathered.objects.pods {
-            if pod.node_name.is_none()
-                && pod.deletion_time.is_none()
-                && !pod.is_expendable(cutoff)
-                && let Some(nominated) = pod.nominated_node_name.as_deref()
-                && let Some(id) = snapshot.node_id(nominated)
-            {
-                let mut placed = (**pod).clone();
-                placed.node_name = Some(nominated.to_string());
-                snapshot.add_pod(id, Arc::new(placed));
-            }
-        }
+        let plan = self.decide_scale_down(&step, snapshot, timer);
+        events.extend(plan.events.iter().cloned());
+        self.start_deletions(cluster, &step, &plan, outcome, events)
+            .await;
+        self.apply_soft_taints(cluster, &step, &plan, outcome).await;
+        outcome.scale_down = Some(plan);
+    }
+
+    /// Decide: this loop's scale-down plan, on the snapshot as scale-up left it (pending pods
+    /// placed where they fit). Keeps the plan's next scale-down state.
+    fn decide_scale_down(
+        &mut self,
+        step: &ScaleDownStep<'_>,
+        snapshot: &mut Snapshot,
+        timer: &mut DecideTimer<'_>,
+    ) -> ScaleDownPlan {
+        // Nominated pods already count where they are going (1.3 step 10): the scale-up intake
+        // placed them in the snapshot.
+        let ScaleDownStep {
+            gathered,
+            views,
+            provider,
+            now,
+            ..
+        } = *step;
         let controllers = controller_index(&gathered.objects);
         let in_progress = self.deletions.in_progress();
         let deletions = DeletionsInProgress {
@@ -946,7 +769,7 @@ impl Autoscaler {
         let plan = timer.time("findUnneeded", || {
             plan_scale_down(ScaleDownInput {
                 now,
-                snapshot: &mut *snapshot,
+                snapshot,
                 node_groups: views,
                 node_group_of: &node_group_of,
                 pdbs: &gathered.objects.pdbs,
@@ -955,322 +778,12 @@ impl Autoscaler {
                 state: &self.scale_down_state,
                 options: &self.options,
                 provider: &provider,
-                scale_down_disabled_this_loop: skip_this_loop,
+                scale_down_disabled_this_loop: step.skip_this_loop,
             })
         });
-        snapshot.revert();
         self.scale_down_state = plan.next_state.clone();
-        events.extend(plan.events.iter().cloned());
-
-        let nodes_by_name: HashMap<&str, &Arc<Node>> = gathered
-            .objects
-            .nodes
-            .iter()
-            .map(|n| (n.name.as_str(), n))
-            .collect();
-        let requests: Vec<NodeDeletion> = plan
-            .empty_to_delete
-            .iter()
-            .map(|r| (r, RemovalKind::Empty))
-            .chain(plan.drain_to_delete.iter().map(|r| (r, RemovalKind::Drain)))
-            .filter_map(|(removal, kind)| {
-                let node = nodes_by_name.get(removal.node.as_str())?;
-                let zero_or_max = views
-                    .iter()
-                    .find(|v| v.id == removal.group_id)
-                    .is_some_and(NodeGroupView::zero_or_max);
-                Some(NodeDeletion {
-                    node: (*node).clone(),
-                    group_id: removal.group_id.clone(),
-                    kind,
-                    zero_or_max,
-                    unready: !removal.ready,
-                    utilization: removal.utilization.value,
-                    pods_to_reschedule: removal.pods_to_evict.iter().map(|p| p.key()).collect(),
-                })
-            })
-            .collect();
-        for request in &requests {
-            outcome
-                .planned_actions
-                .push(PlannedAction::StartNodeDeletion {
-                    node: request.node.name.clone(),
-                    group_id: request.group_id.clone(),
-                    kind: request.kind,
-                });
-        }
-        if !dry_run && !requests.is_empty() {
-            let started_groups: Vec<String> = requests.iter().map(|r| r.group_id.clone()).collect();
-            let progress = self
-                .deletions
-                .start(requests, cluster, now, &self.options)
-                .await;
-            if progress.start_error.is_some() {
-                for group in &started_groups {
-                    self.scale_down_state.record_failure(group, now);
-                }
-            } else {
-                for group in &started_groups {
-                    self.scale_down_state.record_deletion_start(group, now);
-                }
-            }
-            record_progress(outcome, events, progress);
-            // With no post-taint delay the deletions can go on right away.
-            if self.options.node_delete_delay_after_taint.is_zero() {
-                let progress = self
-                    .deletions
-                    .advance(
-                        &gathered.groups,
-                        cluster,
-                        &LiveRecheck::new(&gathered.objects, now, &self.options),
-                        now,
-                        &self.options,
-                    )
-                    .await;
-                self.absorb(&progress, now);
-                record_progress(outcome, events, progress);
-            }
-        }
-
-        // 3.9 soft taints, also in cooldown.
-        for node in &plan.soft_taints_to_remove {
-            outcome
-                .planned_actions
-                .push(PlannedAction::RemoveSoftTaint { node: node.clone() });
-        }
-        for node in &plan.soft_taints_to_add {
-            outcome
-                .planned_actions
-                .push(PlannedAction::AddSoftTaint { node: node.clone() });
-        }
-        let nodes: Vec<&Node> = gathered.objects.nodes.iter().map(|n| n.as_ref()).collect();
-        outcome.soft_taints = apply_soft_taints(
-            cluster,
-            &nodes,
-            &plan.soft_taints_to_add,
-            &plan.soft_taints_to_remove,
-            now,
-            &self.options,
-        )
-        .await;
-        outcome.scale_down = Some(plan);
+        plan
     }
-
-    /// Reads the node groups: which node belongs to which, targets, instances, options and
-    /// templates.
-    async fn gather_groups(
-        &mut self,
-        cloud: &dyn CloudProvider,
-        groups: Vec<Arc<dyn NodeGroup>>,
-        objects: ClusterObjects,
-        now: Timestamp,
-    ) -> Gathered {
-        // Per group, concurrently: instances, target size and options. A remote provider then
-        // costs a few round trips per loop, not one per group after another.
-        let per_group = futures::future::join_all(groups.iter().map(|group| async move {
-            let (instances, target, options) =
-                futures::join!(group.nodes(), group.target_size(), group.get_options());
-            (instances.ok(), target, options.ok().flatten())
-        }))
-        .await;
-        // A node whose providerID is an instance of a group belongs to that group; only the
-        // other nodes are asked about with NodeGroupForNode (concurrently), so the calls per loop
-        // grow with the nodes outside any group, not with every node.
-        let mut group_of_instance: HashMap<&str, usize> = HashMap::new();
-        for (i, (instances, _, _)) in per_group.iter().enumerate() {
-            for instance in instances.iter().flatten() {
-                group_of_instance.entry(instance.id.as_str()).or_insert(i);
-            }
-        }
-        let mut group_of_node = HashMap::new();
-        let mut unresolved = Vec::new();
-        for node in &objects.nodes {
-            match group_of_instance.get(node.provider_id.as_str()) {
-                Some(i) if !node.provider_id.is_empty() => {
-                    group_of_node.insert(node.name.clone(), *i);
-                }
-                _ => unresolved.push(node),
-            }
-        }
-        let answers: Vec<_> = futures::stream::iter(unresolved)
-            .map(|node| async move { (node, cloud.node_group_for_node(node).await) })
-            .buffer_unordered(NODE_GROUP_LOOKUP_CONCURRENCY)
-            .collect()
-            .await;
-        for (node, answer) in answers {
-            if let Ok(Some(group)) = answer
-                && let Some(i) = groups.iter().position(|g| g.id() == group.id())
-            {
-                group_of_node.insert(node.name.clone(), i);
-            }
-        }
-        let mut pods_by_node: HashMap<&str, Vec<Arc<Pod>>> = HashMap::new();
-        for pod in &objects.pods {
-            if let Some(node) = pod.node_name.as_deref() {
-                pods_by_node.entry(node).or_default().push(pod.clone());
-            }
-        }
-        let pods_on = |node: &str| pods_by_node.get(node).cloned().unwrap_or_default();
-        let ids: Vec<&str> = groups.iter().map(|g| g.id()).collect();
-        self.templates.retain_groups(&ids);
-
-        let mut views = Vec::with_capacity(groups.len());
-        let mut instances = Vec::with_capacity(groups.len());
-        for (i, (group, (group_instances, target, options))) in
-            groups.iter().zip(per_group).enumerate()
-        {
-            let nodes: Vec<Arc<Node>> = objects
-                .nodes
-                .iter()
-                .filter(|n| group_of_node.get(&n.name) == Some(&i))
-                .cloned()
-                .collect();
-            let template = templates::choose_template(
-                group.as_ref(),
-                &nodes,
-                &pods_on,
-                &objects.daemonsets,
-                &mut self.templates,
-                now,
-                &self.options,
-            )
-            .await
-            .map(|(t, _)| t);
-            let mut view = NodeGroupView::new(
-                group.id(),
-                group.min_size(),
-                group.max_size(),
-                target.clone().unwrap_or(0),
-                template,
-            );
-            view.exists = group.exist();
-            view.options = options.unwrap_or_default();
-            // A group whose target cannot be read is not ready for scale-up.
-            view.healthy = target.is_ok();
-            views.push(view);
-            instances.push(group_instances);
-        }
-        if self.options.expander.contains(&ExpanderName::Price) {
-            // One price per group template and loop; a group without a price falls back to the
-            // expander's estimate from the template's resources.
-            let prices = futures::future::join_all(views.iter().map(|view| async move {
-                match &view.template {
-                    Some(template) => cloud.node_price_per_hour(&template.node, now).await.ok(),
-                    None => None,
-                }
-            }))
-            .await;
-            for (view, price) in views.iter_mut().zip(prices) {
-                view.price_per_hour = price;
-            }
-        }
-        let grouped: Vec<Arc<Node>> = objects
-            .nodes
-            .iter()
-            .filter(|n| group_of_node.contains_key(&n.name))
-            .cloned()
-            .collect();
-        let scale_down_vetoed = if self.options.scale_down_enabled && !grouped.is_empty() {
-            cloud.scale_down_vetoes(&grouped).await
-        } else {
-            HashSet::new()
-        };
-        Gathered {
-            objects,
-            groups,
-            views,
-            group_of_node,
-            instances,
-            scale_down_vetoed,
-        }
-    }
-
-    /// Adds placeholders for every group's upcoming nodes (1.3 step 19).
-    fn inject_upcoming(&self, snapshot: &mut Snapshot, views: &[NodeGroupView]) {
-        for view in views {
-            let upcoming = self.registry.upcoming_nodes(&view.id);
-            if upcoming > 0 {
-                inject_upcoming_nodes(snapshot, view, upcoming);
-            }
-        }
-    }
-
-    async fn act_decrease(
-        &self,
-        groups: &[Arc<dyn NodeGroup>],
-        group_id: &str,
-        delta: i64,
-    ) -> Result<(), String> {
-        if self.options.dry_run {
-            return Ok(());
-        }
-        let group = groups
-            .iter()
-            .find(|g| g.id() == group_id)
-            .ok_or_else(|| format!("node group {group_id} no longer exists"))?;
-        group
-            .decrease_target_size(delta)
-            .await
-            .map_err(|e| e.to_string())
-    }
-
-    /// Deletes instances of one group through their placeholder nodes (`ForceDeleteNodes` when
-    /// asked, falling back to `DeleteNodes` when the provider does not offer it).
-    async fn delete_instances(
-        &self,
-        groups: &[Arc<dyn NodeGroup>],
-        group_id: &str,
-        batch: &[&InstanceToDelete],
-    ) -> (PlannedAction, Result<(), String>) {
-        let force = batch.iter().any(|i| i.force);
-        let action = PlannedAction::DeleteInstances {
-            group_id: group_id.to_string(),
-            instance_ids: batch.iter().map(|i| i.instance_id.clone()).collect(),
-            force,
-        };
-        if self.options.dry_run {
-            return (action, Ok(()));
-        }
-        let Some(group) = groups.iter().find(|g| g.id() == group_id) else {
-            return (
-                action,
-                Err(format!("node group {group_id} no longer exists")),
-            );
-        };
-        let nodes: Vec<Node> = batch.iter().map(|i| i.placeholder.clone()).collect();
-        let result = if force {
-            match group.force_delete_nodes(&nodes).await {
-                Err(CloudError::NotImplemented) => group.delete_nodes(&nodes).await,
-                other => other,
-            }
-        } else {
-            group.delete_nodes(&nodes).await
-        };
-        (action, result.map_err(|e| e.to_string()))
-    }
-}
-
-/// Instances grouped by node group, in first-seen order.
-fn by_group(instances: &[InstanceToDelete]) -> Vec<(String, Vec<&InstanceToDelete>)> {
-    let mut groups: Vec<(String, Vec<&InstanceToDelete>)> = Vec::new();
-    for instance in instances {
-        match groups.iter_mut().find(|(g, _)| *g == instance.group_id) {
-            Some((_, batch)) => batch.push(instance),
-            None => groups.push((instance.group_id.clone(), vec![instance])),
-        }
-    }
-    groups
-}
-
-fn record_progress(
-    outcome: &mut LoopOutcome,
-    events: &mut Vec<Event>,
-    progress: ActuationProgress,
-) {
-    events.extend(progress.events);
-    outcome.actuation.extend(progress.reports);
-    outcome.deleted_nodes.extend(progress.completed);
-    outcome.failed_deletions.extend(progress.failed);
 }
 
 /// The owners that exist, with their replicas, for drainability rule 3.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ferroscale_model::taints::{TO_BE_DELETED, first_untolerated};
 use ferroscale_model::{DaemonSet, Node, Pod, PodPhase, Timestamp};
 
-use crate::cloud::{NodeGroup, NodeTemplate};
+use crate::cloud::{CloudError, NodeGroup, NodeTemplate};
 use crate::options::AutoscalingOptions;
 use crate::scale_up::sanitize_template;
 
@@ -96,8 +96,8 @@ pub enum TemplateSource {
 }
 
 /// The template of `group` at `now`. `nodes` are the group's registered nodes, `pods_on` gives
-/// the pods bound to a node. Updates the cache when a good real node is found.
-#[allow(clippy::too_many_arguments)]
+/// the pods bound to a node. Updates the cache when a good real node is found. The error is
+/// `TemplateNodeInfo()`'s when it was asked and failed (other than "not implemented").
 pub async fn choose_template(
     group: &dyn NodeGroup,
     nodes: &[Arc<Node>],
@@ -106,7 +106,7 @@ pub async fn choose_template(
     cache: &mut TemplateCache,
     now: Timestamp,
     options: &AutoscalingOptions,
-) -> Option<(NodeTemplate, TemplateSource)> {
+) -> (Option<(NodeTemplate, TemplateSource)>, Option<CloudError>) {
     let from_node = |node: &Node| NodeTemplate {
         node: node.clone(),
         pods: pods_on(&node.name).iter().map(|p| (**p).clone()).collect(),
@@ -119,22 +119,28 @@ pub async fn choose_template(
         cache
             .by_group
             .insert(group.id().to_string(), template.clone());
-        return Some((template, TemplateSource::RealNode));
+        return (Some((template, TemplateSource::RealNode)), None);
     }
     if let Some(cached) = cache.by_group.get(group.id()) {
-        return Some((cached.clone(), TemplateSource::Cache));
+        return (Some((cached.clone(), TemplateSource::Cache)), None);
     }
-    // Errors other than "not implemented" would be logged upstream; either way the next source
-    // is tried.
-    if let Ok(provided) = group.template_node_info().await {
-        let mut template = sanitize_template(&provided, group.id(), "template", options);
-        add_daemonset_pods(&mut template, daemonsets);
-        return Some((template, TemplateSource::Provider));
-    }
-    let node = nodes.first()?;
+    // Errors other than "not implemented" are returned for the loop's outcome; either way the
+    // next source is tried.
+    let error = match group.template_node_info().await {
+        Ok(provided) => {
+            let mut template = sanitize_template(&provided, group.id(), "template", options);
+            add_daemonset_pods(&mut template, daemonsets);
+            return (Some((template, TemplateSource::Provider)), None);
+        }
+        Err(CloudError::NotImplemented) => None,
+        Err(error) => Some(error),
+    };
+    let Some(node) = nodes.first() else {
+        return (None, error);
+    };
     let mut template = sanitize_template(&from_node(node), group.id(), "template", options);
     if options.force_ds {
         add_daemonset_pods(&mut template, daemonsets);
     }
-    Some((template, TemplateSource::UnreadyNode))
+    (Some((template, TemplateSource::UnreadyNode)), error)
 }

@@ -1,19 +1,18 @@
-//! Scale-up: which pending pods need new nodes, which node group gets them and how many (Decide),
-//! and asking the cloud for them (Act).
+//! Scale-up: which pending pods need new nodes, which node group gets them and how many (Decide).
 //!
 //! [`plan_scale_up`] is pure: it reads the snapshot, the pending pods, the node groups as Gather saw
-//! them, the backoff state and the options, and returns a [`ScaleUpPlan`]. [`execute_scale_up`] is
-//! the async step that applies a plan through the [`NodeGroup`](crate::cloud::NodeGroup) trait.
+//! them, the backoff state and the options, and returns a [`ScaleUpPlan`]. Asking the cloud for
+//! the nodes is Act: [`execute_scale_up`] lives in [`crate::act::scale_up`] and is re-exported
+//! here.
 //!
 //! The stages follow the scale-up section of docs/behaviour.md: intake (`intake`), equivalence
 //! groups (`equivalence`), templates (`template`), the binpacking estimator (`estimator`),
-//! expanders (`expander`), resource limits (`limits`), balancing similar groups (`balancing`),
-//! execution (`execute`) and min-size enforcement (`min_size`).
+//! expanders (`expander`), resource limits (`limits`), balancing similar groups (`balancing`) and
+//! min-size enforcement (`min_size`).
 
 mod balancing;
 mod equivalence;
 mod estimator;
-mod execute;
 mod expander;
 mod intake;
 mod limits;
@@ -32,8 +31,8 @@ use crate::cloud::{GroupOptions, NodeTemplate, ResourceLimits};
 use crate::events::Event;
 use crate::options::AutoscalingOptions;
 
+pub use crate::act::scale_up::{ScaleUpExecution, execute_scale_up};
 pub use balancing::templates_similar;
-pub use execute::{ScaleUpExecution, execute_scale_up};
 pub use min_size::plan_min_size_enforcement;
 pub use plan::plan_scale_up;
 pub use priority::{PriorityConfig, PriorityConfigError};

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use ferroscale_core::cloud::{CloudError, CloudProvider, Instance, NodeGroup, NodeTemplate};
+use ferroscale_core::cloud::{
+    CloudError, CloudProvider, GroupOptions, Instance, NodeGroup, NodeTemplate, ResourceLimits,
+};
 use ferroscale_core::events::Event;
 use ferroscale_core::kubernetes::{
     ClusterApi, ClusterError, ClusterObjects, EvictionError, StatusConfigMap, WorkloadController,
@@ -73,7 +75,22 @@ pub struct FakeGroup {
     pub instances: Mutex<Vec<String>>,
     pub template: NodeTemplate,
     pub fail_delete: Mutex<bool>,
+    /// Read calls that fail with a provider error, by method name (`nodes`, `target_size`,
+    /// `get_options`, `template_node_info`).
+    pub failing: Mutex<HashSet<&'static str>>,
     pub log: CallLog,
+}
+
+impl FakeGroup {
+    fn fails(&self, method: &str) -> Result<(), CloudError> {
+        if lock(&self.failing).contains(method) {
+            return Err(CloudError::Provider(format!(
+                "{method} of {} timed out",
+                self.id
+            )));
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -88,6 +105,7 @@ impl NodeGroup for FakeGroup {
         self.max
     }
     async fn target_size(&self) -> Result<usize, CloudError> {
+        self.fails("target_size")?;
         Ok(*lock(&self.target))
     }
     async fn increase_size(&self, delta: usize) -> Result<(), CloudError> {
@@ -126,13 +144,19 @@ impl NodeGroup for FakeGroup {
         Ok(())
     }
     async fn nodes(&self) -> Result<Vec<Instance>, CloudError> {
+        self.fails("nodes")?;
         Ok(lock(&self.instances)
             .iter()
             .map(|id| Instance::running(id.clone()))
             .collect())
     }
     async fn template_node_info(&self) -> Result<NodeTemplate, CloudError> {
+        self.fails("template_node_info")?;
         Ok(self.template.clone())
+    }
+    async fn get_options(&self) -> Result<Option<GroupOptions>, CloudError> {
+        self.fails("get_options")?;
+        Err(CloudError::NotImplemented)
     }
 }
 
@@ -147,6 +171,18 @@ pub struct FakeCloud {
     pub prices: Arc<Mutex<BTreeMap<String, f64>>>,
     /// Nodes the provider keeps out of scale-down (`scale_down_vetoes`).
     pub vetoed: Arc<Mutex<HashSet<String>>>,
+    /// Read calls that fail with a provider error, by method name (`node_group_for_node`,
+    /// `resource_limits`, `node_price_per_hour`).
+    pub failing: Arc<Mutex<HashSet<&'static str>>>,
+}
+
+impl FakeCloud {
+    fn fails(&self, method: &str) -> Result<(), CloudError> {
+        if lock(&self.failing).contains(method) {
+            return Err(CloudError::Provider(format!("{method} timed out")));
+        }
+        Ok(())
+    }
 }
 
 impl FakeCloud {
@@ -157,6 +193,7 @@ impl FakeCloud {
             lookups: Arc::default(),
             prices: Arc::default(),
             vetoed: Arc::default(),
+            failing: Arc::default(),
         }
     }
 
@@ -173,6 +210,7 @@ impl FakeCloud {
                 pods: Vec::new(),
             },
             fail_delete: Mutex::new(false),
+            failing: Mutex::default(),
             log: self.log.clone(),
         });
         self.groups.push(group.clone());
@@ -216,6 +254,7 @@ impl CloudProvider for FakeCloud {
         node: &Node,
     ) -> Result<Option<Arc<dyn NodeGroup>>, CloudError> {
         lock(&self.lookups).push(node.name.clone());
+        self.fails("node_group_for_node")?;
         Ok(self
             .groups
             .iter()
@@ -223,6 +262,7 @@ impl CloudProvider for FakeCloud {
             .map(|g| g.clone() as Arc<dyn NodeGroup>))
     }
     async fn node_price_per_hour(&self, node: &Node, _start: Timestamp) -> Result<f64, CloudError> {
+        self.fails("node_price_per_hour")?;
         lock(&self.prices)
             .iter()
             .find(|(group, _)| node.name.contains(group.as_str()))
@@ -236,6 +276,10 @@ impl CloudProvider for FakeCloud {
             .filter(|n| vetoed.contains(&n.name))
             .map(|n| n.name.clone())
             .collect()
+    }
+    fn resource_limits(&self) -> Result<Option<ResourceLimits>, CloudError> {
+        self.fails("resource_limits")?;
+        Ok(None)
     }
     async fn refresh(&self) -> Result<(), CloudError> {
         Ok(())

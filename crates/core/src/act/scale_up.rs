@@ -16,7 +16,7 @@ use crate::cloud::{CloudError, ErrorClass, NodeGroup};
 use crate::events::{Event, EventObject, reasons};
 use crate::options::AutoscalingOptions;
 
-use super::{GroupIncrease, ScaleUpPlan, ScaleUpStatus};
+use crate::scale_up::{GroupIncrease, ScaleUpPlan, ScaleUpStatus};
 
 /// Backoff code and `failed_scale_ups_total` reason for a failed resize.
 pub const CLOUD_PROVIDER_ERROR: &str = "cloudProviderError";
