@@ -1,5 +1,5 @@
 //! What a simulation run leaves behind: one sample per engine loop, the timeline of decisions and
-//! happenings, and the summary whose JSON shape is fixed by the scenario spec (`--output json`).
+//! happenings, and the summary whose JSON shape is fixed by docs/scenario.md (`--output json`).
 //!
 //! The renderers in [`crate::report`] read only these types, so a run can be reported any number
 //! of ways without re-running it.
@@ -164,7 +164,7 @@ pub struct ExpectationOutcome {
     pub observed: String,
 }
 
-/// The `--output json` summary (spec/scenario.md). Fields may be added, never changed.
+/// The `--output json` summary (docs/scenario.md). Fields may be added, never changed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
@@ -198,7 +198,8 @@ pub struct SimulationResult {
     pub timeline: Vec<TimelineEntry>,
     /// Remarks on what this run does not model, and scenario warnings.
     pub notes: Vec<String>,
-    /// `data.status` of the status ConfigMap the engine last wrote (spec 4.9), if any.
+    /// `data.status` of the status ConfigMap the engine last wrote (docs/behaviour.md ST-101), if
+    /// any.
     pub final_status: Option<String>,
 }
 
@@ -216,6 +217,7 @@ mod tests {
         assert_eq!(Percentiles::of(&mut []), Percentiles::default());
     }
 
+    /// Checks docs/behaviour.md SIM-102.
     #[test]
     fn summary_serialises_with_the_spec_field_names() {
         let summary = Summary {

@@ -1,6 +1,6 @@
-//! The main loop (spec 1.3): one [`Autoscaler::run_once`] per iteration, in upstream order —
-//! first-run clean-up, gather from the cloud and the cluster, cluster-state update and the
-//! clean-ups it asks for, the health gate, scale-up, scale-down with actuation, min-size
+//! The main loop (docs/behaviour.md LOOP-106): one [`Autoscaler::run_once`] per iteration, in
+//! upstream order — first-run clean-up, gather from the cloud and the cluster, cluster-state update
+//! and the clean-ups it asks for, the health gate, scale-up, scale-down with actuation, min-size
 //! enforcement, and the status report — returning everything decided and done in a
 //! [`LoopOutcome`].
 //!
@@ -80,11 +80,12 @@ pub enum LoopError {
 /// Why an iteration ended before scale-up without an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EarlyEnd {
-    /// 1.3 step 3: no nodes, or no ready nodes (only with `--scale-up-from-zero=false`).
+    /// docs/behaviour.md LOOP-108: no nodes, or no ready nodes (only with
+    /// `--scale-up-from-zero=false`).
     NotActionable(String),
-    /// 1.3 step 15: too many unready nodes.
+    /// docs/behaviour.md CS-64: too many unready nodes.
     ClusterUnhealthy,
-    /// 1.3 step 17: a node-group target size was corrected.
+    /// docs/behaviour.md CS-47: a node-group target size was corrected.
     SizesFixed,
 }
 
@@ -161,8 +162,8 @@ pub struct LoopOutcome {
     /// `decide_millis` split by upstream `function_duration_seconds` label (`updateClusterState`,
     /// `scaleUp`, `findUnneeded`, `writeStatus`).
     pub function_millis: Vec<(&'static str, f64)>,
-    /// Capacity of the nodes not being deleted (1.3 step 5); `None` when the iteration stopped
-    /// before the nodes were gathered.
+    /// Capacity of the nodes not being deleted (docs/behaviour.md LOOP-110); `None` when the
+    /// iteration stopped before the nodes were gathered.
     pub cluster_resources: Option<ClusterResources>,
     /// Unbound pods handed to the scale-up plan.
     pub pending_pods: Vec<Arc<Pod>>,
@@ -172,7 +173,8 @@ pub struct LoopOutcome {
 
 impl LoopOutcome {
     /// The iteration scaled a group up or began removing a node: with `--frequent-loops-enabled`
-    /// the next iteration starts at once rather than after `--scan-interval` (spec 1.2).
+    /// the next iteration starts at once rather than after `--scan-interval` (docs/behaviour.md
+    /// LOOP-104).
     pub fn acted(&self) -> bool {
         let scaled_up = [&self.scale_up_execution, &self.min_size_execution]
             .into_iter()
@@ -197,7 +199,7 @@ pub struct ClusterResources {
     pub memory_bytes: f64,
 }
 
-/// Sums the capacity of every node that is not being deleted (1.3 step 5, 4.1).
+/// Sums the capacity of every node that is not being deleted (docs/behaviour.md LOOP-110).
 fn cluster_resources(nodes: &[Arc<Node>], now: Timestamp) -> ClusterResources {
     nodes
         .iter()
@@ -222,7 +224,7 @@ pub struct Autoscaler {
     previous_status: Option<StatusReport>,
     first_loop_done: bool,
     iterations: u64,
-    /// When the first iteration ran (for the "no ready nodes" grace of 1.3 step 3).
+    /// When the first iteration ran (for the "no ready nodes" grace of docs/behaviour.md LOOP-108).
     started_at: Option<Timestamp>,
 }
 
@@ -331,8 +333,8 @@ impl Autoscaler {
         progress
     }
 
-    /// Shutdown (spec 1.5): deletes the status ConfigMap (with `--write-status-configmap`) and
-    /// lets the provider clean up.
+    /// Shutdown (docs/behaviour.md LOOP-97): deletes the status ConfigMap (with
+    /// `--write-status-configmap`) and lets the provider clean up.
     pub async fn shutdown(
         &mut self,
         cloud: &dyn CloudProvider,
@@ -432,7 +434,8 @@ impl Autoscaler {
             outcome.error = Some(error);
         }
 
-        // Deferred to the end of the iteration whatever happened (1.3): status and events.
+        // Deferred to the end of the iteration whatever happened (docs/behaviour.md LOOP-107):
+        // status and events.
         let candidates = outcome
             .scale_down
             .as_ref()
@@ -534,8 +537,8 @@ impl Autoscaler {
         cloud.refresh().await.map_err(LoopError::Refresh)?;
         let groups = cloud.node_groups().await.map_err(LoopError::NodeGroups)?;
         if !dry_run && !self.deletions.is_idle() {
-            // Fresh objects for the drainability re-check (3.8 step 3). If they cannot be read,
-            // the deletions wait: when in doubt, no node is removed.
+            // Fresh objects for the drainability re-check (docs/behaviour.md SD-110). If they
+            // cannot be read, the deletions wait: when in doubt, no node is removed.
             if let Ok(fresh) = cluster.gather().await {
                 let recheck = LiveRecheck::new(&fresh, now, &self.options);
                 let progress = self
@@ -606,7 +609,8 @@ impl Autoscaler {
                 observation
             })
             .collect();
-        // GPU nodes whose GPUs have not appeared in allocatable yet are not ready (4.2).
+        // GPU nodes whose GPUs have not appeared in allocatable yet are not ready
+        // (docs/behaviour.md CS-102).
         self.registry.set_gpu_label(cloud.gpu_label());
         let report = timer.time("updateClusterState", || {
             self.registry.update(
@@ -762,7 +766,8 @@ impl Autoscaler {
             }
         }
 
-        // 2.1 step 5: recreatable pods of nodes being drained are planned for as if pending.
+        // docs/behaviour.md SU-15: recreatable pods of nodes being drained are planned for as if
+        // pending.
         let draining: HashSet<String> = self
             .deletions
             .in_progress()
@@ -884,7 +889,8 @@ impl Autoscaler {
         Ok(())
     }
 
-    /// Scale-down: plan, start deletions, soft taints (1.3 step 24, spec 3).
+    /// Scale-down: plan, start deletions, soft taints (docs/behaviour.md LOOP-113, and the
+    /// Scale-down section).
     #[allow(clippy::too_many_arguments)]
     async fn scale_down(
         &mut self,
@@ -900,7 +906,7 @@ impl Autoscaler {
         events: &mut Vec<Event>,
     ) {
         let dry_run = self.options.dry_run;
-        // Nominated pods count where they are going (1.3 step 10).
+        // Nominated pods count where they are going (docs/behaviour.md LOOP-111).
         let cutoff = self.options.expendable_pods_priority_cutoff;
         snapshot.fork();
         for pod in &gathered.objects.pods {
@@ -1185,7 +1191,7 @@ impl Autoscaler {
         }
     }
 
-    /// Adds placeholders for every group's upcoming nodes (1.3 step 19).
+    /// Adds placeholders for every group's upcoming nodes (docs/behaviour.md LOOP-112).
     fn inject_upcoming(&self, snapshot: &mut Snapshot, views: &[NodeGroupView]) {
         for view in views {
             let upcoming = self.registry.upcoming_nodes(&view.id);
@@ -1291,9 +1297,9 @@ fn controller_index(objects: &ClusterObjects) -> ControllerIndex {
     controllers
 }
 
-/// Spec 3.8 step 3 against live objects: an empty node must still be empty, and no pod on any node
-/// may block its removal under the drainability rules with the PDBs and controllers as they are
-/// now.
+/// docs/behaviour.md SD-89, SD-110 against live objects: an empty node must still be empty, and no
+/// pod on any node may block its removal under the drainability rules with the PDBs and controllers
+/// as they are now.
 struct LiveRecheck<'a> {
     now: Timestamp,
     controllers: ControllerIndex,

@@ -1,4 +1,4 @@
-//! Scenario files for `ferroscale simulate` (format: spec/scenario.md): node groups with templates,
+//! Scenario files for `ferroscale simulate` (format: docs/scenario.md): node groups with templates,
 //! initial cluster objects, a timed workload and expectations, parsed once into typed values.
 
 use std::path::Path;
