@@ -110,7 +110,8 @@ pub struct LeaderElectionFlags {
     pub resource_name: String,
 }
 
-/// When iterations start besides every `--scan-interval` (spec 1.2).
+/// When iterations start besides every `--scan-interval` (docs/behaviour.md
+/// LOOP-103–LOOP-105).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoopTiming {
     /// `--frequent-loops-enabled` (upstream, default true): start at once after an iteration
@@ -371,7 +372,8 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
                 record(duration(flag, value).map(|d| leader_election.retry_period = d))
             }
             "leader-elect-resource-name" => leader_election.resource_name = value.clone(),
-            // Upstream creates the lock in --namespace whatever this says (spec 1.1 step 3).
+            // Upstream creates the lock in --namespace whatever this says (docs/behaviour.md
+            // LOOP-102).
             "leader-elect-resource-namespace" => {}
             "leader-elect-resource-lock" => {
                 if value != "leases" {

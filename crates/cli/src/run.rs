@@ -1,7 +1,8 @@
 //! `ferroscale run`: the autoscaler against a live cluster. Wiring only — every decision is the
 //! engine's (`Autoscaler::run_once`); this module builds the cloud provider, the watch caches and
 //! `KubeCluster`, serves `/metrics` and `/health-check`, holds the leader-election Lease, runs one
-//! iteration every `--scan-interval`, and shuts down cleanly on SIGTERM or SIGINT (spec 1.1-1.5).
+//! iteration every `--scan-interval`, and shuts down cleanly on SIGTERM or SIGINT
+//! (docs/behaviour.md, The main loop).
 //!
 //! Shutting down has side effects that belong to the leader alone: deleting the status ConfigMap
 //! (which the next leader writes) and the provider's `Cleanup` (which an externalgrpc server
@@ -285,7 +286,8 @@ async fn build_provider(
 }
 
 /// The Cluster API provider for `run` and `serve-provider`: `workload` is the client of
-/// `paths.workload`, reused for the management cluster when both paths are the same (spec §3).
+/// `paths.workload`, reused for the management cluster when both paths are the same
+/// (docs/clusterapi.md CAPI-07).
 pub(crate) async fn start_clusterapi(
     environment: &KwokEnvironment,
     paths: KubeconfigPaths,
@@ -379,8 +381,8 @@ struct Loop<'a> {
     stopping: &'a AtomicBool,
 }
 
-/// The main loop (spec 1.2): one iteration per `--scan-interval`, measured from each
-/// iteration's start, until a signal arrives; an iteration in progress always completes. With
+/// The main loop (docs/behaviour.md LOOP-103–LOOP-105): one iteration per `--scan-interval`,
+/// measured from each iteration's start, until a signal arrives; an iteration in progress always completes. With
 /// `--frequent-loops-enabled`, an iteration starts at once when one of the last two acted, and a
 /// new unschedulable pod cuts the wait short after `--unschedulable-pods-batching-window`.
 /// Returns how many iterations ran.

@@ -1,6 +1,6 @@
 //! `ferroscale serve-provider`: one of Ferroscale's built-in providers served as the externalgrpc
-//! cloud-provider service, like upstream's example server (spec externalgrpc 5) and with its flag
-//! names, but safe by default: without all three TLS files it refuses to start unless
+//! cloud-provider service, like upstream's example server (docs/externalgrpc.md GRPC-32) and with
+//! its flag names, but safe by default: without all three TLS files it refuses to start unless
 //! `--insecure` says plaintext is meant.
 //!
 //! - `--cloud-provider=kwok` (or `--provider=kwok`): the kwok provider of the cluster

@@ -88,6 +88,7 @@ fn default_scenario_runs_without_arguments() {
     assert!(text.contains("scale-up"), "{text}");
 }
 
+/// Checks docs/behaviour.md SIM-102.
 #[test]
 fn json_output_has_the_summary_fields_of_the_spec() {
     let path = scenario_file("json", SMALL);

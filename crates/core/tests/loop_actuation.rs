@@ -1,4 +1,5 @@
-//! Scale-down actuation statements of spec section 9 (81, 84–89, 92, 93), driven through the
+//! The scale-down actuation statements of docs/behaviour.md (SD-81, SD-84–SD-89, SD-92, SD-93,
+//! SD-109, SD-113, SD-114), driven through the
 //! `DeletionTracker` with recording fakes of the cloud and the Kubernetes API.
 
 mod loop_fakes;
@@ -79,6 +80,7 @@ impl Fixture {
     }
 }
 
+/// docs/behaviour.md SD-81.
 #[test]
 fn s81_empty_node_is_tainted_cordoned_and_deleted_after_five_seconds() {
     let mut f = Fixture::new();
@@ -110,6 +112,7 @@ fn s81_empty_node_is_tainted_cordoned_and_deleted_after_five_seconds() {
     assert!(f.tracker.is_idle());
 }
 
+/// docs/behaviour.md SD-84.
 #[test]
 fn s84_drained_pods_are_evicted_with_grace_capped_at_max_graceful_termination() {
     let mut f = Fixture::new();
@@ -137,6 +140,7 @@ fn s84_drained_pods_are_evicted_with_grace_capped_at_max_graceful_termination() 
     assert_eq!(calls(&f.log, "cloud.delete_nodes").len(), 1);
 }
 
+/// docs/behaviour.md SD-85.
 #[test]
 fn s85_eviction_refused_by_pdb_for_two_minutes_aborts_and_rolls_back() {
     let mut f = Fixture::new();
@@ -182,6 +186,7 @@ fn s85_eviction_refused_by_pdb_for_two_minutes_aborts_and_rolls_back() {
     );
 }
 
+/// docs/behaviour.md SD-86.
 #[test]
 fn s86_daemonset_pods_evicted_on_drained_nodes_but_not_on_empty_ones() {
     let mut f = Fixture::new();
@@ -206,6 +211,7 @@ fn s86_daemonset_pods_evicted_on_drained_nodes_but_not_on_empty_ones() {
     assert_eq!(calls(&f.log, "cloud.delete_nodes").len(), 2);
 }
 
+/// docs/behaviour.md SD-87.
 #[test]
 fn s87_daemonset_pod_opted_out_is_never_evicted() {
     let mut f = Fixture::new();
@@ -236,6 +242,7 @@ fn s87_daemonset_pod_opted_out_is_never_evicted() {
     assert_eq!(evictions, vec!["kube.evict default/app grace=30"]);
 }
 
+/// docs/behaviour.md SD-88.
 #[test]
 fn s88_delay_deletion_annotation_holds_deletion_up_to_two_minutes() {
     let mut f = Fixture::new();
@@ -296,6 +303,7 @@ fn s88_delay_deletion_annotation_holds_deletion_up_to_two_minutes() {
     );
 }
 
+/// docs/behaviour.md SD-89.
 #[test]
 fn s89_empty_node_that_got_a_pod_during_the_delay_is_kept_and_untainted() {
     let mut f = Fixture::new();
@@ -320,6 +328,7 @@ fn s89_empty_node_that_got_a_pod_during_the_delay_is_kept_and_untainted() {
     assert_eq!(event.message, "node is not empty: pod default/late arrived");
 }
 
+/// docs/behaviour.md SD-92.
 #[test]
 fn s92_failed_cloud_delete_rolls_back_and_the_node_is_free_again() {
     let mut f = Fixture::new();
@@ -345,6 +354,7 @@ fn s92_failed_cloud_delete_rolls_back_and_the_node_is_free_again() {
     assert_eq!(progress.completed.len(), 1);
 }
 
+/// docs/behaviour.md SD-93.
 #[test]
 fn s93_node_objects_are_never_deleted() {
     let mut f = Fixture::new();
@@ -367,6 +377,7 @@ fn s93_node_objects_are_never_deleted() {
     );
 }
 
+/// Checks docs/behaviour.md SD-109.
 #[test]
 fn a_failed_taint_starts_nothing_and_removes_the_batch_taints() {
     let mut f = Fixture::new();
@@ -387,6 +398,7 @@ fn a_failed_taint_starts_nothing_and_removes_the_batch_taints() {
     );
 }
 
+/// Checks docs/behaviour.md SD-114.
 #[test]
 fn zero_or_max_group_nodes_are_deleted_together_or_not_at_all() {
     let mut f = Fixture::new();
@@ -418,6 +430,7 @@ fn zero_or_max_group_nodes_are_deleted_together_or_not_at_all() {
     );
 }
 
+/// Checks docs/behaviour.md SD-113.
 #[test]
 fn drain_waits_for_evicted_pods_to_go_and_gives_up_after_grace_plus_thirty_seconds() {
     let mut f = Fixture::new();

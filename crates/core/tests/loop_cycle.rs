@@ -96,8 +96,8 @@ fn a_scale_up_then_scale_down_cycle_over_several_iterations() {
     assert!(autoscaler.deletions().is_idle());
 }
 
-/// Spec 3.8 step 3: between tainting a node and draining it, its pods are checked again against
-/// the drainability rules. A pod that became non-evictable in the meantime keeps the node.
+/// docs/behaviour.md SD-110: between tainting a node and draining it, its pods are checked again
+/// against the drainability rules. A pod that became non-evictable in the meantime keeps the node.
 #[test]
 fn a_pod_that_became_unevictable_after_tainting_keeps_its_node() {
     let (log, cloud, cluster) = cluster_with_one_node();
@@ -164,6 +164,8 @@ fn a_pod_that_became_unevictable_after_tainting_keeps_its_node() {
 
 /// A node whose cloud deletion failed is rolled back and then left alone for
 /// --unremovable-node-recheck-timeout (5 m), instead of being tainted and drained again every loop.
+///
+/// Checks docs/behaviour.md SD-92.
 #[test]
 fn a_failed_cloud_deletion_is_not_retried_every_loop() {
     let (log, cloud, cluster) = cluster_with_one_node();
@@ -211,6 +213,8 @@ fn a_failed_cloud_deletion_is_not_retried_every_loop() {
 
 /// A refused cloud deletion starts --scale-down-delay-after-failure (3 m): the next node is not
 /// drained until it has passed.
+///
+/// Checks docs/behaviour.md SD-101.
 #[test]
 fn a_failed_cloud_deletion_pauses_draining_other_nodes() {
     let (log, cloud, cluster) = cluster_with_one_node();
@@ -266,6 +270,8 @@ fn a_failed_cloud_deletion_pauses_draining_other_nodes() {
 
 /// A node the provider vetoes (Cluster API: its MachineDeployment is rolling out) is never unneeded
 /// nor deleted while the veto lasts; once lifted, the empty node goes as usual.
+///
+/// Checks docs/behaviour.md SD-115.
 #[test]
 fn a_node_the_provider_vetoes_is_kept_out_of_scale_down_until_the_veto_is_lifted() {
     let (log, cloud, cluster) = cluster_with_one_node();

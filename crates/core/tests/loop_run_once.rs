@@ -1,5 +1,6 @@
-//! The main loop (spec 1.3) through `Autoscaler::run_once` with recording fakes: step order and
-//! early ends, first-run clean-up (91), dry-run, the status ConfigMap (94) and shutdown (97).
+//! The main loop (docs/behaviour.md LOOP-106) through `Autoscaler::run_once` with recording fakes:
+//! step order and early ends, first-run clean-up (LOOP-91), dry-run, the status ConfigMap (ST-94)
+//! and shutdown (LOOP-97).
 
 mod loop_fakes;
 
@@ -36,6 +37,7 @@ fn mutating_calls(log: &CallLog) -> Vec<String> {
         .collect()
 }
 
+/// docs/behaviour.md LOOP-91.
 #[test]
 fn s91_first_iteration_removes_leftover_deletion_taints_from_autoscaled_nodes_only() {
     let (log, cloud, cluster) = cluster_with(2, 0);
@@ -138,6 +140,7 @@ fn the_price_expander_picks_the_group_the_provider_prices_lower() {
     }
 }
 
+/// Checks docs/behaviour.md LOOP-107, docs/behaviour.md CS-64.
 #[test]
 fn unhealthy_cluster_ends_the_iteration_before_scale_up() {
     let (log, cloud, cluster) = cluster_with(2, 5);
@@ -172,6 +175,7 @@ fn the_same_pending_pod_in_a_healthy_cluster_scales_up() {
     assert_eq!(calls(&log, "cloud.increase_size").len(), 1);
 }
 
+/// Checks docs/behaviour.md CS-47.
 #[test]
 fn fixing_an_incorrect_size_ends_the_iteration() {
     let (log, cloud, cluster) = cluster_with(2, 0);
@@ -240,6 +244,7 @@ fn dry_run_plans_but_calls_nothing_mutating() {
     assert!(mutating_calls(&log).is_empty());
 }
 
+/// docs/behaviour.md ST-94.
 #[test]
 fn s94_status_configmap_is_written_every_iteration_with_last_updated() {
     let (_log, cloud, cluster) = cluster_with(1, 0);
@@ -263,6 +268,7 @@ fn s94_status_configmap_is_written_every_iteration_with_last_updated() {
     assert_ne!(again.last_updated, status.last_updated);
 }
 
+/// docs/behaviour.md LOOP-97.
 #[test]
 fn s97_shutdown_deletes_the_status_configmap() {
     let (log, cloud, cluster) = cluster_with(1, 0);
@@ -278,6 +284,7 @@ fn s97_shutdown_deletes_the_status_configmap() {
     assert_eq!(calls(&log, "cloud.cleanup").len(), 1);
 }
 
+/// Checks docs/behaviour.md CS-102.
 #[test]
 fn a_gpu_node_whose_gpus_have_not_appeared_is_resource_unready() {
     let (_log, cloud, cluster) = cluster_with(1, 0);

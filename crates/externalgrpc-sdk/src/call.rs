@@ -20,8 +20,8 @@ use crate::conversion::FieldError;
 /// too big, so the server refuses it itself, with a message that does.
 pub const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
-/// The four RPCs a provider may leave out (spec 1.1): UNIMPLEMENTED from them is an answer, not a
-/// failure, and is logged as such.
+/// The four RPCs a provider may leave out (docs/externalgrpc.md GRPC-10, GRPC-18): UNIMPLEMENTED
+/// from them is an answer, not a failure, and is logged as such.
 const OPTIONAL_METHODS: [&str; 4] = [
     "PricingNodePrice",
     "PricingPodPrice",

@@ -1,6 +1,6 @@
 //! What the wire messages mean in the core's terms and back: the minimal node a client describes,
-//! pricing periods, instances and per-group options (spec sections 2, 3 and 5.2, without the
-//! upstream quirks of 5.3).
+//! pricing periods, instances and per-group options (docs/externalgrpc.md GRPC-31, without the
+//! example server's quirks GRPC-Q1–GRPC-Q3).
 
 use std::time::Duration;
 
@@ -11,9 +11,9 @@ use ferroscale_model::{Node, Timestamp};
 const NANOS_PER_SECOND: i32 = 1_000_000_000;
 const NANOS_PER_MILLI: i32 = 1_000_000;
 
-/// The node a client describes (spec 4.8.1): identity and metadata maps only. Taints, resources
-/// and conditions do not travel, so they are left empty; providers identify nodes by provider id
-/// or name, and read their labels and annotations.
+/// The node a client describes (docs/externalgrpc.md GRPC-14, GRPC-31): identity and metadata maps
+/// only. Taints, resources and conditions do not travel, so they are left empty; providers identify
+/// nodes by provider id or name, and read their labels and annotations.
 pub(crate) fn node_from_wire(node: &v1::ExternalGrpcNode) -> Node {
     Node {
         name: node.name.clone(),
@@ -25,8 +25,8 @@ pub(crate) fn node_from_wire(node: &v1::ExternalGrpcNode) -> Node {
 }
 
 /// How a node of a delete request is matched against instance ids: by provider id, or by name for
-/// a node without one (spec conformance 23). Placeholder nodes of unregistered instances carry the
-/// instance id in both.
+/// a node without one (docs/externalgrpc.md GRPC-23). Placeholder nodes of unregistered instances
+/// carry the instance id in both.
 pub(crate) fn instance_key(node: &v1::ExternalGrpcNode) -> &str {
     if node.provider_id.is_empty() {
         &node.name
@@ -89,10 +89,10 @@ pub(crate) fn size_to_wire(size: usize) -> i32 {
     i32::try_from(size).unwrap_or(i32::MAX)
 }
 
-/// An instance as the client reads it (spec 4.8.2). An instance without status is sent without
-/// the `status` message, which the client reads as "no status", like state 0. Error info always
-/// travels with the instance's state (1, 2 or 3), never with state 0, which would make the client
-/// drop it (conformance 22).
+/// An instance as the client reads it (docs/externalgrpc.md GRPC-12). An instance without status is
+/// sent without the `status` message, which the client reads as "no status", like state 0. Error
+/// info always travels with the instance's state (1, 2 or 3), never with state 0, which would make
+/// the client drop it (docs/externalgrpc.md GRPC-22).
 pub(crate) fn instance_to_wire(instance: &Instance) -> v1::Instance {
     v1::Instance {
         id: instance.id.clone(),
@@ -124,8 +124,9 @@ fn instance_status_to_wire(status: &InstanceStatus) -> v1::InstanceStatus {
 }
 
 /// The options a group uses, as sent back to the client: every field the provider overrides, and
-/// the client's own default for every other (spec 4.8.4: the client takes every field of a present
-/// answer as is, so nothing may be left at zero). The three durations are always set.
+/// the client's own default for every other (docs/externalgrpc.md GRPC-13, GRPC-25: the client
+/// takes every field of a present answer as is, so nothing may be left at zero). The three
+/// durations are always set.
 ///
 /// Two core options have no field on the wire (max node startup time, non-atomic scale-up to
 /// max); overrides of those cannot reach the client.

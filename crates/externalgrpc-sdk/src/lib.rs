@@ -6,7 +6,7 @@
 //! Ferroscale's built-in providers implement, so those can be served as they are — and hands the
 //! provider to [`ProviderServer`]. The server:
 //!
-//! - maps each of the 15 RPCs onto the traits (spec `externalgrpc.md`, sections 2 and 5.2):
+//! - maps each of the 15 RPCs onto the traits (docs/externalgrpc.md GRPC-31):
 //!   optional features a provider lacks (pricing, templates, per-group options) answer status 12
 //!   UNIMPLEMENTED, which clients read as "not offered"; a node outside every group is an OK
 //!   answer with an empty group; unknown group ids are NOT_FOUND; missing or malformed request

@@ -1,5 +1,6 @@
 //! The externalgrpc service over a core [`CloudProvider`]: each of the 15 RPCs mapped onto the
-//! provider and node-group traits as spec 2 and 5.2 describe, without the upstream quirks of 5.3.
+//! provider and node-group traits as docs/externalgrpc.md GRPC-17–GRPC-28 and GRPC-31 describe,
+//! without the example server's quirks GRPC-Q1–GRPC-Q3.
 //!
 //! Requests are checked before anything reaches the provider: an unknown group id is NOT_FOUND,
 //! a missing or malformed field is INVALID_ARGUMENT naming the field, and the bounds the core
@@ -130,7 +131,8 @@ impl CloudProviderRpc for ProviderService {
                     .await
                     .map_err(|error| call.cloud_error(error))?;
                 match group {
-                    // A node outside every group is an answer, not an error (conformance 19).
+                    // A node outside every group is an answer, not an error (docs/externalgrpc.md
+                    // GRPC-19).
                     None => Ok(NodeGroupForNodeResponse::not_autoscaled()),
                     Some(group) if group.id().is_empty() => Err(call.provider_bug(
                         "the provider answered a node group with an empty id, which the wire \
@@ -405,7 +407,8 @@ impl CloudProviderRpc for ProviderService {
         let call = call.within_deadline_of(&metadata);
         call.clone()
             .run(async {
-                // The client forwards the core's negative value unchanged (spec 2.12).
+                // The client forwards the core's negative value unchanged (docs/externalgrpc.md
+                // GRPC-14, GRPC-24).
                 if request.delta >= 0 {
                     return Err(call.invalid_field(FieldError {
                         field: "delta",
@@ -456,7 +459,7 @@ impl CloudProviderRpc for ProviderService {
             .run(async {
                 let group = self.group(&call, &request.id).await?;
                 // "No template" is NotImplemented → 12, never an empty nodeBytes, which the
-                // upstream core cannot handle (spec 4.8.3).
+                // upstream core cannot handle (docs/externalgrpc.md GRPC-20).
                 let template = group
                     .template_node_info()
                     .await
@@ -499,7 +502,7 @@ impl CloudProviderRpc for ProviderService {
                     .map_err(|error| call.cloud_error(error))?;
                 Ok(NodeGroupAutoscalingOptionsResponse {
                     // No override is an absent message, which the client reads as "use the
-                    // defaults" (conformance 25), not an error.
+                    // defaults" (docs/externalgrpc.md GRPC-25), not an error.
                     node_group_autoscaling_options: overrides
                         .map(|overrides| options_to_wire(&overrides, defaults))
                         .transpose()

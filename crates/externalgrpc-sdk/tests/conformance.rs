@@ -1,5 +1,5 @@
-//! The server statements of the conformance checklist (spec `externalgrpc.md` section 7,
-//! statements 17 to 28), one test each, named by number, against the server over loopback.
+//! The server statements of docs/externalgrpc.md (GRPC-17 to GRPC-28), one test each, named by
+//! number (`statement_19_` checks GRPC-19), against the server over loopback.
 
 mod support;
 
@@ -65,6 +65,7 @@ async fn assert_all_methods_served(channel: Channel) {
     assert_eq!(code_at_path(channel, wrong).await, Code::Unimplemented);
 }
 
+/// docs/externalgrpc.md GRPC-17.
 #[tokio::test]
 async fn statement_17_all_15_methods_are_served_over_h2c_and_mutual_tls() {
     let cloud = Arc::new(FakeCloud::new(Pricing::Offered));
@@ -147,6 +148,7 @@ fn seven_defaults() -> NodeGroupAutoscalingOptions {
     }
 }
 
+/// docs/externalgrpc.md GRPC-18.
 #[tokio::test]
 async fn statement_18_missing_optional_features_answer_12_and_real_failures_never_do() {
     let (_server, mut client) = plain(Arc::new(FakeCloud::new(Pricing::NotOffered))).await;
@@ -218,6 +220,7 @@ async fn statement_18_missing_optional_features_answer_12_and_real_failures_neve
     assert_eq!(no_defaults.code(), Code::InvalidArgument);
 }
 
+/// docs/externalgrpc.md GRPC-19.
 #[tokio::test]
 async fn statement_19_node_group_for_node_answers_a_foreign_node_with_0a_00_and_a_grouped_one_in_full()
  {
@@ -254,6 +257,7 @@ async fn statement_19_node_group_for_node_answers_a_foreign_node_with_0a_00_and_
     );
 }
 
+/// docs/externalgrpc.md GRPC-20.
 #[tokio::test]
 async fn statement_20_node_bytes_is_a_plain_node_with_valid_quantities_and_no_template_is_12() {
     let (_server, mut client) = plain(Arc::new(FakeCloud::new(Pricing::Offered))).await;
@@ -292,6 +296,7 @@ async fn statement_20_node_bytes_is_a_plain_node_with_valid_quantities_and_no_te
     assert_eq!(none.code(), Code::Unimplemented);
 }
 
+/// docs/externalgrpc.md GRPC-21.
 #[tokio::test]
 async fn statement_21_instance_ids_are_provider_ids_and_unregistered_instances_are_listed() {
     let (_server, mut client) = plain(Arc::new(FakeCloud::new(Pricing::Offered))).await;
@@ -315,6 +320,7 @@ async fn statement_21_instance_ids_are_provider_ids_and_unregistered_instances_a
     assert_eq!(owner.owning_group().map(|g| g.id.as_str()), Some("ng-1"));
 }
 
+/// docs/externalgrpc.md GRPC-22.
 #[tokio::test]
 async fn statement_22_error_info_always_travels_with_state_1_2_or_3() {
     let (_server, mut client) = plain(Arc::new(FakeCloud::new(Pricing::Offered))).await;
@@ -340,11 +346,12 @@ async fn statement_22_error_info_always_travels_with_state_1_2_or_3() {
     }
 }
 
+/// docs/externalgrpc.md GRPC-23.
 #[tokio::test]
 async fn statement_23_delete_nodes_matches_by_provider_id_then_name_and_accepts_placeholders() {
     let cloud = Arc::new(FakeCloud::new(Pricing::Offered));
     let (_server, mut client) = plain(cloud.clone()).await;
-    // The core's placeholder for an instance that never registered (spec 4.8.1).
+    // The core's placeholder for an instance that never registered (docs/externalgrpc.md GRPC-23).
     let placeholder = ExternalGrpcNode {
         name: "fake://ng-1/b".into(),
         provider_id: "fake://ng-1/b".into(),
@@ -394,6 +401,7 @@ async fn statement_23_delete_nodes_matches_by_provider_id_then_name_and_accepts_
     assert_eq!(refused.code(), Code::InvalidArgument);
 }
 
+/// docs/externalgrpc.md GRPC-24.
 #[tokio::test]
 async fn statement_24_decrease_target_size_accepts_a_negative_delta() {
     let cloud = Arc::new(FakeCloud::new(Pricing::Offered));
@@ -409,6 +417,7 @@ async fn statement_24_decrease_target_size_accepts_a_negative_delta() {
     assert_eq!(cloud.log.mutations(), vec!["ng-1 decrease_target_size -2"]);
 }
 
+/// docs/externalgrpc.md GRPC-25.
 #[tokio::test]
 async fn statement_25_options_read_all_seven_defaults_and_no_override_is_an_absent_message() {
     // ng-1 overrides nothing: the answer is the client's own seven defaults, field for field.
@@ -505,6 +514,7 @@ impl CloudProvider for OversizedAndStuckCloud {
     }
 }
 
+/// docs/externalgrpc.md GRPC-26.
 #[tokio::test]
 async fn statement_26_answers_come_within_the_deadline_and_under_4_mib() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -554,6 +564,7 @@ async fn statement_26_answers_come_within_the_deadline_and_under_4_mib() {
     server.await.unwrap().unwrap();
 }
 
+/// docs/externalgrpc.md GRPC-27.
 #[tokio::test]
 async fn statement_27_gpu_types_are_the_keys_with_empty_any_values() {
     let (_server, mut client) = plain(Arc::new(FakeCloud::new(Pricing::Offered))).await;
@@ -574,6 +585,7 @@ async fn statement_27_gpu_types_are_the_keys_with_empty_any_values() {
     );
 }
 
+/// docs/externalgrpc.md GRPC-28.
 #[tokio::test]
 async fn statement_28_refresh_only_refreshes_the_provider_and_reports_its_failure() {
     let cloud = Arc::new(FakeCloud::new(Pricing::Offered));

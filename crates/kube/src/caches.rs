@@ -727,8 +727,8 @@ impl ClusterCaches {
     }
 
     /// Completes when the pod watch has reported an unbound pod that the scheduler marked
-    /// `Unschedulable` less than [`FRESH_UNSCHEDULABLE`] ago (spec 1.2). A report that arrives
-    /// while nobody waits is kept, one at most, for the next call.
+    /// `Unschedulable` less than [`FRESH_UNSCHEDULABLE`] ago (docs/behaviour.md LOOP-105). A report
+    /// that arrives while nobody waits is kept, one at most, for the next call.
     pub async fn unschedulable_pod_seen(&self) {
         self.stores.unschedulable_pod.notified().await;
     }
@@ -740,7 +740,7 @@ impl ClusterCaches {
 }
 
 /// How recent a pod's `PodScheduled=False/Unschedulable` transition must be to wake the loop:
-/// older ones were already seen by an earlier iteration (spec 1.2).
+/// older ones were already seen by an earlier iteration (docs/behaviour.md LOOP-105).
 pub const FRESH_UNSCHEDULABLE: Duration = Duration::from_secs(10);
 
 /// An unbound, live pod whose scheduling failed within [`FRESH_UNSCHEDULABLE`] of `now`. A

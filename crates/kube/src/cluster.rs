@@ -82,7 +82,7 @@ impl KubeCluster {
     /// 15 times with backoff, and a PodDisruptionBudget refusing an eviction *is* a 429, so one
     /// eviction call would block the drain for many minutes instead of returning
     /// [`EvictionError::DisruptionBudget`]. The engine owns retries (every 10 s for evictions,
-    /// spec 3.8) and this type retries node-update conflicts itself.
+    /// docs/behaviour.md SD-85) and this type retries node-update conflicts itself.
     pub fn new(
         kube_config: &kube::Config,
         caches: ClusterCaches,

@@ -16,9 +16,9 @@
 //!   Decide step in `ferroscale-core`). This crate only reads the cluster into the model and
 //!   carries the engine's orders out, faithfully and with retries where upstream retries.
 //! - **Delete Node objects.** Removing a Node object of a terminated instance is the cloud node
-//!   controller's job (spec 3.8); the autoscaler only deletes instances through the cloud provider.
-//!   The only deletions here are of the status ConfigMap (at shutdown) and pods, through evictions
-//!   that respect PodDisruptionBudgets.
+//!   controller's job (docs/behaviour.md SD-93); the autoscaler only deletes instances through the
+//!   cloud provider. The only deletions here are of the status ConfigMap (at shutdown) and pods,
+//!   through evictions that respect PodDisruptionBudgets.
 //! - **Interpret raw objects past the boundary.** Objects are converted once, by
 //!   `ferroscale-objects`, when their watch event arrives; an object that does not convert is
 //!   left out with a warning, never half-used.

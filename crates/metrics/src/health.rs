@@ -1,5 +1,6 @@
-//! The liveness rule of `/health-check` (spec 1.4), as a pure state machine: the caller reports
-//! activity and successful iterations with their time, and asks for the status at a given time.
+//! The liveness rule of `/health-check` (docs/behaviour.md LOOP-98), as a pure state machine: the
+//! caller reports activity and successful iterations with their time, and asks for the status at a
+//! given time.
 //!
 //! Before monitoring starts the check always passes. Once it has started, it fails when the last
 //! activity is older than `--max-inactivity` or the last success older than `--max-failing-time`;

@@ -1,6 +1,6 @@
 //! Observability of a live autoscaler: the Prometheus metrics with the upstream names and labels
-//! (spec 5.1), the liveness rule behind `/health-check` (spec 1.4), and the small HTTP server that
-//! serves both.
+//! (docs/behaviour.md OBS-101), the liveness rule behind `/health-check` (LOOP-98), and the small
+//! HTTP server that serves both.
 //!
 //! - [`AutoscalerMetrics`]: the registry; [`AutoscalerMetrics::record_loop`] fills it from one
 //!   [`ferroscale_core::autoscaler::LoopOutcome`].

@@ -1,5 +1,5 @@
-//! The metrics registry with the upstream names, types and labels (spec 5.1, all prefixed
-//! `cluster_autoscaler_`), and how one loop's outcome fills it.
+//! The metrics registry with the upstream names, types and labels (docs/behaviour.md OBS-101, all
+//! prefixed `cluster_autoscaler_`), and how one loop's outcome fills it.
 //!
 //! Counters of the standard label values (error types, failure reasons, scale-down reasons,
 //! eviction results, skipped-event reasons) are created at zero so that dashboards and alerts see
@@ -296,8 +296,8 @@ impl AutoscalerMetrics {
             .observe(duration.as_secs_f64());
     }
 
-    /// `cluster_cpu_current_cores` and `cluster_memory_current_bytes` (1.3 step 5), which the
-    /// caller computes from the node list.
+    /// `cluster_cpu_current_cores` and `cluster_memory_current_bytes` (docs/behaviour.md LOOP-110),
+    /// which the caller computes from the node list.
     pub fn set_cluster_resources(&self, cores: f64, memory_bytes: f64) {
         self.cluster_cpu_current_cores.set(cores);
         self.cluster_memory_current_bytes.set(memory_bytes);

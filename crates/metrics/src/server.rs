@@ -1,6 +1,6 @@
-//! The HTTP endpoint of a live autoscaler (spec 1.1 step 2): `/metrics` in the Prometheus text
-//! format and `/health-check` (200 `OK`, or 500 with the reason). Plain HTTP/1 on hyper, one task
-//! per connection; nothing else is served.
+//! The HTTP endpoint of a live autoscaler (docs/behaviour.md LOOP-101): `/metrics` in the
+//! Prometheus text format and `/health-check` (200 `OK`, or 500 with the reason). Plain HTTP/1 on
+//! hyper, one task per connection; nothing else is served.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -1,5 +1,5 @@
 //! What a simulation run leaves behind: one sample per engine loop, the timeline of decisions and
-//! happenings, and the summary whose JSON shape is fixed by the scenario spec (`--output json`).
+//! happenings, and the summary whose JSON shape is fixed by docs/scenario.md (`--output json`).
 //!
 //! The renderers in [`crate::report`] read only these types, so a run can be reported any number
 //! of ways without re-running it.
@@ -207,7 +207,8 @@ pub struct SimulationResult {
     pub timeline: Vec<TimelineEntry>,
     /// Remarks on what this run does not model, and scenario warnings.
     pub notes: Vec<String>,
-    /// `data.status` of the status ConfigMap the engine last wrote (spec 4.9), if any.
+    /// `data.status` of the status ConfigMap the engine last wrote (docs/behaviour.md ST-101), if
+    /// any.
     pub final_status: Option<String>,
 }
 
@@ -225,6 +226,7 @@ mod tests {
         assert_eq!(Percentiles::of(&mut []), Percentiles::default());
     }
 
+    /// Checks docs/behaviour.md SIM-102.
     #[test]
     fn summary_serialises_with_the_spec_field_names() {
         let summary = Summary {

@@ -1,7 +1,7 @@
-//! Scale-down in the simulator: the upstream scalability scenarios 3, 4 and 5 (core spec 8.2) reach
-//! upstream's end states, the bundled full day meets its expectations, and injected cloud failures
-//! (increases failing, instances stuck creating, deletions failing, quota errors) end in backoff
-//! and recovery, never in runaway scale-up or a lost pod.
+//! Scale-down in the simulator: the upstream scalability scenarios 3, 4 and 5 (docs/behaviour.md
+//! SIM-101) reach upstream's end states, the bundled full day meets its expectations, and injected
+//! cloud failures (increases failing, instances stuck creating, deletions failing, quota errors)
+//! end in backoff and recovery, never in runaway scale-up or a lost pod.
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -1,5 +1,5 @@
-//! The upstream scalability scenarios 1, 2 and 6 (core spec 8.2) reproduced in the simulator: the
-//! engine must reach the same end state upstream reaches.
+//! The upstream scalability scenarios 1, 2 and 6 (docs/behaviour.md SIM-101) reproduced in the
+//! simulator: the engine must reach the same end state upstream reaches.
 
 use std::path::Path;
 

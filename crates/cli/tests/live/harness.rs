@@ -314,7 +314,7 @@ impl Cluster {
                             ..Container::default()
                         }],
                         // The kwok provider taints its nodes so that only workloads meant for fake
-                        // nodes land there (spec: kwok provider, `skipTaint`).
+                        // nodes land there (the kwok provider's `skipTaint`).
                         tolerations: Some(vec![Toleration {
                             key: Some("kwok-provider".to_string()),
                             operator: Some("Equal".to_string()),

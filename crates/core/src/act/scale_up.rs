@@ -1,5 +1,5 @@
-//! Executing a scale-up plan (spec 2.10): resize each group through the cloud provider, record
-//! events, and back off groups whose resize failed.
+//! Executing a scale-up plan (docs/behaviour.md SU-40, SU-44, SU-49): resize each group through the
+//! cloud provider, record events, and back off groups whose resize failed.
 //!
 //! Without `--parallel-scale-up` the groups are resized one after another and the first failure
 //! stops the rest; with it every resize runs concurrently. This is the Act layer, so it is async,

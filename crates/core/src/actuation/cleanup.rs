@@ -1,4 +1,4 @@
-//! First-iteration clean-up (spec 1.3 step 1): a process that stopped mid-deletion leaves
+//! First-iteration clean-up (docs/behaviour.md LOOP-91): a process that stopped mid-deletion leaves
 //! `ToBeDeletedByClusterAutoscaler` taints behind, which would keep pods off perfectly good
 //! nodes forever. The first loop of a new process removes them from autoscaled nodes, and, when
 //! soft tainting is disabled, stale `DeletionCandidateOfClusterAutoscaler` taints too.

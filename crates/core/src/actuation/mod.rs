@@ -1,5 +1,5 @@
-//! Scale-down actuation (spec 3.8): taking the nodes a scale-down plan chose through taint, drain
-//! and cloud deletion — or rolling them back.
+//! Scale-down actuation (docs/behaviour.md SD-81–SD-93, SD-109–SD-114): taking the nodes a
+//! scale-down plan chose through taint, drain and cloud deletion — or rolling them back.
 //!
 //! Every deletion is a small state machine advanced by the loop's `now`; nothing here sleeps or
 //! reads the clock. [`DeletionTracker::start`] taints synchronously (a batch either is tainted
@@ -79,7 +79,7 @@ pub struct NodeDeletion {
 }
 
 /// Decides, after the post-taint delay, whether a node may still go given the pods on it now
-/// (spec 3.8 step 3). The scale-down engine provides the drainability rules.
+/// (docs/behaviour.md SD-110). The scale-down engine provides the drainability rules.
 pub trait RemovalRecheck: Sync {
     /// `Err` when a live pod now blocks the removal (for an empty node: when it is no longer
     /// empty).
@@ -449,9 +449,10 @@ impl DeletionTracker {
         self.active.iter().any(|d| d.request.node.name == node)
     }
 
-    /// Taints every node of `requests` (spec 3.8 step 1) and starts tracking them. When any taint
-    /// fails, the taints placed by this call are removed again, `ScaleDownFailed` is emitted for
-    /// the nodes that could not be tainted, nothing is tracked and `start_error` is set.
+    /// Taints every node of `requests` (docs/behaviour.md SD-81, SD-109) and starts tracking them.
+    /// When any taint fails, the taints placed by this call are removed again, `ScaleDownFailed` is
+    /// emitted for the nodes that could not be tainted, nothing is tracked and `start_error` is
+    /// set.
     pub async fn start(
         &mut self,
         requests: Vec<NodeDeletion>,

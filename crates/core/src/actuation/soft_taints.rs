@@ -1,5 +1,6 @@
-//! Soft taints (spec 3.9): `DeletionCandidateOfClusterAutoscaler:PreferNoSchedule` on unneeded
-//! nodes, so the scheduler prefers other nodes for new pods and unneeded nodes drain naturally.
+//! Soft taints (docs/behaviour.md SD-90): `DeletionCandidateOfClusterAutoscaler:PreferNoSchedule`
+//! on unneeded nodes, so the scheduler prefers other nodes for new pods and unneeded nodes drain
+//! naturally.
 
 use ferroscale_model::taints::{DELETION_CANDIDATE, TO_BE_DELETED};
 use ferroscale_model::{Node, Taint, TaintEffect, Timestamp};

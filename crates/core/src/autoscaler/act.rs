@@ -296,7 +296,7 @@ impl Autoscaler {
         outcome: &mut LoopOutcome,
     ) {
         let ScaleDownStep { gathered, now, .. } = *step;
-        // 3.9 soft taints, also in cooldown.
+        // Soft taints, also in cooldown (docs/behaviour.md, Scale-down).
         for node in &plan.soft_taints_to_remove {
             outcome
                 .planned_actions

@@ -1,6 +1,6 @@
-//! The main loop (spec 1.3): one [`Autoscaler::run_once`] per iteration, in upstream order —
-//! first-run clean-up, gather from the cloud and the cluster, cluster-state update and the
-//! clean-ups it asks for, the health gate, scale-up, scale-down with actuation, min-size
+//! The main loop (docs/behaviour.md LOOP-106): one [`Autoscaler::run_once`] per iteration, in
+//! upstream order — first-run clean-up, gather from the cloud and the cluster, cluster-state update
+//! and the clean-ups it asks for, the health gate, scale-up, scale-down with actuation, min-size
 //! enforcement, and the status report — returning everything decided and done in a
 //! [`LoopOutcome`].
 //!
@@ -84,11 +84,12 @@ pub enum LoopError {
 /// Why an iteration ended before scale-up without an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EarlyEnd {
-    /// 1.3 step 3: no nodes, or no ready nodes (only with `--scale-up-from-zero=false`).
+    /// docs/behaviour.md LOOP-108: no nodes, or no ready nodes (only with
+    /// `--scale-up-from-zero=false`).
     NotActionable(String),
-    /// 1.3 step 15: too many unready nodes.
+    /// docs/behaviour.md CS-64: too many unready nodes.
     ClusterUnhealthy,
-    /// 1.3 step 17: a node-group target size was corrected.
+    /// docs/behaviour.md CS-47: a node-group target size was corrected.
     SizesFixed,
 }
 
@@ -169,8 +170,8 @@ pub struct LoopOutcome {
     /// `decide_millis` split by upstream `function_duration_seconds` label (`updateClusterState`,
     /// `scaleUp`, `findUnneeded`, `writeStatus`).
     pub function_millis: Vec<(&'static str, f64)>,
-    /// Capacity of the nodes not being deleted (1.3 step 5); `None` when the iteration stopped
-    /// before the nodes were gathered.
+    /// Capacity of the nodes not being deleted (docs/behaviour.md LOOP-110); `None` when the
+    /// iteration stopped before the nodes were gathered.
     pub cluster_resources: Option<ClusterResources>,
     /// Unbound pods handed to the scale-up plan.
     pub pending_pods: Vec<Arc<Pod>>,
@@ -180,7 +181,8 @@ pub struct LoopOutcome {
 
 impl LoopOutcome {
     /// The iteration scaled a group up or began removing a node: with `--frequent-loops-enabled`
-    /// the next iteration starts at once rather than after `--scan-interval` (spec 1.2).
+    /// the next iteration starts at once rather than after `--scan-interval` (docs/behaviour.md
+    /// LOOP-104).
     pub fn acted(&self) -> bool {
         let scaled_up = [&self.scale_up_execution, &self.min_size_execution]
             .into_iter()
@@ -202,7 +204,7 @@ pub struct ClusterResources {
     pub memory_bytes: f64,
 }
 
-/// Sums the capacity of every node that is not being deleted (1.3 step 5, 4.1).
+/// Sums the capacity of every node that is not being deleted (docs/behaviour.md LOOP-110).
 fn cluster_resources(nodes: &[Arc<Node>], now: Timestamp) -> ClusterResources {
     nodes
         .iter()
@@ -227,7 +229,7 @@ pub struct Autoscaler {
     previous_status: Option<StatusReport>,
     first_loop_done: bool,
     iterations: u64,
-    /// When the first iteration ran (for the "no ready nodes" grace of 1.3 step 3).
+    /// When the first iteration ran (for the "no ready nodes" grace of docs/behaviour.md LOOP-108).
     started_at: Option<Timestamp>,
 }
 
@@ -334,8 +336,8 @@ impl Autoscaler {
         Ok(progress)
     }
 
-    /// Shutdown (spec 1.5): deletes the status ConfigMap (with `--write-status-configmap`) and
-    /// lets the provider clean up.
+    /// Shutdown (docs/behaviour.md LOOP-97): deletes the status ConfigMap (with
+    /// `--write-status-configmap`) and lets the provider clean up.
     pub async fn shutdown(
         &mut self,
         cloud: &dyn CloudProvider,
@@ -415,7 +417,8 @@ impl Autoscaler {
             outcome.error = Some(error);
         }
 
-        // Deferred to the end of the iteration whatever happened (1.3): status and events.
+        // Deferred to the end of the iteration whatever happened (docs/behaviour.md LOOP-107):
+        // status and events.
         let candidates = outcome
             .scale_down
             .as_ref()
@@ -483,20 +486,20 @@ impl Autoscaler {
         let dry_run = self.options.dry_run;
         let seed = self.seed.wrapping_add(self.iterations);
 
-        // 1. First-iteration clean-up of taints an earlier process left behind.
+        // First-iteration clean-up of taints an earlier process left behind.
         if !self.first_loop_done {
             self.first_loop_done = true;
             self.clean_up_leftover_taints(cloud, cluster, now, outcome, events)
                 .await?;
         }
 
-        // 8. Refresh the cloud's view, then move running deletions forward so the snapshot
+        // Refresh the cloud's view, then move running deletions forward so the snapshot
         // gathered below sees their effects.
         cloud.refresh().await.map_err(LoopError::Refresh)?;
         let groups = cloud.node_groups().await.map_err(LoopError::NodeGroups)?;
         if !dry_run && !self.deletions.is_idle() {
-            // Fresh objects for the drainability re-check (3.8 step 3). If they cannot be read,
-            // the deletions wait: when in doubt, no node is removed.
+            // Fresh objects for the drainability re-check (docs/behaviour.md SD-110). If they
+            // cannot be read, the deletions wait: when in doubt, no node is removed.
             if let Ok(fresh) = cluster.gather().await {
                 let recheck = LiveRecheck::new(&fresh, now, &self.options);
                 let progress = self
@@ -508,9 +511,9 @@ impl Autoscaler {
             }
         }
 
-        // 2-6, 12. Gather the cluster and the groups.
+        // Gather the cluster and the groups.
         let objects = cluster.gather().await.map_err(LoopError::Gather)?;
-        // 5. Cluster resource metrics: capacity of the nodes not being deleted.
+        // Cluster resource metrics (docs/behaviour.md LOOP-110): capacity of the nodes not being deleted.
         outcome.cluster_resources = Some(cluster_resources(&objects.nodes, now));
         let gathered = gather::gather_groups(
             cloud,
@@ -524,7 +527,7 @@ impl Autoscaler {
         outcome.node_groups = gathered.views.clone();
         outcome.gather_failures = gathered.failures.clone();
 
-        // 3. Actionable-cluster check (only without scale-up from zero).
+        // Actionable-cluster check (docs/behaviour.md LOOP-108) (only without scale-up from zero).
         if !self.options.scale_up_from_zero {
             let ready = gathered
                 .objects
@@ -555,9 +558,10 @@ impl Autoscaler {
             }
         }
 
-        // 13. Cluster-state update.
+        // Cluster-state update.
         let observations = gathered.observations();
-        // GPU nodes whose GPUs have not appeared in allocatable yet are not ready (4.2).
+        // GPU nodes whose GPUs have not appeared in allocatable yet are not ready
+        // (docs/behaviour.md CS-102).
         self.registry.set_gpu_label(cloud.gpu_label());
         let report = timer.time("updateClusterState", || {
             self.registry.update(
@@ -577,13 +581,13 @@ impl Autoscaler {
             }
         }
 
-        // 4.4, 14: revert timed-out scale-ups, delete long-unregistered instances.
+        // Revert timed-out scale-ups, delete long-unregistered instances (docs/behaviour.md CS-45, CS-46).
         self.revert_timed_out_scale_ups(&gathered.groups, &report, outcome, events)
             .await;
         self.delete_long_unregistered(&gathered.groups, &report, outcome, events)
             .await;
 
-        // 15. Health gate.
+        // Health gate (docs/behaviour.md CS-64).
         if !report.cluster_healthy {
             self.scale_down_state.clear_unneeded();
             events.extend(report.cluster_unhealthy_event());
@@ -591,11 +595,11 @@ impl Autoscaler {
             return Ok(());
         }
 
-        // 16. Instances that failed to be created.
+        // Instances that failed to be created.
         self.delete_failed_instances(&gathered.groups, &report, outcome)
             .await;
 
-        // 17. Incorrect sizes: fix and end the iteration.
+        // Incorrect sizes: fix and end the iteration (docs/behaviour.md CS-47).
         if self
             .fix_incorrect_sizes(&gathered.groups, &report, outcome)
             .await
@@ -604,8 +608,8 @@ impl Autoscaler {
             return Ok(());
         }
 
-        // 10, 19, 2.1 step 5: the snapshot with upcoming placeholders, the pending pods and the
-        // pods of nodes being drained.
+        // The snapshot with upcoming placeholders, the pending pods and the pods of nodes being
+        // drained (docs/behaviour.md LOOP-111, LOOP-112, SU-15).
         let draining: HashSet<String> = self
             .deletions
             .in_progress()
@@ -625,7 +629,7 @@ impl Autoscaler {
             options: &self.options,
         });
 
-        // 20-23. Scale-up.
+        // Scale-up.
         let gpu_label = cloud.gpu_label().to_string();
         let provider = ProviderFacts {
             gpu_label: &gpu_label,
@@ -657,7 +661,7 @@ impl Autoscaler {
         outcome.scale_up = Some(plan);
         outcome.pending_pods = pending;
 
-        // 24. Scale-down.
+        // Scale-down.
         if self.options.scale_down_enabled {
             let step = ScaleDownStep {
                 gathered: &gathered,
@@ -670,7 +674,7 @@ impl Autoscaler {
                 .await;
         }
 
-        // 25. Min-size enforcement (the snapshot holds the upcoming placeholders already).
+        // Min-size enforcement (the snapshot holds the upcoming placeholders already).
         if self.options.enforce_node_group_min_size {
             let targets: Vec<NodeGroupView> = views
                 .iter()
@@ -702,7 +706,7 @@ impl Autoscaler {
         Ok(())
     }
 
-    /// Scale-down (1.3 step 24, spec 3): decide, then start the chosen deletions and apply the
+    /// Scale-down (docs/behaviour.md LOOP-113 and the Scale-down section): decide, then start the chosen deletions and apply the
     /// soft taints.
     async fn scale_down(
         &mut self,
@@ -729,8 +733,8 @@ impl Autoscaler {
         snapshot: &mut Snapshot,
         timer: &mut DecideTimer<'_>,
     ) -> ScaleDownPlan {
-        // Nominated pods already count where they are going (1.3 step 10): the scale-up intake
-        // placed them in the snapshot.
+        // Nominated pods already count where they are going (docs/behaviour.md LOOP-111): the
+        // scale-up intake placed them in the snapshot.
         let ScaleDownStep {
             gathered,
             views,
@@ -804,9 +808,9 @@ fn controller_index(objects: &ClusterObjects) -> ControllerIndex {
     controllers
 }
 
-/// Spec 3.8 step 3 against live objects: an empty node must still be empty, and no pod on any node
-/// may block its removal under the drainability rules with the PDBs and controllers as they are
-/// now.
+/// docs/behaviour.md SD-89, SD-110 against live objects: an empty node must still be empty, and no
+/// pod on any node may block its removal under the drainability rules with the PDBs and controllers
+/// as they are now.
 struct LiveRecheck<'a> {
     now: Timestamp,
     controllers: ControllerIndex,

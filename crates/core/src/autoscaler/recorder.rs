@@ -1,7 +1,7 @@
-//! Event deduplication before publishing (spec 5.2): upstream's event broadcaster lets one event
-//! per (reason, involved object) through every five minutes, so a condition that persists across
-//! many loops does not flood the API server. Status-ConfigMap events are keyed by their message
-//! too, so distinct cluster-level messages always pass.
+//! Event deduplication before publishing (docs/behaviour.md OBS-100): upstream's event broadcaster
+//! lets one event per (reason, involved object) through every five minutes, so a condition that
+//! persists across many loops does not flood the API server. Status-ConfigMap events are keyed by
+//! their message too, so distinct cluster-level messages always pass.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -91,6 +91,7 @@ mod tests {
         )
     }
 
+    /// docs/behaviour.md OBS-100.
     #[test]
     fn s100_same_reason_on_same_pod_at_most_once_per_five_minutes() {
         let mut recorder = EventRecorder::new(false);

@@ -45,7 +45,7 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
         draining,
         options,
     } = input;
-    // 10, 19. Snapshot: registered nodes (minus the still-starting nodes of scaling-up
+    // Registered nodes (minus the still-starting nodes of scaling-up
     // groups, which placeholders replace) with their scheduled pods, expendable pods excluded.
     let registered_upcoming: HashSet<&str> = report
         .groups
@@ -82,7 +82,7 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
             None => pending.push((*pod).clone()),
         }
     }
-    // 19. A placeholder for every upcoming node of every group.
+    // A placeholder for every upcoming node of every group (docs/behaviour.md LOOP-112).
     for view in views {
         let upcoming = report.group(&view.id).map_or(0, |g| g.upcoming);
         if upcoming > 0 {
@@ -90,7 +90,8 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
         }
     }
 
-    // 2.1 step 5: recreatable pods of nodes being drained are planned for as if pending.
+    // docs/behaviour.md SU-15: recreatable pods of nodes being drained are planned for as if
+    // pending.
     let draining_pods: Vec<Arc<Pod>> = pods
         .iter()
         .filter(|p| p.node_name.as_ref().is_some_and(|n| draining.contains(n)))

@@ -1,6 +1,6 @@
-//! Choosing each node group's template (spec 2.4): a good real node of the group, else the one
-//! cached from an earlier loop, else the provider's `TemplateNodeInfo()` (with the DaemonSet pods
-//! that would start on it), else — as a last resort — any real node of the group.
+//! Choosing each node group's template (docs/behaviour.md SU-102): a good real node of the group,
+//! else the one cached from an earlier loop, else the provider's `TemplateNodeInfo()` (with the
+//! DaemonSet pods that would start on it), else — as a last resort — any real node of the group.
 
 use std::collections::HashMap;
 use std::sync::Arc;

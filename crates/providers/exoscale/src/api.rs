@@ -1,7 +1,8 @@
-//! The JSON shapes of the Exoscale API v2 that the provider reads and sends (spec section 5).
+//! The JSON shapes of the Exoscale API v2 that the provider reads and sends (docs/exoscale.md
+//! EXO-05, IAM operations).
 //!
-//! Every field the API sends is optional here (spec quirk Q7): a missing or `null` field reads as
-//! absent, never as a crash, and unknown fields are ignored. Field names are kebab-case.
+//! Every field the API sends is optional here (docs/exoscale.md EXO-Q7): a missing or `null` field
+//! reads as absent, never as a crash, and unknown fields are ignored. Field names are kebab-case.
 
 use serde::{Deserialize, Serialize};
 
@@ -117,7 +118,7 @@ pub struct EvictRequest {
 mod tests {
     use super::*;
 
-    /// Conformance 5 (body shape): compact JSON, nothing else.
+    /// docs/exoscale.md EXO-05 (body shape): compact JSON, nothing else.
     #[test]
     fn c05_request_bodies_are_exact() {
         assert_eq!(
@@ -133,7 +134,7 @@ mod tests {
         );
     }
 
-    /// Q7: missing and null fields read as absent; unknown fields are ignored.
+    /// docs/exoscale.md EXO-Q7: missing and null fields read as absent; unknown fields are ignored.
     #[test]
     fn missing_fields_are_absent() {
         let pool: InstancePool =

@@ -1,6 +1,7 @@
-//! The signed HTTP client of the Exoscale API v2 (spec sections 2, 4 and 5): one method per API
-//! operation the provider uses, each request signed (section 3), rate limited, and bounded by a
-//! timeout.
+//! The signed HTTP client of the Exoscale API v2 (docs/exoscale.md EXO-02, EXO-05,
+//! EXO-06, EXO-32): one method per API
+//! operation the provider uses, each request signed (EXO-03, EXO-04), rate limited, and bounded by
+//! a timeout.
 //!
 //! # Retries
 //!
@@ -55,7 +56,7 @@ impl Default for ClientOptions {
     }
 }
 
-/// What went wrong with one API call (spec section 4). Messages never carry credentials.
+/// What went wrong with one API call (docs/exoscale.md EXO-06). Messages never carry credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ApiError {
     /// HTTP 404: the object does not exist (a distinct kind: `refresh` drops groups on it).
@@ -448,7 +449,8 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
-    /// Conformance 6: status classes and the message taken from the JSON body or the raw text.
+    /// docs/exoscale.md EXO-06: status classes and the message taken from the JSON body or the raw
+    /// text.
     #[test]
     fn c06_status_classification() {
         let json = |m: &str| format!(r#"{{"message":"{m}"}}"#).into_bytes();

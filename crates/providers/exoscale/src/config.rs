@@ -1,5 +1,6 @@
-//! Start-up configuration of the Exoscale provider (spec section 1): credentials and zone from the
-//! environment, the API base URL, and the `--nodes=<min>:<max>:<name>` bounds (section 7.3).
+//! Start-up configuration of the Exoscale provider (docs/exoscale.md EXO-01, EXO-02): credentials
+//! and zone from the environment, the API base URL, and the `--nodes=<min>:<max>:<name>` bounds
+//! (EXO-13, EXO-14).
 //!
 //! The environment is read through an injected lookup so that tests never touch the process
 //! environment, and secrets live in [`Secret`], which never prints its value.
@@ -242,7 +243,7 @@ mod tests {
         (ENV_API_SECRET, "s3cr3t"),
     ];
 
-    /// Conformance 1: the first missing variable, in upstream's order, is named.
+    /// docs/exoscale.md EXO-01: the first missing variable, in upstream's order, is named.
     #[test]
     fn c01_missing_variables_are_named_in_order() {
         assert_eq!(
@@ -276,7 +277,8 @@ mod tests {
         );
     }
 
-    /// Conformance 2: the host is `<environment>-<zone>.exoscale.com`, environment `api` by default.
+    /// docs/exoscale.md EXO-02: the host is `<environment>-<zone>.exoscale.com`, environment `api`
+    /// by default.
     #[test]
     fn c02_base_url_from_zone_and_environment() {
         let config = ExoscaleConfig::from_lookup(env(&ALL)).unwrap();
@@ -325,7 +327,7 @@ mod tests {
         assert_eq!(config.api_secret.expose(), "s3cr3t");
     }
 
-    /// Conformance 14 (parsing part): min 0, max < min and non-integers are refused.
+    /// docs/exoscale.md EXO-14 (parsing part): min 0, max < min and non-integers are refused.
     #[test]
     fn c14_node_group_spec_validation() {
         assert_eq!(
@@ -349,6 +351,8 @@ mod tests {
     }
 
     /// Specs are examined in order and the search stops at the first match.
+    ///
+    /// Checks docs/exoscale.md EXO-14.
     #[test]
     fn c14_find_stops_at_the_first_match() {
         let specs = vec![

@@ -1,4 +1,4 @@
-//! The Exoscale cloud provider (`--cloud-provider=exoscale`, spec `exoscale.md`): scales SKS
+//! The Exoscale cloud provider (`--cloud-provider=exoscale`, docs/exoscale.md): scales SKS
 //! Nodepools and plain Instance Pools through the signed Exoscale API v2, as upstream does.
 //!
 //! - [`config`]: credentials and zone from the environment, the API base URL, `--nodes` bounds.
@@ -27,7 +27,7 @@
 //!
 //! # Decisions where upstream is silent or accidental
 //!
-//! - Quota limit −1 (unlimited, quirk Q2): groups without `--nodes` bounds get max
+//! - Quota limit −1 (unlimited, docs/exoscale.md EXO-Q2): groups without `--nodes` bounds get max
 //!   [`UNLIMITED_QUOTA_MAX`] (5,000, the Kubernetes cluster-size limit) instead of −1, which would
 //!   make every scale-up fail.
 //! - Every request has a timeout (30 s by default); upstream has none and relies on the polling
@@ -37,7 +37,7 @@
 //!   outcome could scale or evict twice.
 //! - Requests are rate limited on the client (50/s, bursts of 100 by default), and `nodes()` reads
 //!   up to 8 members at once instead of one after the other.
-//! - Every node lookup repeats the whole resolution and a refresh, as upstream (quirk Q6): the
+//! - Every node lookup repeats the whole resolution and a refresh, as upstream (EXO-Q6): the
 //!   core's gather only looks up nodes that no group's `nodes()` lists, so this is rare after the
 //!   first loop.
 //! - `delete_nodes` with no node succeeds without calling the API.
@@ -50,7 +50,7 @@
 //!   core reads both the same (only Creating and Deleting are told apart).
 //! - `delete_nodes` also drops the evicted members from a plain group's cached member list, so
 //!   `nodes()` does not read destroyed instances before the group is rebuilt.
-//! - Missing JSON fields read as absent (quirk Q7), never a crash.
+//! - Missing JSON fields read as absent (EXO-Q7), never a crash.
 //! - Scale from zero is not supported, as upstream: `template_node_info` is NotImplemented and
 //!   `--nodes` refuses min 0.
 

@@ -1,5 +1,5 @@
-//! Waiting for the API's asynchronous work (spec section 6): an operation until it settles
-//! (6.1), and an Instance Pool until it is `running` again (6.2).
+//! Waiting for the API's asynchronous work (docs/exoscale.md EXO-19–EXO-21, EXO-31):
+//! an operation until it settles, and an Instance Pool until it is `running` again.
 //!
 //! Intervals and bounds are upstream's constants by default and injectable through [`Timing`], so
 //! tests run in milliseconds.

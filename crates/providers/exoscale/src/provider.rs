@@ -1,6 +1,6 @@
-//! The `CloudProvider` and its node groups (spec sections 7 to 9): node → group resolution through
-//! the API, the cache of discovered groups, and the operations of Instance Pool and SKS Nodepool
-//! groups.
+//! The `CloudProvider` and its node groups (docs/exoscale.md EXO-07–EXO-30): node → group
+//! resolution through the API, the cache of discovered groups, and the operations of Instance Pool
+//! and SKS Nodepool groups.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -24,16 +24,16 @@ pub const PROVIDER_NAME: &str = "exoscale";
 /// Prefix of the nodes' `spec.providerID`.
 pub const PROVIDER_ID_PREFIX: &str = "exoscale://";
 
-/// The legacy control-plane taint that exempts a node without provider ID (spec quirk Q4: not
-/// `node-role.kubernetes.io/control-plane`).
+/// The legacy control-plane taint that exempts a node without provider ID (docs/exoscale.md EXO-Q4:
+/// not `node-role.kubernetes.io/control-plane`).
 pub const MASTER_TAINT: &str = "node-role.kubernetes.io/master";
 
 /// Max size of a group without `--nodes` bounds when the instance quota is unlimited (`limit`
-/// −1, quirk Q2): 5,000 nodes, the largest cluster Kubernetes supports. Upstream would keep −1
-/// and refuse every scale-up.
+/// −1, docs/exoscale.md EXO-Q2): 5,000 nodes, the largest cluster Kubernetes supports. Upstream
+/// would keep −1 and refuse every scale-up.
 pub const UNLIMITED_QUOTA_MAX: i64 = 5000;
 
-/// Error info of an instance in a state the core has no name for (spec 8.3).
+/// Error info of an instance in a state the core has no name for (docs/exoscale.md EXO-24).
 pub const UNKNOWN_STATE_ERROR_CODE: &str = "no-code-exoscale";
 
 /// Instance reads in flight at once in `nodes()`.
@@ -132,7 +132,8 @@ impl ExoscaleProvider {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Spec 7.2 steps 3 to 7: the group of instance `instance_id`, freshly read from the API.
+    /// docs/exoscale.md EXO-07–EXO-10: the group of instance `instance_id`, freshly read from the
+    /// API.
     async fn resolve(&self, instance_id: &str) -> Result<Option<ExoscaleNodeGroup>, CloudError> {
         let client = &self.shared.client;
         let instance = client.get_instance(instance_id).await.map_err(|e| {
@@ -208,7 +209,8 @@ impl ExoscaleProvider {
         }))
     }
 
-    /// Spec 7.3 and 7.4: the `--nodes` bounds named `name`, else 1 and the instance quota.
+    /// docs/exoscale.md EXO-12–EXO-14: the `--nodes` bounds named `name`, else 1 and the instance
+    /// quota.
     async fn bounds(&self, name: &str) -> Result<(i64, i64), CloudError> {
         match NodeGroupSpec::find(&self.shared.node_specs, name) {
             Err(error) => Err(CloudError::IllegalConfiguration(error.to_string())),
@@ -219,7 +221,8 @@ impl ExoscaleProvider {
 }
 
 impl Shared {
-    /// The instance quota as a max size (Q2: unlimited becomes [`UNLIMITED_QUOTA_MAX`]).
+    /// The instance quota as a max size (docs/exoscale.md EXO-Q2: unlimited becomes
+    /// [`UNLIMITED_QUOTA_MAX`]).
     async fn quota_max(&self) -> Result<i64, CloudError> {
         let quota = self.client.get_instance_quota().await.map_err(|e| {
             provider_error(format!("unable to retrieve Compute instances quota: {e}"))
@@ -319,8 +322,8 @@ impl CloudProvider for ExoscaleProvider {
         Err(CloudError::NotImplemented)
     }
 
-    /// Spec 9.2: drops the cached groups whose pool is gone (404); any other error keeps the
-    /// cache as it is and fails. Sizes and members are not re-read here.
+    /// docs/exoscale.md EXO-16: drops the cached groups whose pool is gone (404); any other error
+    /// keeps the cache as it is and fails. Sizes and members are not re-read here.
     async fn refresh(&self) -> Result<(), CloudError> {
         let ids: Vec<String> = self
             .cached_groups()
@@ -416,7 +419,7 @@ impl ExoscaleNodeGroup {
             .map_err(|e| provider_error(format!("node group {}: {e}", self.id)))
     }
 
-    /// Maps an API instance to the core's instance (spec 8.3).
+    /// Maps an API instance to the core's instance (docs/exoscale.md EXO-24).
     fn instance(id: &str, state: Option<&str>) -> Instance {
         let state = match state {
             None | Some("") => None,
@@ -456,7 +459,8 @@ impl NodeGroup for ExoscaleNodeGroup {
         &self.id
     }
 
-    /// Plain pools report a stored min ≤ 0 as 1 (quirk Q9); SKS groups the stored min.
+    /// Plain pools report a stored min ≤ 0 as 1 (docs/exoscale.md EXO-Q9); SKS groups the stored
+    /// min.
     fn min_size(&self) -> usize {
         match self.kind {
             GroupKind::InstancePool { .. } if self.min <= 0 => 1,
@@ -483,7 +487,7 @@ impl NodeGroup for ExoscaleNodeGroup {
         Ok(to_usize(self.cache().size))
     }
 
-    /// Spec 8.1.
+    /// docs/exoscale.md EXO-18–EXO-20.
     async fn increase_size(&self, delta: usize) -> Result<(), CloudError> {
         let delta = i64::try_from(delta).unwrap_or(i64::MAX);
         if delta <= 0 {
@@ -524,7 +528,8 @@ impl NodeGroup for ExoscaleNodeGroup {
         Ok(())
     }
 
-    /// Spec 8.2. Membership is not checked (quirk Q8): the API refuses foreign instances.
+    /// docs/exoscale.md EXO-21, EXO-22. Membership is not checked (EXO-Q8): the API refuses foreign
+    /// instances.
     async fn delete_nodes(&self, nodes: &[Node]) -> Result<(), CloudError> {
         if nodes.is_empty() {
             // Nothing to evict: the API would refuse an empty list.
@@ -566,12 +571,14 @@ impl NodeGroup for ExoscaleNodeGroup {
         Ok(())
     }
 
-    /// Quirk Q1: succeeds without doing anything; the next rebuild shows the real size.
+    /// docs/exoscale.md EXO-Q1, EXO-23: succeeds without doing anything; the next rebuild shows the
+    /// real size.
     async fn decrease_target_size(&self, _delta: i64) -> Result<(), CloudError> {
         Ok(())
     }
 
-    /// Spec 8.3: plain pools read their cached members (quirk Q5), SKS groups re-read the pool.
+    /// docs/exoscale.md EXO-24, EXO-25: plain pools read their cached members (EXO-Q5), SKS groups
+    /// re-read the pool.
     async fn nodes(&self) -> Result<Vec<Instance>, CloudError> {
         let client = &self.shared.client;
         let members = match self.kind {
@@ -633,8 +640,8 @@ mod tests {
         }
     }
 
-    /// Conformance 26 (min part) and Q9: a plain group stored with min 0 reports 1, an SKS group
-    /// its stored min.
+    /// docs/exoscale.md EXO-26 (min part) and EXO-Q9: a plain group stored with min 0 reports 1, an
+    /// SKS group its stored min.
     #[test]
     fn c26_plain_min_clamped_to_one() {
         let plain = group(
@@ -658,7 +665,7 @@ mod tests {
         assert_eq!(plain.debug(), "Node group ID: pool (min:1 max:5)");
     }
 
-    /// Conformance 24 (mapping part).
+    /// docs/exoscale.md EXO-24 (mapping part).
     #[test]
     fn c24_instance_state_mapping() {
         let status = |state| ExoscaleNodeGroup::instance("i", state).status;

@@ -1,8 +1,8 @@
-//! The `EXO2-HMAC-SHA256` request signature of the Exoscale API v2 (spec section 3): what goes
-//! into the `Authorization` header of every request.
+//! The `EXO2-HMAC-SHA256` request signature of the Exoscale API v2 (docs/exoscale.md EXO-03,
+//! EXO-04): what goes into the `Authorization` header of every request.
 //!
 //! Pure: the caller passes the expiry time, so the signature is a function of its inputs and the
-//! spec's test vectors can be checked exactly.
+//! published signature examples can be checked exactly.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -118,7 +118,7 @@ mod tests {
         )
     }
 
-    /// Spec 3, first vector: a GET without body or query.
+    /// docs/exoscale.md EXO-03, first published example: a GET without body or query.
     #[test]
     fn c03_vector_get_instance() {
         let path = "/v2/instance/6f1f2a3e-0000-4000-8000-000000000001";
@@ -140,7 +140,8 @@ mod tests {
         );
     }
 
-    /// Spec 3, second vector: the scale PUT, whose body is signed; the `:` stays literal.
+    /// docs/exoscale.md EXO-03, second published example: the scale PUT, whose body is signed; the
+    /// `:` stays literal.
     #[test]
     fn c03_vector_scale_pool() {
         assert_eq!(
@@ -155,7 +156,7 @@ mod tests {
         );
     }
 
-    /// Spec 3, third vector: the SKS evict PUT.
+    /// docs/exoscale.md EXO-03, third published example: the SKS evict PUT.
     #[test]
     fn c03_vector_evict_nodepool() {
         assert_eq!(
@@ -171,8 +172,8 @@ mod tests {
         );
     }
 
-    /// Spec 3, fourth vector and conformance 4: single-valued query parameters are signed,
-    /// names sorted and `;`-joined, values concatenated in that order.
+    /// docs/exoscale.md EXO-03, fourth published example, and EXO-04: single-valued query
+    /// parameters are signed, names sorted and `;`-joined, values concatenated in that order.
     #[test]
     fn c04_vector_query_arguments() {
         let request = SignedRequest {
@@ -190,7 +191,7 @@ mod tests {
         );
     }
 
-    /// Conformance 4: a parameter given twice is left out of the signature altogether.
+    /// docs/exoscale.md EXO-04: a parameter given twice is left out of the signature altogether.
     #[test]
     fn c04_repeated_query_parameter_is_not_signed() {
         let header = signed(

@@ -1,6 +1,6 @@
-//! The conformance checklist of spec section 14, one test per statement (`cNN_`), against the
-//! local fake of the Exoscale API over real sockets. Statements fully covered by unit tests say
-//! where (c02 and c04 in `config`/`signer`, c24's mapping and c26's min in `provider`).
+//! The behaviour statements of docs/exoscale.md, one test per statement (`c24_` checks EXO-24),
+//! against the local fake of the Exoscale API over real sockets. Statements fully covered by unit
+//! tests say where (c02 and c04 in `config`/`signer`, c24's mapping and c26's min in `provider`).
 
 mod support;
 
@@ -15,8 +15,8 @@ use ferroscale_provider_exoscale::{
 use ferroscale_testing_exoscale::{Endpoint, OperationOutcome};
 use support::*;
 
-/// 1. A missing variable aborts construction with its message; all three set builds the provider
-/// without any API call.
+/// docs/exoscale.md EXO-01: A missing variable aborts construction with its message; all three set
+/// builds the provider without any API call.
 #[tokio::test]
 async fn c01_construction_needs_the_three_variables_and_calls_nothing() {
     let fake = fake().await;
@@ -40,7 +40,8 @@ async fn c01_construction_needs_the_three_variables_and_calls_nothing() {
     assert!(fake.requests().is_empty());
 }
 
-/// 2. Host name from environment and zone (URL construction; the fake needs the override).
+/// docs/exoscale.md EXO-02: Host name from environment and zone (URL construction; the fake needs
+/// the override).
 #[test]
 fn c02_requests_go_to_the_zone_host() {
     let config = |environment: &str| ExoscaleConfig {
@@ -56,9 +57,9 @@ fn c02_requests_go_to_the_zone_host() {
     assert_eq!(client.base_url(), "https://ppapi-ch-gva-2.exoscale.com/v2/");
 }
 
-/// 3. The header sent has the form `EXO2-HMAC-SHA256 credential=<key>,expires=<t>,signature=<sig>`
-/// with `t` = now + 600 s, and the fake's independent check accepts it (the vectors themselves are
-/// unit tests of `signer`).
+/// docs/exoscale.md EXO-03: The header sent has the form `EXO2-HMAC-SHA256
+/// credential=<key>,expires=<t>,signature=<sig>` with `t` = now + 600 s, and the fake's independent
+/// check accepts it (the vectors themselves are unit tests of `signer`).
 #[tokio::test]
 async fn c03_authorization_header_form_and_expiry() {
     let fake = fake().await;
@@ -96,8 +97,8 @@ async fn c03_authorization_header_form_and_expiry() {
     }
 }
 
-/// 4. No query parameters in the provider's traffic, so no `signed-query-args` (the sorting and
-/// joining rules are unit tests of `signer`).
+/// docs/exoscale.md EXO-04: No query parameters in the provider's traffic, so no
+/// `signed-query-args` (the sorting and joining rules are unit tests of `signer`).
 #[tokio::test]
 async fn c04_no_signed_query_args_without_query() {
     let fake = fake().await;
@@ -118,8 +119,8 @@ async fn c04_no_signed_query_args_without_query() {
     }
 }
 
-/// 5. Exact PUT bodies, sent as JSON, and accepted by the fake's signature check (which hashes the
-/// body it received, so the signed body is the sent body).
+/// docs/exoscale.md EXO-05: Exact PUT bodies, sent as JSON, and accepted by the fake's signature
+/// check (which hashes the body it received, so the signed body is the sent body).
 #[tokio::test]
 async fn c05_put_bodies_are_exact_and_signed_as_sent() {
     let fake = fake().await;
@@ -153,7 +154,8 @@ async fn c05_put_bodies_are_exact_and_signed_as_sent() {
     }
 }
 
-/// 6. 404 → not found; other 4xx → invalid request; 5xx → API error; each with the message.
+/// docs/exoscale.md EXO-06: 404 → not found; other 4xx → invalid request; 5xx → API error; each
+/// with the message.
 #[tokio::test]
 async fn c06_error_kinds_carry_the_message() {
     let fake = fake().await;
@@ -182,7 +184,8 @@ async fn c06_error_kinds_carry_the_message() {
     );
 }
 
-/// 7. A node of a plain pool → an Instance Pool group whose id is the pool id.
+/// docs/exoscale.md EXO-07: A node of a plain pool → an Instance Pool group whose id is the pool
+/// id.
 #[tokio::test]
 async fn c07_plain_pool_node_gives_an_instance_pool_group() {
     let fake = fake().await;
@@ -202,8 +205,8 @@ async fn c07_plain_pool_node_gives_an_instance_pool_group() {
     );
 }
 
-/// 8. A node of an SKS nodepool's pool → an SKS group with the pool id, scaling through the
-/// cluster and nodepool ids.
+/// docs/exoscale.md EXO-08: A node of an SKS nodepool's pool → an SKS group with the pool id,
+/// scaling through the cluster and nodepool ids.
 #[tokio::test]
 async fn c08_sks_pool_node_gives_an_sks_group() {
     let fake = fake().await;
@@ -230,7 +233,7 @@ async fn c08_sks_pool_node_gives_an_sks_group() {
     assert_eq!(fake.members(&ids.instance_pool_id).len(), 2);
 }
 
-/// 9. An instance without manager is not managed: no group, no error.
+/// docs/exoscale.md EXO-09: An instance without manager is not managed: no group, no error.
 #[tokio::test]
 async fn c09_unmanaged_instance_has_no_group() {
     let fake = fake().await;
@@ -246,7 +249,8 @@ async fn c09_unmanaged_instance_has_no_group() {
     assert!(provider.node_groups().await.unwrap().is_empty());
 }
 
-/// 10. A pool managed by a nodepool no cluster lists → error naming the id and the zone.
+/// docs/exoscale.md EXO-10: A pool managed by a nodepool no cluster lists → error naming the id and
+/// the zone.
 #[tokio::test]
 async fn c10_unknown_nodepool_is_an_error_naming_id_and_zone() {
     let fake = fake().await;
@@ -266,8 +270,8 @@ async fn c10_unknown_nodepool_is_an_error_naming_id_and_zone() {
     );
 }
 
-/// 11. Empty provider ID: the legacy master taint exempts the node; anything else is an error
-/// (the control-plane taint does not exempt, quirk Q4). No API call either way.
+/// docs/exoscale.md EXO-11: Empty provider ID: the legacy master taint exempts the node; anything
+/// else is an error (the control-plane taint does not exempt, EXO-Q4). No API call either way.
 #[tokio::test]
 async fn c11_empty_provider_id() {
     let fake = fake().await;
@@ -307,7 +311,7 @@ async fn c11_empty_provider_id() {
     assert!(fake.requests().is_empty());
 }
 
-/// 12. Without `--nodes`: min 1, max = quota limit (not limit − usage).
+/// docs/exoscale.md EXO-12: Without `--nodes`: min 1, max = quota limit (not limit − usage).
 #[tokio::test]
 async fn c12_default_bounds_from_the_quota_limit() {
     let fake = fake().await;
@@ -324,8 +328,8 @@ async fn c12_default_bounds_from_the_quota_limit() {
     assert_eq!(fake.count(Endpoint::GetQuota), 1);
 }
 
-/// 13. `--nodes` bounds match the pool name for plain pools and the nodepool name (not its
-/// pool's name) for SKS groups; a matching spec means no quota call.
+/// docs/exoscale.md EXO-13: `--nodes` bounds match the pool name for plain pools and the nodepool
+/// name (not its pool's name) for SKS groups; a matching spec means no quota call.
 #[tokio::test]
 async fn c13_nodes_bounds_match_pool_or_nodepool_name() {
     let fake = fake().await;
@@ -357,8 +361,8 @@ async fn c13_nodes_bounds_match_pool_or_nodepool_name() {
     assert_eq!((group.min_size(), group.max_size()), (3, 7));
 }
 
-/// 14. An invalid spec examined before a match (or with no match) fails the lookup; one after
-/// the match is never examined.
+/// docs/exoscale.md EXO-14: An invalid spec examined before a match (or with no match) fails the
+/// lookup; one after the match is never examined.
 #[tokio::test]
 async fn c14_invalid_nodes_spec_fails_when_examined() {
     let fake = fake().await;
@@ -382,7 +386,8 @@ async fn c14_invalid_nodes_spec_fails_when_examined() {
     }
 }
 
-/// 15. One cached group per pool, in discovery order, returned by `node_groups`.
+/// docs/exoscale.md EXO-15: One cached group per pool, in discovery order, returned by
+/// `node_groups`.
 #[tokio::test]
 async fn c15_one_cached_group_per_pool() {
     let fake = fake().await;
@@ -406,7 +411,8 @@ async fn c15_one_cached_group_per_pool() {
     assert_eq!(ids(provider.node_groups().await.unwrap()), vec![a, b]);
 }
 
-/// 16. `refresh` drops a group whose pool answers 404; a 500 fails it and keeps the cache.
+/// docs/exoscale.md EXO-16: `refresh` drops a group whose pool answers 404; a 500 fails it and
+/// keeps the cache.
 #[tokio::test]
 async fn c16_refresh_drops_gone_pools_and_keeps_cache_on_errors() {
     let fake = fake().await;
@@ -434,8 +440,8 @@ async fn c16_refresh_drops_gone_pools_and_keeps_cache_on_errors() {
     assert_eq!(groups[0].id(), b);
 }
 
-/// 17. Target size is the pool size (plain) or the nodepool size (SKS) at build time, and
-/// `refresh` does not renew it.
+/// docs/exoscale.md EXO-17: Target size is the pool size (plain) or the nodepool size (SKS) at
+/// build time, and `refresh` does not renew it.
 #[tokio::test]
 async fn c17_target_size_from_build_time() {
     let fake = fake().await;
@@ -460,7 +466,7 @@ async fn c17_target_size_from_build_time() {
     assert_eq!(plain_group.target_size().await.unwrap(), 3);
 }
 
-/// 18. Zero delta and an increase beyond max fail without any API call.
+/// docs/exoscale.md EXO-18: Zero delta and an increase beyond max fail without any API call.
 #[tokio::test]
 async fn c18_bad_increases_send_nothing() {
     let fake = fake().await;
@@ -488,8 +494,8 @@ async fn c18_bad_increases_send_nothing() {
     assert_eq!(group.target_size().await.unwrap(), 1);
 }
 
-/// 19. `increase_size(2)` from 1: one scale PUT `{"size":3}`, operation polls until success,
-/// pool polls until running, then target 3 — in that order.
+/// docs/exoscale.md EXO-19: `increase_size(2)` from 1: one scale PUT `{"size":3}`, operation polls
+/// until success, pool polls until running, then target 3 — in that order.
 #[tokio::test]
 async fn c19_increase_size_sequence() {
     let fake = fake().await;
@@ -522,7 +528,8 @@ async fn c19_increase_size_sequence() {
     assert_eq!(fake.pool_size_and_state(&pool), Some((3, "running".into())));
 }
 
-/// 20. An operation ending in `failure` or `timeout` fails the call; the cached size stays.
+/// docs/exoscale.md EXO-20: An operation ending in `failure` or `timeout` fails the call; the
+/// cached size stays.
 #[tokio::test]
 async fn c20_failed_operations_keep_the_cached_size() {
     let fake = fake().await;
@@ -544,8 +551,8 @@ async fn c20_failed_operations_keep_the_cached_size() {
     }
 }
 
-/// 21. `delete_nodes([A, B])`: pool read (running) first, one evict PUT, operation poll, pool
-/// poll, then target −2; the members are gone from the pool.
+/// docs/exoscale.md EXO-21: `delete_nodes([A, B])`: pool read (running) first, one evict PUT,
+/// operation poll, pool poll, then target −2; the members are gone from the pool.
 #[tokio::test]
 async fn c21_delete_nodes_sequence() {
     let fake = fake().await;
@@ -587,7 +594,8 @@ async fn c21_delete_nodes_sequence() {
     );
 }
 
-/// 22. SKS groups scale and evict through the nodepool paths, plain groups through the pool.
+/// docs/exoscale.md EXO-22: SKS groups scale and evict through the nodepool paths, plain groups
+/// through the pool.
 #[tokio::test]
 async fn c22_paths_per_kind() {
     let fake = fake().await;
@@ -623,7 +631,7 @@ async fn c22_paths_per_kind() {
     );
 }
 
-/// 23. `decrease_target_size` succeeds and sends nothing (quirk Q1).
+/// docs/exoscale.md EXO-23: `decrease_target_size` succeeds and sends nothing (EXO-Q1).
 #[tokio::test]
 async fn c23_decrease_target_size_is_a_no_op() {
     let fake = fake().await;
@@ -640,7 +648,7 @@ async fn c23_decrease_target_size_is_a_no_op() {
     assert_eq!(group.target_size().await.unwrap(), 2);
 }
 
-/// 24. `nodes()` reports `exoscale://<id>` with mapped states.
+/// docs/exoscale.md EXO-24: `nodes()` reports `exoscale://<id>` with mapped states.
 #[tokio::test]
 async fn c24_nodes_with_mapped_states() {
     let fake = fake().await;
@@ -675,8 +683,8 @@ async fn c24_nodes_with_mapped_states() {
     assert!(status(0).error.is_none());
 }
 
-/// 25. SKS `nodes()` re-reads the pool; plain `nodes()` uses the member ids of build time
-/// (quirk Q5).
+/// docs/exoscale.md EXO-25: SKS `nodes()` re-reads the pool; plain `nodes()` uses the member ids of
+/// build time (EXO-Q5).
 #[tokio::test]
 async fn c25_sks_nodes_reread_plain_nodes_cached() {
     let fake = fake().await;
@@ -710,8 +718,9 @@ async fn c25_sks_nodes_reread_plain_nodes_cached() {
     assert_eq!(rebuilt.nodes().await.unwrap().len(), 2);
 }
 
-/// 26. A plain group built with max 0 (quota limit 0) reads the live quota when it grows
-/// (`max_size` cannot call the API; see the crate docs). The min clamp is a unit test.
+/// docs/exoscale.md EXO-26: A plain group built with max 0 (quota limit 0) reads the live quota
+/// when it grows (`max_size` cannot call the API; see the crate docs). The min clamp is a unit
+/// test.
 #[tokio::test]
 async fn c26_zero_max_reads_the_live_quota() {
     let fake = fake().await;
@@ -733,7 +742,7 @@ async fn c26_zero_max_reads_the_live_quota() {
     assert_eq!(group.target_size().await.unwrap(), 2);
 }
 
-/// 27. Optional methods not implemented; exists; not autoprovisioned.
+/// docs/exoscale.md EXO-27: Optional methods not implemented; exists; not autoprovisioned.
 #[tokio::test]
 async fn c27_optional_methods() {
     let fake = fake().await;
@@ -764,7 +773,7 @@ async fn c27_optional_methods() {
     assert!(fake.requests().is_empty());
 }
 
-/// 28. `debug()` format.
+/// docs/exoscale.md EXO-28: `debug()` format.
 #[tokio::test]
 async fn c28_debug_format() {
     let fake = fake().await;
@@ -781,7 +790,7 @@ async fn c28_debug_format() {
     );
 }
 
-/// 29. Provider identity and optional methods.
+/// docs/exoscale.md EXO-29: Provider identity and optional methods.
 #[tokio::test]
 async fn c29_provider_methods() {
     let fake = fake().await;
@@ -806,7 +815,7 @@ async fn c29_provider_methods() {
     assert!(fake.requests().is_empty());
 }
 
-/// 30. No groups until a node has been resolved.
+/// docs/exoscale.md EXO-30: No groups until a node has been resolved.
 #[tokio::test]
 async fn c30_no_groups_before_resolution() {
     let fake = fake().await;
@@ -821,8 +830,8 @@ async fn c30_no_groups_before_resolution() {
     assert_eq!(provider.node_groups().await.unwrap().len(), 1);
 }
 
-/// 31. Operation polling gives up after its bound; pool polling too, with the deadline error,
-/// and a delete on a pool that never becomes running sends no evict.
+/// docs/exoscale.md EXO-31: Operation polling gives up after its bound; pool polling too, with the
+/// deadline error, and a delete on a pool that never becomes running sends no evict.
 #[tokio::test]
 async fn c31_polling_bounds() {
     let fake = fake().await;

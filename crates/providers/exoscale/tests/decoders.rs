@@ -1,5 +1,5 @@
-//! Property test: whatever JSON (or bytes) the API sends, decoding never panics (quirk Q7), and
-//! the accessors the provider uses on decoded values are total.
+//! Property test: whatever JSON (or bytes) the API sends, decoding never panics (docs/exoscale.md
+//! EXO-Q7), and the accessors the provider uses on decoded values are total.
 
 use ferroscale_provider_exoscale::api::{Instance, InstancePool, Operation, Quota, SksClusterList};
 use proptest::prelude::*;

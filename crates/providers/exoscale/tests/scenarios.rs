@@ -132,8 +132,8 @@ async fn quota_limit_caps_scale_up() {
     group.increase_size(1).await.unwrap();
 }
 
-/// Quirk Q2: an unlimited quota (−1) gives the documented large bound instead of blocking every
-/// scale-up.
+/// docs/exoscale.md EXO-Q2: an unlimited quota (−1) gives the documented large bound instead of
+/// blocking every scale-up.
 #[tokio::test]
 async fn unlimited_quota_is_a_large_bound() {
     let fake = fake().await;

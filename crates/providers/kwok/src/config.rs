@@ -1,4 +1,5 @@
-//! The kwok provider's configuration document (spec 7.3), parsed once into [`KwokConfig`].
+//! The kwok provider's configuration document (docs/behaviour.md KWOK-101, KWOK-103), parsed once
+//! into [`KwokConfig`].
 //!
 //! The document comes from the `config` key of a ConfigMap or from a file; its origin is carried
 //! into every error so that a user knows which object to fix.

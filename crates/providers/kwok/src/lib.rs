@@ -1,6 +1,6 @@
-//! The kwok cloud provider (spec 7.3): node groups whose "machines" are Node objects created in the
-//! cluster itself and brought to life by kwok, which plays their kubelet. Useful to exercise the
-//! whole autoscaler against a real API server without a cloud.
+//! The kwok cloud provider (docs/behaviour.md KWOK-101–KWOK-103): node groups whose "machines" are
+//! Node objects created in the cluster itself and brought to life by kwok, which plays their
+//! kubelet. Useful to exercise the whole autoscaler against a real API server without a cloud.
 //!
 //! - [`config`]: the configuration document (`readNodesFrom`, grouping key, taint, GPUs).
 //! - [`templates`]: template nodes → groups, bounds, prepared fake nodes.

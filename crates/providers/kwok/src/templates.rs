@@ -1,5 +1,6 @@
-//! Node templates of the kwok provider (spec 7.3): reading them from YAML, grouping them into node
-//! groups with their bounds, preparing them as fake kwok nodes, and stamping out new Node objects.
+//! Node templates of the kwok provider (docs/behaviour.md KWOK-101): reading them from YAML,
+//! grouping them into node groups with their bounds, preparing them as fake kwok nodes, and
+//! stamping out new Node objects.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,6 @@
 //! Scenarios compiled into the binary: the default that `ferroscale simulate` runs without an
-//! argument, the upstream scalability scenarios (core spec section 8.2) and a full simulated day.
+//! argument, the upstream scalability scenarios (docs/behaviour.md SIM-101) and a full simulated
+//! day.
 
 use std::path::Path;
 
