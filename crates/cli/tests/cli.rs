@@ -90,7 +90,7 @@ fn default_scenario_runs_without_arguments() {
 
 /// Checks docs/behaviour.md SIM-102.
 #[test]
-fn json_output_has_the_summary_fields_of_the_spec() {
+fn json_output_has_the_documented_summary_fields() {
     let path = scenario_file("json", SMALL);
     let output = ferroscale(&[
         "simulate",

@@ -242,7 +242,7 @@ fn s45_s28_requested_nodes_that_never_register_time_out() {
     assert_eq!(
         report.group("g").unwrap().upcoming,
         0,
-        "statement 28: no longer upcoming"
+        "SU-28: no longer upcoming"
     );
     assert!(!w.registry.is_scaling_up("g"));
 }

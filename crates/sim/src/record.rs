@@ -228,7 +228,7 @@ mod tests {
 
     /// Checks docs/behaviour.md SIM-102.
     #[test]
-    fn summary_serialises_with_the_spec_field_names() {
+    fn summary_serialises_with_the_documented_field_names() {
         let summary = Summary {
             scenario: "s".into(),
             simulated_seconds: 60,

@@ -1064,7 +1064,7 @@ mod tests {
     /// The fake's own check agrees with Exoscale's published signature examples (docs/exoscale.md
     /// EXO-03), so it can judge the provider's signer.
     #[test]
-    fn signature_check_matches_the_spec_vectors() {
+    fn signature_check_matches_the_byte_vectors() {
         let sign = |method, path, body: &str, values| {
             expected_signature(
                 "test-secret",

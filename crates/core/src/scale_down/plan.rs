@@ -474,7 +474,7 @@ mod tests {
 
     /// Checks docs/behaviour.md SD-105.
     #[test]
-    fn search_limit_follows_the_spec_formula() {
+    fn search_limit_follows_the_documented_formula() {
         let options = AutoscalingOptions::default(); // P = 10, U = 10 m
         let ten_s = Duration::from_secs(10);
         // Fresh start: 0 + 2P.

@@ -804,7 +804,7 @@ async fn c16_pricing_requests_always_carry_both_timestamps_to_the_nanosecond() {
 
 /// Checks docs/externalgrpc.md GRPC-29.
 #[tokio::test]
-async fn spec_3_8_a_nodes_gpu_is_computed_locally_from_the_label_or_a_known_gpu_resource() {
+async fn grpc29_a_nodes_gpu_is_computed_locally_from_the_label_or_a_known_gpu_resource() {
     let (cloud, _server, provider) = setup("5s").await;
     ok(provider.refresh().await, "refresh");
     cloud.forget_calls();
