@@ -67,9 +67,13 @@ pub fn init_logging(verbosity: u8) {
         // one more line per retry of each watch.
         tracing_subscriber::EnvFilter::new(format!("{level},kube_client::client::builder=off"))
     });
+    // Colour only for a person at a terminal: a container's stderr is a pipe or a file, and escape
+    // codes there end up as noise in every log collector.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // A second initialisation (tests) is harmless; keep the first subscriber.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .try_init();
 }

@@ -106,6 +106,11 @@ fn check_short_named_failure(output: &Output, server: &str) {
         stderr.contains("still waiting for the watch caches"),
         "the caches' progress is reported while waiting:\n{stderr}"
     );
+    // stderr is a pipe here, as in every container: the log must carry no terminal colour codes.
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "a log written to a pipe carries no ANSI escape codes:\n{stderr}"
+    );
 }
 
 /// Nothing listens on the port: every connection is refused at once.
