@@ -107,7 +107,8 @@ impl Autoscaler {
                 group_id: timed_out.group_id.clone(),
                 delta,
             };
-            if let Err(e) = self.act_decrease(groups, &timed_out.group_id, delta).await {
+            let result = self.act_decrease(groups, &timed_out.group_id, delta).await;
+            if let Err(e) = &result {
                 events.push(Event::warning(
                     EventObject::StatusConfigMap,
                     reasons::FAILED_TO_REVERT_SCALE_UP,
@@ -116,9 +117,8 @@ impl Autoscaler {
                         timed_out.group_id, timed_out.missing
                     ),
                 ));
-                outcome.action_errors.push((action.clone(), e));
             }
-            outcome.planned_actions.push(action);
+            outcome.record_action(action, result);
         }
     }
 
@@ -149,10 +149,7 @@ impl Autoscaler {
                     format!("Failed to remove unregistered node(s) {ids} of group {group_id}: {e}"),
                 )),
             }
-            if let Err(e) = result {
-                outcome.action_errors.push((action.clone(), e));
-            }
-            outcome.planned_actions.push(action);
+            outcome.record_action(action, result);
         }
     }
 
@@ -165,10 +162,7 @@ impl Autoscaler {
     ) {
         for (group_id, batch) in by_group(&report.failed_instances_to_delete) {
             let (action, result) = self.delete_instances(groups, &group_id, &batch).await;
-            if let Err(e) = result {
-                outcome.action_errors.push((action.clone(), e));
-            }
-            outcome.planned_actions.push(action);
+            outcome.record_action(action, result);
         }
     }
 
@@ -187,11 +181,9 @@ impl Autoscaler {
                     group_id: fix.group_id.clone(),
                     delta: fix.delta,
                 };
-                match self.act_decrease(groups, &fix.group_id, fix.delta).await {
-                    Ok(()) => fixed = true,
-                    Err(e) => outcome.action_errors.push((action.clone(), e)),
-                }
-                outcome.planned_actions.push(action);
+                let result = self.act_decrease(groups, &fix.group_id, fix.delta).await;
+                fixed |= result.is_ok();
+                outcome.record_action(action, result);
             }
             if fixed || self.options.dry_run {
                 return true;

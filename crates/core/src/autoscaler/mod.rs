@@ -180,6 +180,14 @@ pub struct LoopOutcome {
 }
 
 impl LoopOutcome {
+    /// Records an action the loop took (or, in dry-run, would have taken) and its error, if any.
+    pub(crate) fn record_action(&mut self, action: PlannedAction, result: Result<(), CloudError>) {
+        if let Err(error) = result {
+            self.action_errors.push((action.clone(), error));
+        }
+        self.planned_actions.push(action);
+    }
+
     /// The iteration scaled a group up or began removing a node: with `--frequent-loops-enabled`
     /// the next iteration starts at once rather than after `--scan-interval` (docs/behaviour.md
     /// LOOP-104).
