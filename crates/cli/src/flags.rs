@@ -1,89 +1,19 @@
 //! The flags of `ferroscale run`, in upstream syntax: `--flag=value`, `--flag value`, a single dash
 //! too, bare `--flag` for booleans, repeated flags for lists. Engine flags go through
 //! `AutoscalingOptions::set`; the flags of the process itself (provider, API access, HTTP address,
-//! leader election, logging, liveness) are parsed here. Known upstream flags that Ferroscale does
-//! not implement, and unknown flags, are refused all at once, by name.
+//! leader election, logging, liveness) are parsed here. Which names exist, their types and who
+//! applies them come from the one catalogue, `ferroscale_core::flag_catalogue`. Upstream flags of
+//! features Ferroscale does not have yet, and unknown flags, are refused all at once, by name;
+//! flags of cloud providers Ferroscale does not build are accepted and reported, so `run` can warn.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ferroscale_core::flag_catalogue::{self, Scope, Support, ValueType};
 use ferroscale_core::{AutoscalingOptions, OptionError};
 use ferroscale_metrics::HealthLimits;
 use ferroscale_model::parse_go_duration;
-
-/// Upstream flags that Ferroscale does not implement: refused rather than silently ignored, so
-/// nobody believes a setting is in effect when it is not.
-pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
-    "add-dir-header",
-    "alsologtostderr",
-    "async-node-groups",
-    "aws-use-static-instance-list",
-    "bulk-mig-instances-listing-enabled",
-    "capacity-buffer-controller-enabled",
-    "capacity-buffer-pod-dry-run-enabled",
-    "capacity-buffer-pod-injection-enabled",
-    "capacity-quotas-enabled",
-    "check-capacity-batch-processing",
-    "check-capacity-processor-instance",
-    "check-capacity-provisioning-request-batch-timebox",
-    "check-capacity-provisioning-request-max-batch-size",
-    "cloud-provider-gce-l7lb-src-cidrs",
-    "cloud-provider-gce-lb-src-cidrs",
-    "cluster-name",
-    "cluster-snapshot-parallelism",
-    "debugging-snapshot-enabled",
-    "drain-priority-config",
-    "dynamic-node-delete-delay-after-taint-enabled",
-    "emit-per-nodegroup-metrics",
-    "enable-csi-node-aware-scheduling",
-    "enable-dynamic-resource-allocation",
-    "enable-graceful-degradation",
-    "enable-proactive-scaleup",
-    "enable-provisioning-requests",
-    "fastpath-binpacking-enabled",
-    "feature-gates",
-    "gce-concurrent-refreshes",
-    "gce-mig-instances-min-refresh-wait-time",
-    "grpc-expander-cert",
-    "grpc-expander-url",
-    "kube-api-content-type",
-    "kube-client-burst",
-    "kube-client-qps",
-    "kubernetes",
-    "log-backtrace-at",
-    "log-dir",
-    "log-file",
-    "log-file-max-size",
-    "log-flush-frequency",
-    "logging-format",
-    "max-node-skip-eval-time-tracker-enabled",
-    "node-deletion-batcher-interval",
-    "node-info-cache-expire-time",
-    "node-removal-latency-tracking-enabled",
-    "one-output",
-    "pending-pods-batching-timeout",
-    "pod-injection-limit",
-    "predicate-parallelism",
-    "profiling",
-    "provisioning-request-initial-backoff-time",
-    "provisioning-request-max-backoff-cache-size",
-    "provisioning-request-max-backoff-time",
-    "regional",
-    "salvo-scale-up",
-    "salvo-scale-up-budget",
-    "scale-down-candidates-pool-min-count",
-    "scale-down-candidates-pool-ratio",
-    "scale-down-non-empty-candidates-count",
-    "scaleup-simulation-for-skipped-node-groups-enabled",
-    "scheduler-config-file",
-    "scheduler-verbosity",
-    "skip-headers",
-    "skip-log-headers",
-    "stderrthreshold",
-    "user-agent",
-    "vmodule",
-];
 
 /// What the provider errors list as built.
 const BUILT_PROVIDERS: &str = "kwok, externalgrpc, clusterapi, exoscale";
@@ -140,6 +70,14 @@ pub struct StaticNodeGroup {
     pub name: String,
 }
 
+/// An upstream flag that configures only a cloud provider Ferroscale does not build: accepted (its
+/// value checked) and named in a warning at start, as upstream ignores it for other providers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IgnoredFlag {
+    pub flag: String,
+    pub provider: &'static str,
+}
+
 /// Everything `ferroscale run` was told.
 #[derive(Debug, Clone)]
 pub struct RunFlags {
@@ -160,6 +98,8 @@ pub struct RunFlags {
     /// `--cache-sync-timeout` (Ferroscale, default 5m): how long the watch caches may take for
     /// their first list before `run` gives up with an error.
     pub cache_sync_timeout: Duration,
+    /// Flags of other cloud providers that were given; `run` warns about each once.
+    pub ignored_flags: Vec<IgnoredFlag>,
 }
 
 /// What the command line asked for.
@@ -169,54 +109,36 @@ pub enum RunCommand {
     Help,
 }
 
-/// Flags parsed here rather than by the engine's options.
-fn is_process_flag(flag: &str) -> bool {
-    matches!(
-        flag,
-        "address"
-            | "cloud-config"
-            | "kubeconfig"
-            | "clusterapi-cloud-config-authoritative"
-            | "v"
-            | "logtostderr"
-            | "leader-elect-lease-duration"
-            | "leader-elect-renew-deadline"
-            | "leader-elect-retry-period"
-            | "leader-elect-resource-name"
-            | "leader-elect-resource-namespace"
-            | "leader-elect-resource-lock"
-            | "max-inactivity"
-            | "max-failing-time"
-            | "max-startup-time"
-            | "frequent-loops-enabled"
-            | "unschedulable-pods-batching-window"
-            | "cache-sync-timeout"
-    )
-}
-
 /// Whether a flag is a boolean (a bare `--flag` means true and never takes the next argument).
 fn is_boolean(flag: &str) -> bool {
-    if matches!(
-        flag,
-        "logtostderr" | "frequent-loops-enabled" | "clusterapi-cloud-config-authoritative"
-    ) {
-        return true;
-    }
-    if is_process_flag(flag) {
-        return false;
-    }
-    // A boolean engine flag accepts "true" and refuses anything that is not a boolean; string
-    // flags accept both, numeric and duration flags refuse both.
-    let mut probe = AutoscalingOptions::default();
-    probe.set(flag, "true").is_ok() && probe.set(flag, "not-a-boolean").is_err()
+    flag_catalogue::lookup(flag).is_some_and(|spec| spec.value == ValueType::Bool)
 }
 
 fn known_flag(flag: &str) -> bool {
-    is_process_flag(flag)
-        || !matches!(
-            AutoscalingOptions::default().set(flag, ""),
-            Err(OptionError::UnknownFlag { .. })
-        )
+    flag_catalogue::lookup(flag).is_some()
+}
+
+/// Checks a value against its flag's type, for flags whose value is not used.
+fn check_value(flag: &str, value_type: ValueType, value: &str) -> Result<(), String> {
+    let invalid =
+        |expected: &str| format!("invalid value {value:?} for flag --{flag}: expected {expected}");
+    match value_type {
+        ValueType::Bool => parse_bool(value)
+            .map(drop)
+            .ok_or_else(|| invalid("true or false")),
+        ValueType::Int => value
+            .trim()
+            .parse::<i64>()
+            .map(drop)
+            .map_err(|_| invalid("an integer")),
+        ValueType::Float => value
+            .trim()
+            .parse::<f64>()
+            .map(drop)
+            .map_err(|_| invalid("a number")),
+        ValueType::Duration => duration(flag, value).map(drop),
+        ValueType::String | ValueType::Repeated | ValueType::CommaList => Ok(()),
+    }
 }
 
 /// Go's `strconv.ParseBool`, which upstream's flags use.
@@ -284,9 +206,17 @@ pub fn split_upstream_flags(
             ));
             continue;
         };
+        // Upstream's command line treats `_` in a name as `-` (`--log_dir` is `--log-dir`).
         if let Some((flag, value)) = stripped.split_once('=') {
-            pairs.push((flag.to_string(), value.to_string()));
-        } else if matches!(stripped, "help" | "h") || is_bool(stripped) || !known(stripped) {
+            pairs.push((
+                flag_catalogue::normalise(flag).into_owned(),
+                value.to_string(),
+            ));
+            continue;
+        }
+        let stripped = flag_catalogue::normalise(stripped).into_owned();
+        let stripped = stripped.as_str();
+        if matches!(stripped, "help" | "h") || is_bool(stripped) || !known(stripped) {
             // Unknown flags are reported later by name; do not swallow the next argument for them.
             pairs.push((stripped.to_string(), "true".to_string()));
         } else if let Some(value) = args.get(index) {
@@ -330,8 +260,32 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     let mut static_node_groups = Vec::new();
     let mut loop_timing = LoopTiming::default();
     let mut cache_sync_timeout = Duration::from_secs(300);
+    let mut ignored_flags = Vec::new();
 
     for (flag, value) in &pairs {
+        let Some(spec) = flag_catalogue::lookup(flag) else {
+            unknown.push(format!("--{flag}"));
+            continue;
+        };
+        match spec.support {
+            Support::NotYet(feature) => {
+                unsupported.push(format!("--{flag} ({feature})"));
+                continue;
+            }
+            Support::OtherProvider(provider) => {
+                match check_value(flag, spec.value, value) {
+                    // One warning per flag, however often it is given.
+                    Ok(()) if ignored_flags.iter().any(|i: &IgnoredFlag| &i.flag == flag) => {}
+                    Ok(()) => ignored_flags.push(IgnoredFlag {
+                        flag: flag.clone(),
+                        provider,
+                    }),
+                    Err(e) => errors.push(e),
+                }
+                continue;
+            }
+            Support::Upstream | Support::Ferroscale => {}
+        }
         let mut record = |result: Result<(), String>| {
             if let Err(e) = result {
                 errors.push(e);
@@ -406,8 +360,9 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
                 }
                 Err(e) => errors.push(e),
             },
-            other if UNSUPPORTED_UPSTREAM_FLAGS.contains(&other) => {
-                unsupported.push(format!("--{other}"))
+            // A process flag of the catalogue without an arm above: the catalogue test catches it.
+            other if spec.scope == Scope::Process => {
+                errors.push(format!("--{other} is listed but not parsed (a Ferroscale bug)"))
             }
             other => match options.set(other, value) {
                 Ok(()) => {}
@@ -418,7 +373,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     }
     if !unsupported.is_empty() {
         errors.push(format!(
-            "upstream flags not implemented by Ferroscale: {}",
+            "upstream flags not supported by Ferroscale yet: {}",
             unsupported.join(", ")
         ));
     }
@@ -476,47 +431,11 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             static_node_groups,
             loop_timing,
             cache_sync_timeout,
+            ignored_flags,
         }))),
         _ => Err(errors.join("\n")),
     }
 }
-
-pub const RUN_USAGE: &str = "\
-Usage: ferroscale [run] --cloud-provider=kwok|externalgrpc|clusterapi|exoscale [FLAGS]
-
-Runs the autoscaler against the cluster: every --scan-interval one loop of scale-up and
-scale-down decisions, carried out through the cloud provider and the Kubernetes API.
-Flags use the upstream Cluster Autoscaler's names and syntax (--flag=value or --flag value;
-repeat a flag for lists), for example:
-
-  --cloud-provider=kwok            the provider: kwok, externalgrpc, clusterapi or exoscale
-  --cloud-config=FILE              provider configuration (kwok: instead of its ConfigMap;
-                                   externalgrpc: the server's address and TLS files;
-                                   clusterapi: the management cluster's kubeconfig)
-  --kubeconfig=FILE                API access (default: in-cluster service account)
-  --clusterapi-cloud-config-authoritative
-                                   clusterapi: without --cloud-config, reach the management
-                                   cluster in-cluster rather than through --kubeconfig
-  --node-group-auto-discovery=clusterapi:namespace=NS,clusterName=NAME,KEY=VALUE
-                                   clusterapi: which scalable resources to manage (repeatable)
-  --nodes=MIN:MAX:NAME             exoscale: bounds of the pool or nodepool NAME (repeatable)
-  --namespace=kube-system          status ConfigMap, leader-election Lease
-  --address=:8085                  /metrics and /health-check
-  --scan-interval=10s              loop period
-  --frequent-loops-enabled=true    loop again at once after acting, and early for new
-                                   unschedulable pods
-  --unschedulable-pods-batching-window=300ms
-                                   (Ferroscale) wait this long after the first new
-                                   unschedulable pod so one loop sees its whole burst
-  --cache-sync-timeout=5m          (Ferroscale) give up when the first list of the cluster
-                                   takes longer
-  --leader-elect=true              and --leader-elect-lease-duration, -renew-deadline,
-                                   -retry-period, -resource-name
-  --v=1                            1: decisions and errors, 5: every provider call
-  --dry-run                        decide and report, change nothing
-
-Every engine flag of docs/flags (expander, scale-down-*, max-nodes-total, ...) is accepted.
-Upstream flags Ferroscale does not implement are refused by name.";
 
 #[cfg(test)]
 mod tests {
@@ -601,20 +520,99 @@ mod tests {
     fn unsupported_and_unknown_flags_are_named_together() {
         let err = parse(&[
             "--cloud-provider=kwok",
-            "--profiling",
-            "--kube-client-qps=50",
+            "--enable-provisioning-requests",
+            "--grpc-expander-url=dns:///expander:443",
             "--no-such-flag=1",
             "--also-not-a-flag",
         ])
         .unwrap_err();
         assert!(
-            err.contains("not implemented by Ferroscale: --profiling, --kube-client-qps"),
+            err.contains(
+                "not supported by Ferroscale yet: --enable-provisioning-requests \
+                 (ProvisioningRequests), --grpc-expander-url (the gRPC expander)"
+            ),
             "{err}"
         );
         assert!(
             err.contains("unknown flags: --no-such-flag, --also-not-a-flag"),
             "{err}"
         );
+    }
+
+    /// Flags of providers Ferroscale does not build are accepted once each for the warning, and
+    /// their values are still checked.
+    #[test]
+    fn other_providers_flags_are_accepted_for_a_warning() {
+        let flags = parse(&[
+            "--cloud-provider=kwok",
+            "--regional",
+            "--gce-concurrent-refreshes=4",
+            "--regional=true",
+            "--aws-use-static-instance-list=false",
+        ])
+        .unwrap();
+        let ignored: Vec<(&str, &str)> = flags
+            .ignored_flags
+            .iter()
+            .map(|i| (i.flag.as_str(), i.provider))
+            .collect();
+        assert_eq!(
+            ignored,
+            [
+                ("regional", "GCE"),
+                ("gce-concurrent-refreshes", "GCE"),
+                ("aws-use-static-instance-list", "AWS")
+            ]
+        );
+        let err = parse(&["--cloud-provider=kwok", "--gce-concurrent-refreshes=many"]).unwrap_err();
+        assert!(
+            err.contains("\"many\" for flag --gce-concurrent-refreshes"),
+            "{err}"
+        );
+    }
+
+    /// Upstream's command line reads `_` as `-` in flag names.
+    #[test]
+    fn underscores_in_names_are_dashes() {
+        let flags = parse(&[
+            "--cloud_provider=kwok",
+            "--scan_interval",
+            "20s",
+            "--dry_run",
+        ])
+        .unwrap();
+        assert_eq!(flags.options.scan_interval, Duration::from_secs(20));
+        assert!(flags.options.dry_run);
+    }
+
+    /// Every flag of the catalogue that `run` accepts is parsed, and its documented default is
+    /// what `run` uses when the flag is absent: the catalogue, `--help` and docs/flags.md cannot
+    /// promise a flag or a default the parser does not have.
+    #[test]
+    fn every_accepted_flag_parses_at_its_documented_default() {
+        let baseline = format!("{:?}", parse(&["--cloud-provider=kwok"]).unwrap());
+        for flag in flag_catalogue::FLAGS
+            .iter()
+            .filter(|f| matches!(f.support, Support::Upstream | Support::Ferroscale))
+        {
+            if flag.name == "cloud-provider" {
+                continue;
+            }
+            let argument = format!("--{}={}", flag.name, flag.default);
+            match parse(&["--cloud-provider=kwok", &argument]) {
+                Ok(parsed) if flag.default.is_empty() => {
+                    let _ = parsed;
+                }
+                Ok(parsed) => assert_eq!(
+                    format!("{parsed:?}"),
+                    baseline,
+                    "{argument} is not what run does without the flag"
+                ),
+                // An empty value may be refused (--nodes=), but never for want of a parser.
+                Err(e) if flag.default.is_empty() && !e.contains("not parsed") => {}
+                Err(e) => panic!("{argument}: {e}"),
+            }
+        }
     }
 
     #[test]

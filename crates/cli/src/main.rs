@@ -11,6 +11,7 @@
 //! container arguments. `ferroscale` alone still asks for a subcommand. `serve-provider` serves a
 //! built-in provider over the externalgrpc protocol (`serve_provider.rs`).
 
+mod flag_docs;
 mod flags;
 mod run;
 mod serve_provider;
@@ -84,6 +85,16 @@ enum Command {
     /// externalgrpc cloud-provider service (`serve-provider --help` lists the flags).
     #[command(disable_help_flag = true)]
     ServeProvider(RunArgs),
+    /// List every flag of `run`: type, default, description, and whether Ferroscale implements
+    /// it, warns that it has no effect, or refuses it (the same list as `run --help`).
+    Flags(FlagsArgs),
+}
+
+#[derive(Args, Debug)]
+struct FlagsArgs {
+    /// Print docs/flags.md (Markdown tables with the notes) instead of the help text.
+    #[arg(long)]
+    markdown: bool,
 }
 
 #[derive(Args, Debug)]
@@ -166,6 +177,14 @@ fn main() -> ExitCode {
         Command::Explain(args) => explain_command(args),
         Command::Run(args) => run_command(&args.flags),
         Command::ServeProvider(args) => serve_provider_command(&args.flags),
+        Command::Flags(args) => {
+            if args.markdown {
+                print!("{}", flag_docs::markdown());
+            } else {
+                println!("{}", flag_docs::run_help());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     };
     match outcome {
         Ok(code) => code,
@@ -214,7 +233,7 @@ fn with_default_subcommand(mut arguments: Vec<std::ffi::OsString>) -> Vec<std::f
 fn run_command(arguments: &[String]) -> anyhow::Result<ExitCode> {
     match flags::parse_run_flags(arguments) {
         Ok(flags::RunCommand::Help) => {
-            println!("{}", flags::RUN_USAGE);
+            println!("{}", flag_docs::run_help());
             Ok(ExitCode::SUCCESS)
         }
         Ok(flags::RunCommand::Run(parsed)) => run::run(*parsed).map(|()| ExitCode::SUCCESS),

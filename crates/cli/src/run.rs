@@ -81,11 +81,25 @@ pub fn init_logging(verbosity: u8) {
 /// Runs until a signal or a fatal error.
 pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     init_logging(flags.verbosity);
+    warn_about_ignored_flags(&flags);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(run_async(flags))
+}
+
+/// One warning per flag of a cloud provider Ferroscale does not build: accepted so that upstream
+/// manifests start unchanged, but nobody should believe it does anything.
+fn warn_about_ignored_flags(flags: &RunFlags) {
+    for ignored in &flags.ignored_flags {
+        tracing::warn!(
+            "--{} configures only the {} cloud provider; it has no effect with --cloud-provider={}",
+            ignored.flag,
+            ignored.provider,
+            flags.options.cloud_provider
+        );
+    }
 }
 
 async fn run_async(flags: RunFlags) -> anyhow::Result<()> {

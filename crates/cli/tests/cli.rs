@@ -186,6 +186,35 @@ fn invalid_option_in_the_scenario_exits_two_naming_the_option() {
     assert!(message.contains("cheapest"), "{message}");
 }
 
+/// A scenario takes `run`'s flag names: the process's own flags and other providers' change
+/// nothing in a simulation and are accepted; flags of features Ferroscale lacks are refused by
+/// name, as `run` refuses them.
+#[test]
+fn set_takes_the_names_of_run() {
+    let output = ferroscale(&[
+        "simulate",
+        "--output",
+        "json",
+        "--set",
+        "v=4",
+        "--set",
+        "leader_elect_retry_period=1s",
+        "--set",
+        "regional=true",
+        "--set",
+        "scan_interval=20s",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let output = ferroscale(&["simulate", "--set", "enable-provisioning-requests=true"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output)
+            .contains("--enable-provisioning-requests is not supported by Ferroscale yet"),
+        "{}",
+        stderr(&output)
+    );
+}
+
 #[test]
 fn bad_set_override_exits_two() {
     let output = ferroscale(&["simulate", "--set", "no-such-flag=1"]);

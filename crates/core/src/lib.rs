@@ -16,6 +16,7 @@ pub mod bench_fixtures;
 pub mod cloud;
 pub mod cluster_state;
 pub mod events;
+pub mod flag_catalogue;
 pub mod kubernetes;
 pub mod options;
 pub mod scale_down;

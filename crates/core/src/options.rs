@@ -24,6 +24,8 @@ pub enum OptionError {
         value: String,
         reason: String,
     },
+    #[error("flag --{flag} is not supported by Ferroscale yet ({feature})")]
+    NotSupported { flag: String, feature: String },
 }
 
 impl OptionError {

@@ -16,6 +16,7 @@ use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, Stopwatch};
 use ferroscale_core::cloud::NodeGroup;
 use ferroscale_core::cluster_state::InstanceToDelete;
 use ferroscale_core::events::{EventObject, reasons};
+use ferroscale_core::flag_catalogue::{self, Scope, Support};
 use ferroscale_core::options::{AutoscalingOptions, ExpanderName, OptionError};
 use ferroscale_core::scale_down::{
     ScaleDownPlan, UnneededNode, UnremovableNode, UnremovableReason,
@@ -232,6 +233,24 @@ fn set_for_simulation(
     flag: &str,
     value: &str,
 ) -> Result<(), OptionError> {
+    // The names of `ferroscale run`: engine flags apply; the process's own flags (logging, API
+    // access, ...) and other providers' flags change nothing in a simulation and are accepted.
+    let Some(spec) = flag_catalogue::lookup(flag) else {
+        return Err(OptionError::UnknownFlag {
+            flag: flag.to_string(),
+        });
+    };
+    match (spec.support, spec.scope) {
+        (Support::NotYet(feature), _) => {
+            return Err(OptionError::NotSupported {
+                flag: spec.name.to_string(),
+                feature: feature.to_string(),
+            });
+        }
+        (Support::OtherProvider(_), _) | (_, Scope::Process) => return Ok(()),
+        (Support::Upstream | Support::Ferroscale, Scope::Engine) => {}
+    }
+    let flag = spec.name;
     options.set(flag, value)?;
     let refuse = |reason: String| {
         Err(OptionError::InvalidValue {

@@ -1,0 +1,657 @@
+//! The catalogue of every flag `ferroscale run` knows: upstream's whole flag set (its own flags,
+//! klog's, component-base's logging, leader-election and feature-gate flags) and Ferroscale's own.
+//!
+//! It is the one place a flag is described. `ferroscale run --help` and `docs/flags.md` are
+//! rendered from it; the command line accepts a name only if it is listed here; a scenario's
+//! `options:` accept the same names. Each entry says how far Ferroscale supports the flag
+//! ([`Support`]) and who applies it ([`Scope`]): engine flags go through
+//! [`AutoscalingOptions::set`](crate::AutoscalingOptions::set), process flags are parsed by the
+//! binary. Tests hold the catalogue, the parsers, the help text and the generated document
+//! together, so a flag cannot exist in one of them only.
+
+/// The syntax of a flag's value, as upstream's `--help` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueType {
+    /// `true`/`false` (Go's syntax: also `1`, `t`, `F`, ...); a bare `--flag` means true.
+    Bool,
+    Int,
+    Float,
+    /// Go syntax: `90s`, `10m`, `1h30m`.
+    Duration,
+    String,
+    /// A string; the flag can be given several times and every value counts.
+    Repeated,
+    /// Comma-separated values.
+    CommaList,
+}
+
+impl ValueType {
+    /// The type word `--help` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ValueType::Bool => "bool",
+            ValueType::Int => "int",
+            ValueType::Float => "float",
+            ValueType::Duration => "duration",
+            ValueType::String => "string",
+            ValueType::Repeated => "strings (repeatable)",
+            ValueType::CommaList => "strings (comma-separated)",
+        }
+    }
+}
+
+/// The part of the autoscaler a flag configures; `--help` and `docs/flags.md` are grouped by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Group {
+    Provider,
+    Loop,
+    ScaleUp,
+    ScaleDown,
+    NodeGroups,
+    ApiAccess,
+    Logging,
+    Diagnostics,
+    /// Features Ferroscale does not have yet (refused by name).
+    NotYet,
+    /// Flags of cloud providers Ferroscale does not build.
+    OtherProviders,
+    /// Flags upstream does not have.
+    FerroscaleOnly,
+}
+
+impl Group {
+    pub const ALL: [Group; 11] = [
+        Group::Provider,
+        Group::Loop,
+        Group::ScaleUp,
+        Group::ScaleDown,
+        Group::NodeGroups,
+        Group::ApiAccess,
+        Group::Logging,
+        Group::Diagnostics,
+        Group::FerroscaleOnly,
+        Group::OtherProviders,
+        Group::NotYet,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Group::Provider => "Cloud provider",
+            Group::Loop => "The loop",
+            Group::ScaleUp => "Scale-up",
+            Group::ScaleDown => "Scale-down",
+            Group::NodeGroups => "Node groups and cluster limits",
+            Group::ApiAccess => "API access and leader election",
+            Group::Logging => "Logging",
+            Group::Diagnostics => "Health and diagnostics",
+            Group::NotYet => "Not supported yet (refused by name)",
+            Group::OtherProviders => "Other cloud providers (accepted, no effect)",
+            Group::FerroscaleOnly => "Ferroscale only",
+        }
+    }
+}
+
+/// Who applies a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The decision engine, through `AutoscalingOptions::set`; scenarios can set it too.
+    Engine,
+    /// The process (`ferroscale run`): API access, logging, HTTP endpoints, leader election. A
+    /// scenario accepts the name and ignores it: nothing in a simulation depends on it.
+    Process,
+}
+
+/// How far Ferroscale supports a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    /// Upstream's flag, with upstream's meaning and default.
+    Upstream,
+    /// Ferroscale's own flag.
+    Ferroscale,
+    /// Configures only a cloud provider Ferroscale does not build (the named one): accepted, and
+    /// `run` warns once at start that it has no effect, as upstream ignores it for other providers.
+    OtherProvider(&'static str),
+    /// Belongs to a feature Ferroscale does not have yet (the named one): refused by name, so
+    /// nobody believes it is in effect.
+    NotYet(&'static str),
+}
+
+/// One flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flag {
+    /// Without the leading dashes.
+    pub name: &'static str,
+    pub value: ValueType,
+    /// As upstream prints it (Go duration syntax); empty for none.
+    pub default: &'static str,
+    pub group: Group,
+    pub scope: Scope,
+    pub support: Support,
+    /// One line, for `--help`.
+    pub help: &'static str,
+    /// Where Ferroscale's meaning needed a decision or differs from upstream: for docs/flags.md.
+    pub note: &'static str,
+}
+
+impl Flag {
+    const fn new(
+        name: &'static str,
+        value: ValueType,
+        default: &'static str,
+        group: Group,
+        scope: Scope,
+        help: &'static str,
+    ) -> Flag {
+        Flag {
+            name,
+            value,
+            default,
+            group,
+            scope,
+            support: Support::Upstream,
+            help,
+            note: "",
+        }
+    }
+
+    const fn note(mut self, note: &'static str) -> Flag {
+        self.note = note;
+        self
+    }
+
+    /// Implemented later in this work: refused by name until then.
+    const fn pending(mut self) -> Flag {
+        self.support = Support::NotYet("not implemented yet");
+        self.group = NotYet;
+        self
+    }
+
+    const fn ferroscale(mut self) -> Flag {
+        self.support = Support::Ferroscale;
+        self.group = Group::FerroscaleOnly;
+        self
+    }
+
+    /// Whether `run` accepts the flag (everything but [`Support::NotYet`]).
+    pub fn accepted(&self) -> bool {
+        !matches!(self.support, Support::NotYet(_))
+    }
+}
+
+use Group::*;
+use Scope::{Engine, Process};
+use ValueType::{Bool, CommaList, Float, Int, Repeated, String as Text};
+
+const fn engine(
+    name: &'static str,
+    value: ValueType,
+    default: &'static str,
+    group: Group,
+    help: &'static str,
+) -> Flag {
+    Flag::new(name, value, default, group, Engine, help)
+}
+
+const fn process(
+    name: &'static str,
+    value: ValueType,
+    default: &'static str,
+    group: Group,
+    help: &'static str,
+) -> Flag {
+    Flag::new(name, value, default, group, Process, help)
+}
+
+const fn other_provider(
+    name: &'static str,
+    value: ValueType,
+    default: &'static str,
+    provider: &'static str,
+) -> Flag {
+    let mut flag = Flag::new(name, value, default, OtherProviders, Process, "");
+    flag.support = Support::OtherProvider(provider);
+    flag
+}
+
+const fn not_yet(
+    name: &'static str,
+    value: ValueType,
+    default: &'static str,
+    feature: &'static str,
+) -> Flag {
+    let mut flag = Flag::new(name, value, default, NotYet, Engine, "");
+    flag.support = Support::NotYet(feature);
+    flag
+}
+
+const DUR: ValueType = ValueType::Duration;
+
+/// Every flag, grouped; within a group in the order `--help` lists them.
+#[rustfmt::skip]
+pub const FLAGS: &[Flag] = &[
+    // --- provider ---
+    engine("cloud-provider", Text, "", Provider,
+        "The cloud provider to build: kwok, externalgrpc, clusterapi or exoscale.")
+        .note("Required: upstream's default depends on how its binary was built, and Ferroscale has no build without a choice."),
+    process("cloud-config", Text, "", Provider,
+        "The provider's configuration file (externalgrpc: address and TLS files; clusterapi: the management cluster's kubeconfig; kwok: instead of its ConfigMap)."),
+    process("clusterapi-cloud-config-authoritative", Bool, "false", Provider,
+        "Cluster API: without --cloud-config, reach the management cluster in-cluster rather than through --kubeconfig."),
+    engine("node-group-auto-discovery", Repeated, "", Provider,
+        "Which node groups to manage, e.g. clusterapi:namespace=NS,clusterName=NAME,KEY=VALUE."),
+    engine("nodes", Repeated, "", Provider,
+        "A static node group as <min>:<max>:<name> (Exoscale pools and nodepools)."),
+    process("cluster-name", Text, "", Provider,
+        "The name of the autoscaled cluster, for providers that need it.").pending(),
+    // --- the loop ---
+    engine("scan-interval", DUR, "10s", Loop,
+        "How often the cluster is re-evaluated for scale-up and scale-down."),
+    process("frequent-loops-enabled", Bool, "true", Loop,
+        "Start a loop at once after one that acted, and early when new unschedulable pods appear."),
+    engine("namespace", Text, "kube-system", Loop,
+        "The namespace Ferroscale runs in: status ConfigMap, priority-expander ConfigMap, leader-election Lease."),
+    engine("write-status-configmap", Bool, "true", Loop,
+        "Write the status ConfigMap."),
+    engine("status-config-map-name", Text, "cluster-autoscaler-status", Loop,
+        "The name of the status ConfigMap."),
+    engine("record-duplicated-events", Bool, "false", Loop,
+        "Record every event, even one repeated within five minutes."),
+    engine("ok-total-unready-count", Int, "3", Loop,
+        "Unready nodes always tolerated before the cluster counts as unhealthy."),
+    engine("max-total-unready-percentage", Float, "45", Loop,
+        "Above this percentage of unready nodes (and --ok-total-unready-count), autoscaling halts."),
+    engine("scale-up-from-zero", Bool, "true", Loop,
+        "Scale up even when the cluster has no ready node."),
+    engine("dry-run", Bool, "false", Loop,
+        "Decide and report every action, but change nothing in the cluster or the cloud.")
+        .ferroscale(),
+    // --- scale-up ---
+    engine("expander", CommaList, "least-waste", ScaleUp,
+        "How to choose among node groups: random, most-pods, least-waste, least-nodes, price, priority; a list is applied in order."),
+    engine("estimator", Text, "binpacking", ScaleUp,
+        "How many nodes a scale-up needs; binpacking is the only estimator.").pending(),
+    engine("expendable-pods-priority-cutoff", Int, "-10", ScaleUp,
+        "Pods with a priority below this never trigger a scale-up and never block a scale-down."),
+    engine("new-pod-scale-up-delay", DUR, "0s", ScaleUp,
+        "Pods younger than this do not trigger a scale-up."),
+    engine("max-nodes-per-scaleup", Int, "1000", ScaleUp,
+        "The most nodes one estimation adds (a bound on work, not a rate limit)."),
+    engine("max-binpacking-time", DUR, "5m0s", ScaleUp,
+        "Time budget of the estimations of one scale-up.")
+        .note("Accepted and reported; Ferroscale never reads the clock while deciding, so estimation is bounded by --max-nodes-per-scaleup instead and the same input always gives the same decision."),
+    engine("max-nodegroup-binpacking-duration", DUR, "10s", ScaleUp,
+        "Time budget of the estimation for one node group.")
+        .note("As --max-binpacking-time."),
+    engine("balance-similar-node-groups", Bool, "false", ScaleUp,
+        "Split a scale-up across node groups that are alike."),
+    engine("balancing-ignore-label", Repeated, "", ScaleUp,
+        "A label to ignore, besides the built-in ones, when comparing node groups."),
+    engine("balancing-label", Repeated, "", ScaleUp,
+        "Compare node groups by these labels only."),
+    engine("memory-difference-ratio", Float, "0.015", ScaleUp,
+        "Largest memory-capacity difference between similar node groups, as a ratio."),
+    engine("max-allocatable-difference-ratio", Float, "0.05", ScaleUp,
+        "Largest allocatable difference between similar node groups, as a ratio."),
+    engine("max-free-difference-ratio", Float, "0.05", ScaleUp,
+        "Largest free-resource difference between similar node groups, as a ratio."),
+    engine("parallel-scale-up", Bool, "false", ScaleUp,
+        "Resize the node groups of one scale-up concurrently."),
+    engine("scale-from-unschedulable", Bool, "false", ScaleUp,
+        "Ignore .spec.unschedulable of node-group templates."),
+    engine("force-ds", Bool, "false", ScaleUp,
+        "Count every pending DaemonSet pod in templates built from real nodes."),
+    engine("bypassed-scheduler-names", CommaList, "", ScaleUp,
+        "Pods of these schedulers count as unschedulable at once, without waiting for their scheduler."),
+    engine("allowed-scheduler-names", CommaList, "", ScaleUp,
+        "When set, only pods of these schedulers are considered."),
+    engine("enforce-node-group-min-size", Bool, "false", ScaleUp,
+        "Scale node groups below their minimum size up to it."),
+    engine("initial-node-group-backoff-duration", DUR, "5m0s", ScaleUp,
+        "First backoff of a node group after a failed scale-up."),
+    engine("max-node-group-backoff-duration", DUR, "30m0s", ScaleUp,
+        "Longest backoff of a node group."),
+    engine("node-group-backoff-reset-timeout", DUR, "3h0m0s", ScaleUp,
+        "A node group's backoff is forgotten after this long without failure."),
+    engine("max-node-provision-time", DUR, "15m0s", ScaleUp,
+        "How long a requested node may take to register (per-group overridable)."),
+    engine("max-node-startup-time", DUR, "15m0s", ScaleUp,
+        "How long a registered node may take to become ready (per-group overridable)."),
+    engine("startup-taint", Repeated, "", ScaleUp,
+        "A taint that nodes lose once started: ignored in templates, and its nodes count as not ready yet."),
+    engine("ignore-taint", Repeated, "", ScaleUp,
+        "Deprecated upstream name of --startup-taint."),
+    engine("startup-taint-prefix", Repeated, "", ScaleUp,
+        "Taints whose key starts with this prefix are startup taints."),
+    engine("status-taint", Repeated, "", ScaleUp,
+        "A taint ignored in templates that does not make its node unready."),
+    // --- scale-down ---
+    engine("scale-down-enabled", Bool, "true", ScaleDown,
+        "Remove nodes that are not needed (deprecated upstream)."),
+    engine("scale-down-delay-after-add", DUR, "10m0s", ScaleDown,
+        "How long after a scale-up scale-down resumes."),
+    engine("scale-down-delay-after-delete", DUR, "0s", ScaleDown,
+        "How long after a node deletion scale-down resumes."),
+    engine("scale-down-delay-after-failure", DUR, "3m0s", ScaleDown,
+        "How long after a failed scale-down scale-down resumes."),
+    engine("scale-down-delay-type-local", Bool, "false", ScaleDown,
+        "Apply the three delays per node group instead of cluster-wide."),
+    engine("scale-down-unneeded-time", DUR, "10m0s", ScaleDown,
+        "How long a node must be unneeded before it is removed."),
+    engine("scale-down-unready-time", DUR, "20m0s", ScaleDown,
+        "How long an unready node must be unneeded before it is removed."),
+    engine("scale-down-unready-enabled", Bool, "true", ScaleDown,
+        "Remove unready nodes at all."),
+    engine("scale-down-utilization-threshold", Float, "0.5", ScaleDown,
+        "A node whose CPU and memory request ratios are both below this is a removal candidate."),
+    engine("scale-down-gpu-utilization-threshold", Float, "0.5", ScaleDown,
+        "The same threshold for GPU nodes, on GPU requests only."),
+    engine("max-scale-down-parallelism", Int, "10", ScaleDown,
+        "The most nodes (empty and drained) deleted at the same time."),
+    engine("max-empty-bulk-delete", Int, "10", ScaleDown,
+        "Old upstream name of --max-scale-down-parallelism.")
+        .note("Removed upstream; Ferroscale keeps it as an alias so older manifests keep working.")
+        .ferroscale(),
+    engine("max-drain-parallelism", Int, "1", ScaleDown,
+        "The most nodes drained and deleted at the same time."),
+    engine("max-bulk-soft-taint-count", Int, "10", ScaleDown,
+        "The most nodes soft-tainted or untainted per loop; 0 turns soft tainting off."),
+    engine("max-bulk-soft-taint-time", DUR, "3s", ScaleDown,
+        "Time budget of soft tainting per loop.")
+        .note("Accepted and reported; soft tainting is bounded by --max-bulk-soft-taint-count instead."),
+    engine("max-graceful-termination-sec", Int, "600", ScaleDown,
+        "The longest grace period a drained pod gets."),
+    engine("max-pod-eviction-time", DUR, "2m0s", ScaleDown,
+        "How long an eviction is retried before the drain fails."),
+    engine("cordon-node-before-terminating", Bool, "true", ScaleDown,
+        "Also mark a node unschedulable when tainting it for deletion."),
+    engine("daemonset-eviction-for-empty-nodes", Bool, "false", ScaleDown,
+        "Evict DaemonSet pods from empty nodes before deleting them."),
+    engine("daemonset-eviction-for-occupied-nodes", Bool, "true", ScaleDown,
+        "Evict DaemonSet pods from drained nodes before deleting them."),
+    engine("ignore-daemonsets-utilization", Bool, "false", ScaleDown,
+        "Leave DaemonSet pods out of node utilization."),
+    engine("ignore-mirror-pods-utilization", Bool, "false", ScaleDown,
+        "Leave mirror pods out of node utilization."),
+    engine("skip-nodes-with-custom-controller-pods", Bool, "true", ScaleDown,
+        "Never remove a node with pods of controllers other than the built-in ones."),
+    engine("skip-nodes-with-local-storage", Bool, "true", ScaleDown,
+        "Never remove a node with pods using local storage (emptyDir, hostPath)."),
+    engine("skip-nodes-with-system-pods", Bool, "true", ScaleDown,
+        "Do not remove a node with kube-system pods without a PodDisruptionBudget."),
+    engine("min-replica-count", Int, "0", ScaleDown,
+        "A ReplicaSet or ReplicationController with fewer replicas blocks the removal of its pods' nodes."),
+    engine("blocking-system-pod-distruption-timeout", DUR, "1h0m0s", ScaleDown,
+        "A kube-system pod without a budget stops blocking scale-down once older than this."),
+    engine("unremovable-node-recheck-timeout", DUR, "5m0s", ScaleDown,
+        "How long a node that could not be removed is skipped before it is simulated again."),
+    engine("node-delete-delay-after-taint", DUR, "5s", ScaleDown,
+        "Wait between tainting a node and draining or deleting it."),
+    engine("node-deletion-delay-timeout", DUR, "2m0s", ScaleDown,
+        "How long deletion waits for delay-deletion.cluster-autoscaler.kubernetes.io/ annotations."),
+    engine("node-deletion-candidate-ttl", DUR, "0s", ScaleDown,
+        "Deletion-candidate taints younger than this restore unneeded timers after a restart."),
+    engine("scale-down-simulation-timeout", DUR, "30s", ScaleDown,
+        "Time budget of the removal simulation.")
+        .note("Accepted and reported; the simulation is bounded by node counts instead, so decisions never depend on machine speed."),
+    // --- node groups and cluster limits ---
+    engine("max-nodes-total", Int, "0", NodeGroups,
+        "The most nodes in the cluster; 0 is no limit."),
+    engine("cores-total", Text, "0:320000", NodeGroups,
+        "Cluster cores as <min>:<max>."),
+    engine("memory-total", Text, "0:6400000", NodeGroups,
+        "Cluster memory in GiB as <min>:<max>."),
+    engine("gpu-total", Repeated, "", NodeGroups,
+        "Cluster GPUs of one type as <type>:<min>:<max>."),
+    engine("force-delete-unregistered-nodes", Bool, "false", NodeGroups,
+        "Remove instances that never registered even below the group's minimum size."),
+    engine("force-delete-failed-nodes", Bool, "false", NodeGroups,
+        "Remove instances that failed to be created even below the group's minimum size."),
+    // --- API access and leader election ---
+    process("kubeconfig", Text, "", ApiAccess,
+        "The kubeconfig of the cluster; empty means the in-cluster service account."),
+    engine("leader-elect", Bool, "true", ApiAccess,
+        "Act only while holding the leader-election Lease."),
+    process("leader-elect-lease-duration", DUR, "15s", ApiAccess,
+        "How long a Lease holds without renewal."),
+    process("leader-elect-renew-deadline", DUR, "10s", ApiAccess,
+        "How long the leader keeps trying to renew before it stops acting."),
+    process("leader-elect-retry-period", DUR, "2s", ApiAccess,
+        "Wait between attempts to take or renew the Lease."),
+    process("leader-elect-resource-name", Text, "cluster-autoscaler", ApiAccess,
+        "The name of the Lease."),
+    process("leader-elect-resource-namespace", Text, "", ApiAccess,
+        "Accepted; the Lease lives in --namespace, as upstream's does.")
+        .note("Upstream creates the lock in --namespace whatever this flag says; Ferroscale does the same."),
+    process("leader-elect-resource-lock", Text, "leases", ApiAccess,
+        "The lock object type; only leases exists."),
+    // --- logging ---
+    process("v", Int, "0", Logging,
+        "Log verbosity: 1 decisions and errors, 4 per-loop summaries, 5 every provider call."),
+    process("logtostderr", Bool, "true", Logging,
+        "Log to standard error."),
+    // --- health and diagnostics ---
+    process("address", Text, ":8085", Diagnostics,
+        "The address of /metrics and /health-check."),
+    process("max-inactivity", DUR, "10m0s", Diagnostics,
+        "/health-check fails when no loop ran for this long."),
+    process("max-failing-time", DUR, "15m0s", Diagnostics,
+        "/health-check fails when no loop succeeded for this long."),
+    process("max-startup-time", DUR, "20m0s", Diagnostics,
+        "/health-check allows this long for the first successful loop."),
+    // --- Ferroscale only ---
+    process("unschedulable-pods-batching-window", DUR, "300ms", Loop,
+        "After the first new unschedulable pod wakes the loop, wait this long for the rest of its burst.")
+        .ferroscale(),
+    process("cache-sync-timeout", DUR, "5m0s", Loop,
+        "Give up when the first list of the cluster takes longer than this.")
+        .ferroscale(),
+    // --- implemented by this other pieces (refused until they land) ---
+    process("kubernetes", Text, "", ApiAccess,
+        "The API server's URL, overriding the kubeconfig's or the in-cluster one.").pending(),
+    process("kube-client-qps", Float, "5", ApiAccess,
+        "Requests per second every Kubernetes client of the process may make (token bucket).").pending(),
+    process("kube-client-burst", Int, "10", ApiAccess,
+        "Burst of the same token bucket.").pending(),
+    process("kube-api-content-type", Text, "application/vnd.kubernetes.protobuf", ApiAccess,
+        "Content type of requests to the API server.").pending(),
+    process("user-agent", Text, "cluster-autoscaler", ApiAccess,
+        "The User-Agent of every request to the API server.").pending(),
+    process("feature-gates", CommaList, "", ApiAccess,
+        "Kubernetes feature gates as Name=true|false,...").pending(),
+    process("vmodule", CommaList, "", Logging,
+        "Per-module verbosity as pattern=N,...").pending(),
+    process("alsologtostderr", Bool, "false", Logging,
+        "Log to standard error as well as to files.").pending(),
+    process("stderrthreshold", Text, "INFO", Logging,
+        "Lines at or above this severity go to standard error.").pending(),
+    process("log-dir", Text, "", Logging,
+        "Write log files in this directory.").pending(),
+    process("log-file", Text, "", Logging,
+        "Write logs to this file.").pending(),
+    process("log-file-max-size", Int, "1800", Logging,
+        "Largest log file in MB; 0 is no limit.").pending(),
+    process("skip-headers", Bool, "false", Logging,
+        "Leave the header out of every line.").pending(),
+    process("skip-log-headers", Bool, "false", Logging,
+        "Leave the header out of log files.").pending(),
+    process("add-dir-header", Bool, "false", Logging,
+        "Put the source file's directory in the header.").pending(),
+    process("one-output", Bool, "false", Logging,
+        "Write each line only to its own severity's file.").pending(),
+    process("log-flush-frequency", DUR, "5s", Logging,
+        "Longest time between log flushes.").pending(),
+    process("log-backtrace-at", Text, "", Logging,
+        "Log a backtrace when logging at file:line.").pending(),
+    process("logging-format", Text, "text", Logging,
+        "text (klog) or json.").pending(),
+    process("legacy-stderr-threshold-behavior", Bool, "false", Logging,
+        "klog's old rule: with --logtostderr, --stderrthreshold is ignored and every line goes to standard error.").pending(),
+    process("log-json-split-stream", Bool, "false", Logging,
+        "JSON format: info lines to standard output, errors to standard error.").pending(),
+    process("log-json-info-buffer-size", Text, "0", Logging,
+        "JSON format with split streams: buffer size of the info stream.").pending(),
+    process("log-text-split-stream", Bool, "false", Logging,
+        "Text format: info lines to standard output, errors to standard error.").pending(),
+    process("log-text-info-buffer-size", Text, "0", Logging,
+        "Text format with split streams: buffer size of the info stream.").pending(),
+    process("debugging-snapshot-enabled", Bool, "false", Diagnostics,
+        "Serve the next loop's cluster snapshot as JSON at /snapshotz.").pending(),
+    process("profiling", Bool, "false", Diagnostics,
+        "Serve CPU and heap profiles in pprof format under /debug/pprof/.").pending(),
+    engine("scheduler-config-file", Text, "", ScaleUp,
+        "A KubeSchedulerConfiguration that disables filters or sets plugin arguments for the simulation.").pending(),
+    engine("unready-nodes-scope", Text, "cluster", Loop,
+        "Which nodes the unready check counts: cluster (every node) or autoscaled (nodes of node groups).").pending(),
+    engine("node-info-cache-expire-time", DUR, "87600h0m0s", ScaleUp,
+        "How long a node-group template built from a real node is kept.").pending(),
+    engine("scaleup-simulation-for-skipped-node-groups-enabled", Bool, "false", ScaleUp,
+        "Also simulate scale-up for node groups skipped in this loop.").pending(),
+    engine("enable-proactive-scaleup", Bool, "false", ScaleUp,
+        "Scale up for pods that controllers are about to create.").pending(),
+    engine("pod-injection-limit", Int, "5000", ScaleUp,
+        "The most pending pods, real and injected, proactive scale-up works with.").pending(),
+    engine("async-node-groups", Bool, "false", ScaleUp,
+        "Create and delete node groups asynchronously.").pending(),
+    engine("enable-graceful-degradation", Bool, "false", ScaleUp,
+        "Bound the scheduling simulation of pending pods and go on with part of them.").pending(),
+    engine("pending-pods-batching-timeout", DUR, "4m0s", ScaleUp,
+        "Time budget of that simulation.").pending(),
+    engine("fastpath-binpacking-enabled", Bool, "false", ScaleUp,
+        "Estimate the last group of pods arithmetically.").pending(),
+    engine("salvo-scale-up", Bool, "false", ScaleUp,
+        "Allow several scale-ups in one loop.").pending(),
+    engine("salvo-scale-up-budget", DUR, "1m0s", ScaleUp,
+        "Time budget of the further scale-ups of one loop.").pending(),
+    engine("predicate-parallelism", Int, "4", ScaleUp,
+        "The most threads checking scheduler filters.").pending(),
+    engine("cluster-snapshot-parallelism", Int, "16", ScaleUp,
+        "Deprecated upstream; see --predicate-parallelism.").pending(),
+    engine("scheduler-verbosity", Int, "-1", Logging,
+        "Verbosity of scheduler-simulation logs; at most --v, -1 means --v.").pending(),
+    engine("enable-inter-pod-affinity-hostname-fast-path", Bool, "false", ScaleUp,
+        "Upstream's scheduler feature gate for hostname inter-pod affinity.").pending(),
+    engine("scale-down-non-empty-candidates-count", Int, "30", ScaleDown,
+        "The most non-empty nodes simulated for removal per loop; 0 or less is no limit.").pending(),
+    engine("scale-down-candidates-pool-ratio", Float, "0.1", ScaleDown,
+        "Extra candidates, as a ratio of the nodes, when earlier candidates are no longer valid.").pending(),
+    engine("scale-down-candidates-pool-min-count", Int, "50", ScaleDown,
+        "At least this many extra candidates.").pending(),
+    engine("node-deletion-batcher-interval", DUR, "0s", ScaleDown,
+        "Gather the deletions of a node group for this long and send them in one call.").pending(),
+    engine("drain-priority-config", Text, "", ScaleDown,
+        "Drain pods in priority bands as priority:seconds,...; excludes --max-graceful-termination-sec.").pending(),
+    engine("dynamic-node-delete-delay-after-taint-enabled", Bool, "false", ScaleDown,
+        "Derive the wait after tainting from the API server's observed latency.").pending(),
+    engine("max-node-skip-eval-time-tracker-enabled", Bool, "false", Diagnostics,
+        "Track the longest time a node was skipped by scale-down (metric).").pending(),
+    engine("node-removal-latency-tracking-enabled", Bool, "false", Diagnostics,
+        "Track how long unneeded nodes take to be removed (metric).").pending(),
+    engine("emit-per-nodegroup-metrics", Bool, "false", Diagnostics,
+        "Emit metrics per node group.").pending(),
+    // --- other cloud providers ---
+    other_provider("aws-use-static-instance-list", Bool, "false", "AWS"),
+    other_provider("bulk-mig-instances-listing-enabled", Bool, "false", "GCE"),
+    other_provider("gce-concurrent-refreshes", Int, "1", "GCE"),
+    other_provider("gce-mig-instances-min-refresh-wait-time", DUR, "5s", "GCE"),
+    other_provider("regional", Bool, "false", "GCE"),
+    other_provider("cloud-provider-gce-lb-src-cidrs", CommaList, "", "GCE"),
+    other_provider("cloud-provider-gce-l7lb-src-cidrs", CommaList, "", "GCE"),
+    // --- not yet ---
+    not_yet("enable-dynamic-resource-allocation", Bool, "true", "dynamic resource allocation"),
+    not_yet("enable-csi-node-aware-scheduling", Bool, "true", "CSI-aware scheduling"),
+    not_yet("enable-provisioning-requests", Bool, "false", "ProvisioningRequests"),
+    not_yet("provisioning-request-initial-backoff-time", DUR, "1m0s", "ProvisioningRequests"),
+    not_yet("provisioning-request-max-backoff-time", DUR, "10m0s", "ProvisioningRequests"),
+    not_yet("provisioning-request-max-backoff-cache-size", Int, "1000", "ProvisioningRequests"),
+    not_yet("check-capacity-batch-processing", Bool, "false", "ProvisioningRequests"),
+    not_yet("check-capacity-provisioning-request-max-batch-size", Int, "10", "ProvisioningRequests"),
+    not_yet("check-capacity-provisioning-request-batch-timebox", DUR, "10s", "ProvisioningRequests"),
+    not_yet("check-capacity-processor-instance", Text, "", "ProvisioningRequests"),
+    not_yet("capacity-buffer-controller-enabled", Bool, "false", "CapacityBuffers"),
+    not_yet("capacity-buffer-pod-injection-enabled", Bool, "false", "CapacityBuffers"),
+    not_yet("capacity-buffer-pod-dry-run-enabled", Bool, "true", "CapacityBuffers"),
+    not_yet("capacity-buffer-ready-replicas-enabled", Bool, "true", "CapacityBuffers"),
+    not_yet("capacity-quotas-enabled", Bool, "false", "CapacityQuotas"),
+    not_yet("grpc-expander-url", Text, "", "the gRPC expander"),
+    not_yet("grpc-expander-cert", Text, "", "the gRPC expander"),
+];
+
+/// Upstream's flag names are normalised as its command line does: `--log_dir` is `--log-dir`.
+pub fn normalise(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.contains('_') {
+        std::borrow::Cow::Owned(name.replace('_', "-"))
+    } else {
+        std::borrow::Cow::Borrowed(name)
+    }
+}
+
+/// The flag of this name (underscores or dashes), if it exists.
+pub fn lookup(name: &str) -> Option<&'static Flag> {
+    let name = normalise(name);
+    FLAGS.iter().find(|flag| flag.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AutoscalingOptions, OptionError};
+
+    #[test]
+    fn names_are_unique_and_lower_case() {
+        let mut seen = std::collections::HashSet::new();
+        for flag in FLAGS {
+            assert!(seen.insert(flag.name), "--{} is listed twice", flag.name);
+            assert!(
+                flag.name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+                "--{}",
+                flag.name
+            );
+            if flag.accepted() && !matches!(flag.support, Support::OtherProvider(_)) {
+                assert!(!flag.help.is_empty(), "--{} has no description", flag.name);
+            }
+        }
+    }
+
+    /// Every engine flag is known to `AutoscalingOptions::set`, and setting its documented default
+    /// changes nothing: the catalogue's defaults are the engine's.
+    #[test]
+    fn engine_defaults_are_the_options_defaults() {
+        for flag in FLAGS
+            .iter()
+            .filter(|f| f.scope == Scope::Engine && f.accepted())
+        {
+            let mut options = AutoscalingOptions::default();
+            if flag.default.is_empty() {
+                let result = options.set(flag.name, "x");
+                assert!(
+                    !matches!(result, Err(OptionError::UnknownFlag { .. })),
+                    "--{} is not known to the engine",
+                    flag.name
+                );
+                continue;
+            }
+            options
+                .set(flag.name, flag.default)
+                .unwrap_or_else(|e| panic!("--{}={}: {e}", flag.name, flag.default));
+            assert_eq!(
+                options,
+                AutoscalingOptions::default(),
+                "--{}={} is not the engine's default",
+                flag.name,
+                flag.default
+            );
+        }
+    }
+
+    #[test]
+    fn underscores_are_dashes() {
+        assert_eq!(
+            lookup("max_nodes_total").map(|f| f.name),
+            Some("max-nodes-total")
+        );
+        assert_eq!(lookup("scan_interval").unwrap().name, "scan-interval");
+        assert!(lookup("no-such-flag").is_none());
+    }
+}
