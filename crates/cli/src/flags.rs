@@ -76,7 +76,6 @@ pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
     "scale-down-candidates-pool-ratio",
     "scale-down-non-empty-candidates-count",
     "scaleup-simulation-for-skipped-node-groups-enabled",
-    "scheduler-config-file",
     "scheduler-verbosity",
     "skip-headers",
     "skip-log-headers",

@@ -5,7 +5,7 @@
 //! Upstream builds its scheduler framework from the file's single profile (it refuses a file with
 //! more than one, and uses the default profile when there is none), and runs only that profile's
 //! PreFilter and Filter plugins. Of what a profile can say, three things change which nodes a pod
-//! fits, and those are what Ferroscale reads (docs/behaviour.md ST-101 to ST-105):
+//! fits, and those are what Ferroscale reads (docs/behaviour.md SCHED-101–SCHED-104):
 //!
 //! * the Filter plugins it turns off (`plugins.filter.disabled`, `plugins.multiPoint.disabled`,
 //!   `*` included, with `enabled` entries turning default plugins back on);
@@ -203,7 +203,7 @@ impl SchedulerProfile {
 /// ReplicationController. Upstream builds the selector from those controllers' selectors and the
 /// selectors of the Services that select the pod; Ferroscale counts the pods of the same
 /// controller (what those selectors select in practice) and knows no Services (docs/behaviour.md
-/// ST-103).
+/// SCHED-103).
 pub fn default_spread_owner(pod: &Pod) -> Option<&OwnerRef> {
     if !pod.topology_spread.is_empty() {
         return None;

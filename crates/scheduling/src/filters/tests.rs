@@ -778,7 +778,7 @@ fn repeated_checks_see_pods_placed_since_the_previous_check() {
     assert_eq!(find_node(&mut s, &spread_web, 0), Some(n[2]));
 }
 
-// ----- the scheduler profile (docs/behaviour.md ST-102 to ST-104) -----
+// ----- the scheduler profile (docs/behaviour.md SCHED-102–SCHED-104) -----
 
 fn profile_without(plugins: &[FilterPlugin]) -> Arc<SchedulerProfile> {
     let mut p = SchedulerProfile::default();

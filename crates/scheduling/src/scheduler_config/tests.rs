@@ -1,5 +1,5 @@
 //! Parsing of `--scheduler-config-file`: every supported field, and every refusal naming its field
-//! (docs/behaviour.md ST-101, ST-105).
+//! (docs/behaviour.md SCHED-101, SCHED-102).
 
 use ferroscale_model::labels::ZONE;
 
