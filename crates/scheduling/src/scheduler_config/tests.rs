@@ -362,3 +362,25 @@ fn a_file_over_the_size_limit_is_refused() {
     let e = refusal(&text);
     assert!(e.contains("larger than the 1048576 bytes"), "{e}");
 }
+
+#[test]
+fn alias_bombs_and_deep_nesting_are_refused_without_expanding_them() {
+    // Nine levels of ten aliases each would expand to a billion strings.
+    let mut text = format!("{HEAD}a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..10 {
+        let p = i - 1;
+        text.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    let e = refusal(&text);
+    assert!(e.contains("not valid YAML"), "{e}");
+
+    let deep = format!(
+        "{HEAD}profiles: {}{}\n",
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    let e = refusal(&deep);
+    assert!(e.contains("not valid YAML"), "{e}");
+}
