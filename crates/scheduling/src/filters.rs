@@ -31,7 +31,7 @@
 //! capacity summary and reads the node itself only when that cannot decide.
 //!
 //! The snapshot carries the scheduler profile (`--scheduler-config-file`, see
-//! [`crate::scheduler_config`]) resolved once into [`FilterSwitches`]: a disabled filter is
+//! [`crate::scheduler_config`]) resolved once into `FilterSwitches`: a disabled filter is
 //! skipped, `NodeResourcesFit` skips ignored extended resources, and `PodTopologySpread` applies
 //! the profile's default constraints to pods without their own.
 
