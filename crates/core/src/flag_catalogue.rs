@@ -498,8 +498,9 @@ pub const FLAGS: &[Flag] = &[
         "Serve the next loop's cluster snapshot as JSON at /snapshotz.").pending(),
     process("profiling", Bool, "false", Diagnostics,
         "Serve CPU and heap profiles in pprof format under /debug/pprof/.").pending(),
-    engine("scheduler-config-file", Text, "", ScaleUp,
-        "A KubeSchedulerConfiguration that disables filters or sets plugin arguments for the simulation.").pending(),
+    engine("scheduler-config-file", Text, "", Loop,
+        "A KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) whose single profile the simulated scheduler filters follow.")
+        .note("Read once at start, at most 1 MiB. Disabled Filter plugins, PodTopologySpread default constraints and NodeResourcesFit ignored resources are honoured; anything else (scoring included, which upstream ignores) is refused by field path and value. Default spread constraints count the pods of the pod's controller, since Services are not read (docs/behaviour.md SCHED-101 to SCHED-105)."),
     engine("unready-nodes-scope", Text, "cluster", Loop,
         "Which nodes the unready check counts: cluster (every node) or autoscaled (nodes of node groups).").pending(),
     engine("node-info-cache-expire-time", DUR, "87600h0m0s", ScaleUp,

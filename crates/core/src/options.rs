@@ -8,9 +8,11 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferroscale_model::parse_go_duration;
+use ferroscale_scheduling::SchedulerProfile;
 use thiserror::Error;
 
 /// A flag that could not be applied. Every variant names the flag and, where there is one, the value.
@@ -105,6 +107,58 @@ pub struct GpuLimit {
     pub gpu_type: String,
     pub min: i64,
     pub max: i64,
+}
+
+// --- scheduler configuration (--scheduler-config-file) ---
+
+/// A `--scheduler-config-file` as read: where it came from and the profile parsed from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerConfigFile {
+    pub path: String,
+    pub profile: Arc<SchedulerProfile>,
+}
+
+impl SchedulerConfigFile {
+    /// Reads and parses the file at `path` (an empty path means none, as upstream). The file is
+    /// read here, at the option boundary, so that deciding never touches the file system; it must
+    /// be a regular file of at most [`ferroscale_scheduling::scheduler_config::MAX_FILE_BYTES`].
+    fn read(flag: &str, path: &str) -> Result<Option<SchedulerConfigFile>, OptionError> {
+        use ferroscale_scheduling::scheduler_config::{MAX_FILE_BYTES, parse};
+        use std::io::Read;
+
+        if path.is_empty() {
+            return Ok(None);
+        }
+        let fail = |reason: String| OptionError::invalid(flag, path, reason);
+        let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open it: {e}")))?;
+        let metadata = file
+            .metadata()
+            .map_err(|e| fail(format!("cannot read it: {e}")))?;
+        if !metadata.is_file() {
+            return Err(fail("not a regular file".to_string()));
+        }
+        let too_large = |bytes: u64| {
+            fail(format!(
+                "{bytes} bytes: larger than the {MAX_FILE_BYTES} bytes a scheduler configuration may have"
+            ))
+        };
+        if metadata.len() > MAX_FILE_BYTES {
+            return Err(too_large(metadata.len()));
+        }
+        // The length can change between the check and the read: never read past the limit.
+        let mut text = String::new();
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| fail(format!("cannot read it: {e}")))?;
+        if text.len() as u64 > MAX_FILE_BYTES {
+            return Err(too_large(text.len() as u64));
+        }
+        let profile = parse(&text).map_err(|e| fail(e.to_string()))?;
+        Ok(Some(SchedulerConfigFile {
+            path: path.to_string(),
+            profile: Arc::new(profile),
+        }))
+    }
 }
 
 /// Every flag the engine implements. `Default` gives the upstream defaults.
@@ -236,6 +290,12 @@ pub struct AutoscalingOptions {
     /// Disables the per (reason, object) five-minute event deduplication.
     pub record_duplicated_events: bool,
     pub status_config_map_name: String,
+
+    // --- scheduler configuration (--scheduler-config-file) ---
+    /// `scheduler-config-file`: the kube-scheduler profile every simulated filter follows, read and
+    /// parsed once when the flag is set (docs/behaviour.md SCHED-101). `None` (upstream's default,
+    /// an empty path): kube-scheduler's default profile.
+    pub scheduler_config: Option<SchedulerConfigFile>,
 }
 
 const MINUTE: u64 = 60;
@@ -326,6 +386,8 @@ impl Default for AutoscalingOptions {
             node_deletion_candidate_ttl: Duration::ZERO,
             record_duplicated_events: false,
             status_config_map_name: "cluster-autoscaler-status".to_string(),
+            // --- scheduler configuration ---
+            scheduler_config: None,
         }
     }
 }
@@ -636,6 +698,8 @@ impl AutoscalingOptions {
             }
             "record-duplicated-events" => self.record_duplicated_events = parse_bool(f, v)?,
             "status-config-map-name" => self.status_config_map_name = v.to_string(),
+            // --- scheduler configuration ---
+            "scheduler-config-file" => self.scheduler_config = SchedulerConfigFile::read(f, v)?,
             _ => {
                 return Err(OptionError::UnknownFlag {
                     flag: flag.to_string(),
@@ -698,6 +762,14 @@ impl AutoscalingOptions {
             ));
         }
         Ok(())
+    }
+
+    /// The scheduler profile the simulated filters follow: the `--scheduler-config-file` one, or
+    /// kube-scheduler's default profile.
+    pub fn scheduler_profile(&self) -> Arc<SchedulerProfile> {
+        self.scheduler_config
+            .as_ref()
+            .map_or_else(Arc::default, |c| c.profile.clone())
     }
 
     /// `memory-total` converted to bytes.
@@ -857,5 +929,88 @@ mod tests {
         );
         o.set("allowed-scheduler-names", "a,b,c").unwrap();
         assert!(o.validate().is_ok());
+    }
+
+    // --- scheduler configuration (--scheduler-config-file) ---
+
+    /// A file of this test's own under the system temporary directory.
+    fn temp_file(name: &str, text: &[u8]) -> String {
+        let dir = std::env::temp_dir().join(format!("ferroscale-options-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    #[test]
+    fn scheduler_config_file_is_read_once_into_a_typed_profile() {
+        use ferroscale_scheduling::FilterPlugin;
+        let o = AutoscalingOptions::default();
+        assert_eq!(o.scheduler_config, None);
+        assert_eq!(*o.scheduler_profile(), SchedulerProfile::default());
+
+        let path = temp_file(
+            "sched.yaml",
+            b"apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- plugins:
+    filter:
+      disabled: [{name: TaintToleration}]
+  pluginConfig:
+  - name: NodeResourcesFit
+    args: {ignoredResources: [example.com/dongle]}
+",
+        );
+        let o = set("scheduler-config-file", &path).unwrap();
+        let config = o.scheduler_config.as_ref().unwrap();
+        assert_eq!(config.path, path);
+        assert!(
+            !o.scheduler_profile()
+                .is_enabled(FilterPlugin::TaintToleration)
+        );
+        assert!(o.scheduler_profile().ignores_resource("example.com/dongle"));
+        // An empty value is upstream's default: no file.
+        let mut o = o;
+        o.set("scheduler-config-file", "").unwrap();
+        assert_eq!(o.scheduler_config, None);
+    }
+
+    #[test]
+    fn scheduler_config_file_errors_name_the_file_the_field_and_the_value() {
+        let path = temp_file(
+            "refused.yaml",
+            b"apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+percentageOfNodesToScore: 50
+",
+        );
+        let e = set("scheduler-config-file", &path).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "invalid value {path:?} for flag --scheduler-config-file: percentageOfNodesToScore: 50: not supported"
+            )),
+            "{e}"
+        );
+
+        let missing = format!("{path}.missing");
+        let e = set("scheduler-config-file", &missing)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("{missing:?}")) && e.contains("cannot open it"),
+            "{e}"
+        );
+
+        let dir = std::env::temp_dir().display().to_string();
+        let e = set("scheduler-config-file", &dir).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+
+        let big = temp_file("big.yaml", &vec![b'#'; 2 << 20]);
+        let e = set("scheduler-config-file", &big).unwrap_err().to_string();
+        assert!(
+            e.contains("2097152 bytes: larger than the 1048576 bytes"),
+            "{e}"
+        );
     }
 }

@@ -2,6 +2,8 @@
 //! what-if branch.
 //!
 //! * `check/*` — one `check` call (PreFilter work included) on a node, cycling over the nodes.
+//! * `profile/*` — `check` under a scheduler profile (`--scheduler-config-file`) with a default
+//!   zone spread constraint and an ignored extended resource.
 //! * `scan/*` — `find_node` for a pod that fits nowhere, so every node is filtered once; the
 //!   throughput is nodes filtered per second.
 //! * `branch/*` — open a branch, add a node with 30 pods (or place 30 pods on existing nodes), drop
@@ -14,10 +16,11 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ferroscale_model::Node;
 use ferroscale_model::labels::{HOSTNAME, ZONE};
 use ferroscale_model::{
-    LabelSelector, NodeInclusionPolicy, Pod, PodAffinityTerm, Resources, TopologySpreadConstraint,
-    UnsatisfiableAction,
+    LabelSelector, NodeInclusionPolicy, OwnerRef, Pod, PodAffinityTerm, Resources,
+    TopologySpreadConstraint, UnsatisfiableAction,
 };
-use ferroscale_scheduling::{NodeId, Snapshot, check, find_node};
+use ferroscale_scheduling::scheduler_config::SpreadDefaulting;
+use ferroscale_scheduling::{NodeId, SchedulerProfile, Snapshot, check, find_node};
 
 const NODES: usize = 5_000;
 const PODS_PER_NODE: usize = 30;
@@ -133,6 +136,43 @@ fn filters(c: &mut Criterion) {
     ] {
         assert!(find_node(&mut s, pod, 0).is_none());
         group.bench_function(name, |b| b.iter(|| black_box(find_node(&mut s, pod, 0))));
+    }
+    group.finish();
+
+    // The same checks under a `--scheduler-config-file` profile: a zone default constraint for a
+    // ReplicaSet's pod without constraints of its own, and an ignored extended resource.
+    let mut profile = SchedulerProfile::default();
+    profile.spread_defaulting = SpreadDefaulting::List;
+    profile.default_constraints = vec![TopologySpreadConstraint {
+        label_selector: None,
+        ..zone_spread("unused")
+    }];
+    profile.ignored_resources = vec!["example.com/dongle".into()];
+    s.set_scheduler_profile(Arc::new(profile));
+    let mut replica = pending("replica", "svc-7");
+    replica.owner_references.push(OwnerRef {
+        api_version: "apps/v1".into(),
+        kind: "ReplicaSet".into(),
+        name: "svc-7-rs".into(),
+        uid: "uid-svc-7-rs".into(),
+        controller: true,
+    });
+    let mut dongle = plain.clone();
+    dongle.requests.set("example.com/dongle", 1);
+    let mut group = c.benchmark_group("profile");
+    group.throughput(Throughput::Elements(1));
+    for (name, pod) in [
+        ("check_plain", &plain),
+        ("check_default_zone_spread", &replica),
+        ("check_ignored_resource", &dongle),
+    ] {
+        let mut next = 0;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                next = (next + 1) % ids.len();
+                black_box(check(&mut s, pod, ids[next]))
+            })
+        });
     }
     group.finish();
 }

@@ -29,6 +29,11 @@
 //!
 //! [`find_node`] only needs a yes/no per node, so it first consults the snapshot's dense per-node
 //! capacity summary and reads the node itself only when that cannot decide.
+//!
+//! The snapshot carries the scheduler profile (`--scheduler-config-file`, see
+//! [`crate::scheduler_config`]) resolved once into `FilterSwitches`: a disabled filter is
+//! skipped, `NodeResourcesFit` skips ignored extended resources, and `PodTopologySpread` applies
+//! the profile's default constraints to pods without their own.
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,10 +41,13 @@ use std::sync::Arc;
 use ferroscale_model::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 use ferroscale_model::taints::first_untolerated;
 use ferroscale_model::{
-    Labels, NodeInclusionPolicy, NodeSelector, Pod, PodAffinityTerm, Taint, Toleration,
+    Labels, NodeInclusionPolicy, NodeSelector, OwnerRef, Pod, PodAffinityTerm, Taint, Toleration,
     TopologySpreadConstraint, UnsatisfiableAction,
 };
 
+use crate::scheduler_config::{
+    FilterPlugin, SchedulerProfile, SpreadDefaulting, default_spread_owner,
+};
 use crate::snapshot::{FitSummary, NodeId, NodeInfo, Snapshot};
 use crate::topology::{
     DomainCountsId, ExistingTermId, KeyId, NamespaceLabels, NodeEligibility, PodClause, PodMatcher,
@@ -158,19 +166,75 @@ impl fmt::Display for Unfit {
     }
 }
 
+/// The scheduler profile as the filters read it on every check: which filters run, resolved once
+/// when the profile is set on the snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FilterSwitches {
+    unschedulable: bool,
+    node_name: bool,
+    taints: bool,
+    node_affinity: bool,
+    ports: bool,
+    resources: bool,
+    spread: bool,
+    inter_pod_affinity: bool,
+    /// `NodeResourcesFit` has ignored resources or resource groups.
+    ignores_resources: bool,
+    /// `PodTopologySpread` has `DoNotSchedule` default constraints (`defaultingType: List`).
+    default_spread: bool,
+}
+
+impl FilterSwitches {
+    pub(crate) fn of(profile: &SchedulerProfile) -> FilterSwitches {
+        let on = |p| profile.is_enabled(p);
+        FilterSwitches {
+            unschedulable: on(FilterPlugin::NodeUnschedulable),
+            node_name: on(FilterPlugin::NodeName),
+            taints: on(FilterPlugin::TaintToleration),
+            node_affinity: on(FilterPlugin::NodeAffinity),
+            ports: on(FilterPlugin::NodePorts),
+            resources: on(FilterPlugin::NodeResourcesFit),
+            spread: on(FilterPlugin::PodTopologySpread),
+            inter_pod_affinity: on(FilterPlugin::InterPodAffinity),
+            ignores_resources: !profile.ignored_resources.is_empty()
+                || !profile.ignored_resource_groups.is_empty(),
+            default_spread: profile.spread_defaulting == SpreadDefaulting::List
+                && profile.hard_default_constraints().next().is_some(),
+        }
+    }
+
+    /// The controller whose pods the profile's default spread constraints count for `pod`, when
+    /// they apply to it.
+    fn default_spread_owner(self, pod: &Pod) -> Option<&OwnerRef> {
+        if self.spread && self.default_spread {
+            default_spread_owner(pod)
+        } else {
+            None
+        }
+    }
+}
+
+impl Default for FilterSwitches {
+    fn default() -> Self {
+        FilterSwitches::of(&SchedulerProfile::default())
+    }
+}
+
 /// Runs the filters, in the scheduler's order, for `pod` on `node`. The pod must not already be
 /// placed in the snapshot.
 ///
 /// The snapshot is borrowed mutably only to register the indexes a pod's inter-pod constraints
 /// read the first time such a pod is checked; what it holds does not change.
 pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
+    let switches = snapshot.filter_switches();
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
-    check_node_local(pod, info).map_err(Rejected::into_unfit)?;
+    check_node_local(pod, info, switches, snapshot.scheduler_profile())
+        .map_err(Rejected::into_unfit)?;
     if !needs_inter_pod_filters(snapshot, pod) {
         return Ok(());
     }
     let plan = snapshot.inter_pod_plan(pod);
-    plan.check(snapshot.topology(), pod, node)
+    plan.check(snapshot.topology(), node)
         .map_err(Rejected::into_unfit)
 }
 
@@ -188,9 +252,14 @@ pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<Nod
     }
     let plan = needs_inter_pod_filters(snapshot, pod).then(|| snapshot.inter_pod_plan(pod));
     let snapshot = &*snapshot;
+    let switches = snapshot.filter_switches();
+    let profile = snapshot.scheduler_profile();
     let start = start % slots;
     let wants = FitSummary::wanted_by(pod);
     let summaries = snapshot.fit_summaries();
+    // The summary's "certainly not" stands for NodeUnschedulable and NodeResourcesFit: with either
+    // disabled, it cannot reject, and the node itself decides.
+    let summary_rejects = switches.unschedulable && switches.resources;
     // A pod without node-level constraints passes the node-local filters wherever the summary
     // says so, and the node itself need not be read at all.
     let unconstrained = pod.node_name.is_none()
@@ -201,13 +270,14 @@ pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<Nod
         let Some(summary) = summaries.get(i) else {
             return false;
         };
-        if !summary.may_fit(&wants) {
+        if summary_rejects && !summary.may_fit(&wants) {
             return false;
         }
+        // A "certainly yes" holds with any filter disabled: disabling only lets more nodes pass.
         (unconstrained && summary.admits_unconstrained(&wants))
             || snapshot
                 .node(NodeId(i as u32))
-                .is_some_and(|info| check_node_local(pod, info).is_ok())
+                .is_some_and(|info| check_node_local(pod, info, switches, profile).is_ok())
     };
     let mut order = (start..slots).chain(0..start);
     let Some(plan) = plan else {
@@ -215,7 +285,7 @@ pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<Nod
     };
     let topology = snapshot.topology();
     order
-        .find(|i| local_ok(*i) && plan.check(topology, pod, NodeId(*i as u32)).is_ok())
+        .find(|i| local_ok(*i) && plan.check(topology, NodeId(*i as u32)).is_ok())
         .map(|i| NodeId(i as u32))
 }
 
@@ -263,56 +333,78 @@ impl Rejected<'_> {
 }
 
 fn needs_inter_pod_filters(snapshot: &Snapshot, pod: &Pod) -> bool {
-    !pod.pod_affinity.is_empty()
-        || !pod.pod_anti_affinity.is_empty()
-        || pod.topology_spread.iter().any(is_hard)
-        || snapshot.has_pods_with_anti_affinity()
+    let switches = snapshot.filter_switches();
+    (switches.inter_pod_affinity
+        && (!pod.pod_affinity.is_empty()
+            || !pod.pod_anti_affinity.is_empty()
+            || snapshot.has_pods_with_anti_affinity()))
+        || (switches.spread && pod.topology_spread.iter().any(is_hard))
+        || switches.default_spread_owner(pod).is_some()
 }
 
 fn is_hard(constraint: &TopologySpreadConstraint) -> bool {
     constraint.when_unsatisfiable == UnsatisfiableAction::DoNotSchedule
 }
 
-/// Filters 1 to 6: everything that only looks at the node and what is on it.
-fn check_node_local<'a>(pod: &'a Pod, info: &'a NodeInfo) -> Result<(), Rejected<'a>> {
+/// Filters 1 to 6: everything that only looks at the node and what is on it, minus the filters
+/// the scheduler profile disables.
+fn check_node_local<'a>(
+    pod: &'a Pod,
+    info: &'a NodeInfo,
+    switches: FilterSwitches,
+    profile: &SchedulerProfile,
+) -> Result<(), Rejected<'a>> {
     let node = &info.node;
-    if node.unschedulable {
+    if switches.unschedulable && node.unschedulable {
         return Err(Rejected::NodeUnschedulable);
     }
-    if pod
-        .node_name
-        .as_ref()
-        .is_some_and(|name| *name != node.name)
+    if switches.node_name
+        && pod
+            .node_name
+            .as_ref()
+            .is_some_and(|name| *name != node.name)
     {
         return Err(Rejected::NodeName);
     }
-    if let Some(t) = first_untolerated(&node.taints, &pod.tolerations) {
+    if switches.taints
+        && let Some(t) = first_untolerated(&node.taints, &pod.tolerations)
+    {
         return Err(Rejected::Taint(t));
     }
-    if !pod
-        .node_selector
-        .iter()
-        .all(|(k, v)| node.labels.get(k) == Some(v))
-        || pod
-            .required_node_affinity
-            .as_ref()
-            .is_some_and(|a| !a.matches(&node.name, &node.labels))
+    if switches.node_affinity
+        && (!pod
+            .node_selector
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v))
+            || pod
+                .required_node_affinity
+                .as_ref()
+                .is_some_and(|a| !a.matches(&node.name, &node.labels)))
     {
         return Err(Rejected::NodeAffinity);
     }
     // Port 0 means "no host port" and never conflicts.
-    if pod
-        .host_ports
-        .iter()
-        .any(|hp| hp.port != 0 && info.host_ports.iter().any(|used| used.conflicts_with(hp)))
+    if switches.ports
+        && pod
+            .host_ports
+            .iter()
+            .any(|hp| hp.port != 0 && info.host_ports.iter().any(|used| used.conflicts_with(hp)))
     {
         return Err(Rejected::NodePorts);
     }
-    check_resources(pod, info)
+    if !switches.resources {
+        return Ok(());
+    }
+    check_resources(pod, info, switches.ignores_resources.then_some(profile))
 }
 
-/// NodeResourcesFit, without building the node's free-resource vector.
-fn check_resources<'a>(pod: &'a Pod, info: &'a NodeInfo) -> Result<(), Rejected<'a>> {
+/// NodeResourcesFit, without building the node's free-resource vector. `ignoring` is the profile
+/// when it ignores some extended resources.
+fn check_resources<'a>(
+    pod: &'a Pod,
+    info: &'a NodeInfo,
+    ignoring: Option<&SchedulerProfile>,
+) -> Result<(), Rejected<'a>> {
     let allocatable = &info.node.allocatable;
     let used = &info.requested;
     if used.pods.saturating_add(1) > allocatable.pods {
@@ -335,6 +427,9 @@ fn check_resources<'a>(pod: &'a Pod, info: &'a NodeInfo) -> Result<(), Rejected<
         return Err(Rejected::Resource(EPHEMERAL_STORAGE));
     }
     for (name, asked) in wants.extended() {
+        if ignoring.is_some_and(|p| p.ignores_resource(name)) {
+            continue;
+        }
         if short(asked, allocatable.get(name), used.get(name)) {
             return Err(Rejected::Resource(name));
         }
@@ -342,11 +437,11 @@ fn check_resources<'a>(pod: &'a Pod, info: &'a NodeInfo) -> Result<(), Rejected<
     Ok(())
 }
 
-/// One hard spread constraint, resolved against the snapshot indexes.
+/// One hard spread constraint (the pod's own or a profile default), resolved against the snapshot
+/// indexes.
 #[derive(Debug, Clone)]
 struct SpreadCheck {
-    /// Position of the constraint in the pod's `topology_spread`.
-    constraint: usize,
+    constraint: TopologySpreadConstraint,
     key: KeyId,
     view: SpreadViewId,
     /// The incoming pod matches the constraint's selector (it would count itself).
@@ -385,11 +480,14 @@ struct PodShape {
     node_selector: Labels,
     required_node_affinity: Option<NodeSelector>,
     tolerations: Vec<Toleration>,
+    /// The controller whose pods the profile's default spread constraints count, when they apply.
+    default_spread_owner: Option<OwnerRef>,
 }
 
 impl PodShape {
-    fn of(pod: &Pod) -> PodShape {
+    fn of(pod: &Pod, default_spread_owner: Option<&OwnerRef>) -> PodShape {
         PodShape {
+            default_spread_owner: default_spread_owner.cloned(),
             namespace: pod.namespace.clone(),
             labels: pod.labels.clone(),
             pod_affinity: pod.pod_affinity.clone(),
@@ -401,8 +499,9 @@ impl PodShape {
         }
     }
 
-    fn describes(&self, pod: &Pod) -> bool {
-        self.namespace == pod.namespace
+    fn describes(&self, pod: &Pod, default_spread_owner: Option<&OwnerRef>) -> bool {
+        self.default_spread_owner.as_ref() == default_spread_owner
+            && self.namespace == pod.namespace
             && self.labels == pod.labels
             && self.topology_spread == pod.topology_spread
             && self.pod_anti_affinity == pod.pod_anti_affinity
@@ -435,14 +534,17 @@ impl InterPodPlan {
         topology: &mut TopologyIndex,
         slots: &[Option<NodeInfo>],
         namespaces: &NamespaceLabels,
+        filters: (FilterSwitches, &SchedulerProfile),
         pod: &Pod,
     ) -> Arc<InterPodPlan> {
+        let (switches, profile) = filters;
+        let owner = switches.default_spread_owner(pod);
         let terms_known = topology.existing_term_count_total();
         let cached = topology
             .plans()
             .entries
             .iter()
-            .position(|(shape, _)| shape.describes(pod));
+            .position(|(shape, _)| shape.describes(pod, owner));
         if let Some(i) = cached {
             let plan = topology.plans().entries[i].1.clone();
             if plan.existing_terms_seen == terms_known {
@@ -451,24 +553,32 @@ impl InterPodPlan {
             // Placed pods brought new anti-affinity terms: look at those only.
             let mut refreshed = InterPodPlan::clone(&plan);
             refreshed.existing_terms_seen = terms_known;
-            refreshed
-                .existing_anti_affinity
-                .extend(topology.existing_terms_matching(
-                    pod,
-                    namespaces,
-                    plan.existing_terms_seen,
-                ));
+            if switches.inter_pod_affinity {
+                refreshed
+                    .existing_anti_affinity
+                    .extend(topology.existing_terms_matching(
+                        pod,
+                        namespaces,
+                        plan.existing_terms_seen,
+                    ));
+            }
             let refreshed = Arc::new(refreshed);
             topology.plans().entries[i].1 = refreshed.clone();
             return refreshed;
         }
-        let plan = Arc::new(InterPodPlan::prepare(topology, slots, namespaces, pod));
+        let plan = Arc::new(InterPodPlan::prepare(
+            topology,
+            slots,
+            namespaces,
+            (switches, profile),
+            pod,
+        ));
         let cache = topology.plans();
         if cache.entries.len() < PLAN_CACHE_SIZE {
-            cache.entries.push((PodShape::of(pod), plan.clone()));
+            cache.entries.push((PodShape::of(pod, owner), plan.clone()));
         } else {
             let victim = cache.next_victim % PLAN_CACHE_SIZE;
-            cache.entries[victim] = (PodShape::of(pod), plan.clone());
+            cache.entries[victim] = (PodShape::of(pod, owner), plan.clone());
             cache.next_victim = victim + 1;
         }
         plan
@@ -478,29 +588,42 @@ impl InterPodPlan {
         topology: &mut TopologyIndex,
         slots: &[Option<NodeInfo>],
         namespaces: &NamespaceLabels,
+        filters: (FilterSwitches, &SchedulerProfile),
         pod: &Pod,
     ) -> InterPodPlan {
+        let (switches, profile) = filters;
         let mut spread = Vec::new();
-        let hard: Vec<(usize, &TopologySpreadConstraint)> = pod
-            .topology_spread
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| is_hard(c))
-            .collect();
+        // The pod's own hard constraints; for a pod without any constraint of its own, the
+        // profile's hard default constraints, counting the pods of its controller.
+        let mut hard: Vec<&TopologySpreadConstraint> = Vec::new();
+        let mut default_owner = None;
+        if switches.spread {
+            hard = pod.topology_spread.iter().filter(|c| is_hard(c)).collect();
+            if let Some(owner) = switches.default_spread_owner(pod) {
+                hard = profile.hard_default_constraints().collect();
+                default_owner = Some(owner);
+            }
+        }
         if !hard.is_empty() {
             let mut required_keys: Vec<String> =
-                hard.iter().map(|(_, c)| c.topology_key.clone()).collect();
+                hard.iter().map(|c| c.topology_key.clone()).collect();
             required_keys.sort();
             required_keys.dedup();
             let has_node_affinity =
                 !pod.node_selector.is_empty() || pod.required_node_affinity.is_some();
-            for (position, constraint) in hard {
+            for constraint in hard {
                 let key = topology.key_id(&constraint.topology_key, slots);
-                // The scheduler counts nothing for an empty selector (and an absent one matches
-                // nothing); both become the never-matching clause.
-                let counted = constraint.label_selector.clone().filter(|s| !s.is_empty());
+                let clause = match default_owner {
+                    Some(owner) => PodClause::same_controller(owner, &pod.namespace),
+                    // The scheduler counts nothing for an empty selector (and an absent one
+                    // matches nothing); both become the never-matching clause.
+                    None => PodClause::for_spread(
+                        constraint.label_selector.clone().filter(|s| !s.is_empty()),
+                        &pod.namespace,
+                    ),
+                };
                 let matcher = PodMatcher {
-                    clauses: vec![PodClause::for_spread(counted, &pod.namespace)],
+                    clauses: vec![clause],
                     skip_terminating: true,
                 };
                 let eligibility = NodeEligibility {
@@ -517,12 +640,14 @@ impl InterPodPlan {
                         .then(|| pod.tolerations.clone()),
                 };
                 let view = topology.spread_view(matcher, key, eligibility, slots, namespaces);
-                let self_match = constraint
-                    .label_selector
-                    .as_ref()
-                    .is_some_and(|s| s.matches(&pod.labels));
+                // A pod is always one of its controller's pods.
+                let self_match = default_owner.is_some()
+                    || constraint
+                        .label_selector
+                        .as_ref()
+                        .is_some_and(|s| s.matches(&pod.labels));
                 spread.push(SpreadCheck {
-                    constraint: position,
+                    constraint: constraint.clone(),
                     key,
                     view,
                     self_match,
@@ -532,7 +657,7 @@ impl InterPodPlan {
 
         let mut affinity = Vec::new();
         let mut affinity_self_match = false;
-        if !pod.pod_affinity.is_empty() {
+        if switches.inter_pod_affinity && !pod.pod_affinity.is_empty() {
             let clauses: Vec<PodClause> = pod
                 .pod_affinity
                 .iter()
@@ -550,8 +675,12 @@ impl InterPodPlan {
             }
         }
 
-        let anti_affinity = pod
-            .pod_anti_affinity
+        let anti_affinity_terms: &[PodAffinityTerm] = if switches.inter_pod_affinity {
+            &pod.pod_anti_affinity
+        } else {
+            &[]
+        };
+        let anti_affinity = anti_affinity_terms
             .iter()
             .map(|term| {
                 let key = topology.key_id(&term.topology_key, slots);
@@ -568,23 +697,20 @@ impl InterPodPlan {
             affinity,
             affinity_self_match,
             anti_affinity,
-            existing_anti_affinity: topology.existing_terms_matching(pod, namespaces, 0),
+            existing_anti_affinity: if switches.inter_pod_affinity {
+                topology.existing_terms_matching(pod, namespaces, 0)
+            } else {
+                Vec::new()
+            },
             existing_terms_seen: topology.existing_term_count_total(),
         }
     }
 
-    /// Filters 7 and 8 for one node. `pod` is the pod the plan was made for.
-    fn check<'p>(
-        &self,
-        topology: &TopologyIndex,
-        pod: &'p Pod,
-        node: NodeId,
-    ) -> Result<(), Rejected<'p>> {
+    /// Filters 7 and 8 for one node.
+    fn check(&self, topology: &TopologyIndex, node: NodeId) -> Result<(), Rejected<'_>> {
         let id = node.index();
         for s in &self.spread {
-            let Some(constraint) = pod.topology_spread.get(s.constraint) else {
-                continue;
-            };
+            let constraint = &s.constraint;
             let Some(value) = topology.node_value(s.key, id) else {
                 return Err(Rejected::SpreadMissingLabel(constraint));
             };

@@ -5,14 +5,18 @@
 //!   [`Branch`] guard that reverts when dropped unless committed).
 //! * [`filters`] — [`check`] one pod against one node, [`find_node`] for the first fitting node,
 //!   and [`Unfit`], the reason a node was rejected.
+//! * [`scheduler_config`] — the kube-scheduler profile (`--scheduler-config-file`) the filters
+//!   follow: disabled filters, default spread constraints, ignored resources.
 //! * `topology` (internal) — the incremental per-topology-domain indexes that keep the affinity
 //!   and spread filters O(1) per node.
 //!
 //! Pure and synchronous: no I/O, no clock, no randomness.
 
 pub mod filters;
+pub mod scheduler_config;
 pub mod snapshot;
 mod topology;
 
 pub use filters::{Unfit, UnfitKind, check, find_node};
+pub use scheduler_config::{FilterPlugin, SchedulerConfigError, SchedulerProfile};
 pub use snapshot::{Branch, NodeId, NodeInfo, Snapshot};

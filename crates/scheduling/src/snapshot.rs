@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use ferroscale_model::{HostPort, Labels, Node, Pod, Resources, TaintEffect};
 
-use crate::filters::InterPodPlan;
+use crate::filters::{FilterSwitches, InterPodPlan};
+use crate::scheduler_config::SchedulerProfile;
 use crate::topology::{NamespaceLabels, TopologyIndex};
 
 /// Stable handle of a node within one snapshot. Handles of removed nodes are never reused.
@@ -152,11 +153,38 @@ pub struct Snapshot {
     fork_points: Vec<usize>,
     namespace_labels: NamespaceLabels,
     topology: TopologyIndex,
+    /// The scheduler profile the filters follow, and the switches resolved from it once.
+    profile: Arc<SchedulerProfile>,
+    switches: FilterSwitches,
 }
 
 impl Snapshot {
     pub fn new() -> Snapshot {
         Snapshot::default()
+    }
+
+    /// An empty snapshot whose filters follow `profile` (`--scheduler-config-file`).
+    pub fn with_scheduler_profile(profile: Arc<SchedulerProfile>) -> Snapshot {
+        let mut snapshot = Snapshot::new();
+        snapshot.set_scheduler_profile(profile);
+        snapshot
+    }
+
+    /// Makes the filters follow `profile` from now on. Not part of what-if branches.
+    pub fn set_scheduler_profile(&mut self, profile: Arc<SchedulerProfile>) {
+        self.switches = FilterSwitches::of(&profile);
+        self.profile = profile;
+        // Prepared plans were made under the previous profile.
+        self.topology.plans().clear();
+    }
+
+    /// The scheduler profile the filters follow.
+    pub fn scheduler_profile(&self) -> &SchedulerProfile {
+        &self.profile
+    }
+
+    pub(crate) fn filter_switches(&self) -> FilterSwitches {
+        self.switches
     }
 
     /// Adds a node. A node with the same name replaces nothing: names must be unique, and adding a
@@ -308,7 +336,13 @@ impl Snapshot {
 
     /// The inter-pod filter plan for `pod`, registering the indexes it reads on first use.
     pub(crate) fn inter_pod_plan(&mut self, pod: &Pod) -> Arc<InterPodPlan> {
-        InterPodPlan::for_pod(&mut self.topology, &self.slots, &self.namespace_labels, pod)
+        InterPodPlan::for_pod(
+            &mut self.topology,
+            &self.slots,
+            &self.namespace_labels,
+            (self.switches, &self.profile),
+            pod,
+        )
     }
 
     fn record(&mut self, op: Undo) {

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use ferroscale_model::taints::first_untolerated;
 use ferroscale_model::{
-    LabelSelector, Labels, Node, NodeSelector, Pod, PodAffinityTerm, Toleration,
+    LabelSelector, Labels, Node, NodeSelector, OwnerRef, Pod, PodAffinityTerm, Toleration,
 };
 
 use crate::filters::PlanCache;
@@ -76,11 +76,30 @@ impl NamespaceScope {
     }
 }
 
-/// One label selector in one namespace scope. An absent selector matches no pod.
+/// The controller a counted pod must have: default spread constraints count the pods of the
+/// incoming pod's ReplicaSet, StatefulSet or ReplicationController.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct ControllerKey {
+    api_version: String,
+    kind: String,
+    name: String,
+}
+
+impl ControllerKey {
+    fn controls(&self, pod: &Pod) -> bool {
+        pod.controller().is_some_and(|o| {
+            o.name == self.name && o.kind == self.kind && o.api_version == self.api_version
+        })
+    }
+}
+
+/// One label selector in one namespace scope (and, for default spread constraints, one
+/// controller). An absent selector matches no pod.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct PodClause {
     pub selector: Option<LabelSelector>,
     pub namespaces: NamespaceScope,
+    pub controller: Option<ControllerKey>,
 }
 
 impl PodClause {
@@ -103,6 +122,7 @@ impl PodClause {
         PodClause {
             selector: term.label_selector.clone(),
             namespaces,
+            controller: None,
         }
     }
 
@@ -111,6 +131,21 @@ impl PodClause {
         PodClause {
             selector,
             namespaces: NamespaceScope::only(namespace),
+            controller: None,
+        }
+    }
+
+    /// The pods a default spread constraint counts: those of the same controller, in the incoming
+    /// pod's namespace.
+    pub fn same_controller(owner: &OwnerRef, namespace: &str) -> PodClause {
+        PodClause {
+            selector: Some(LabelSelector::default()),
+            namespaces: NamespaceScope::only(namespace),
+            controller: Some(ControllerKey {
+                api_version: owner.api_version.clone(),
+                kind: owner.kind.clone(),
+                name: owner.name.clone(),
+            }),
         }
     }
 
@@ -118,7 +153,9 @@ impl PodClause {
         let Some(selector) = &self.selector else {
             return false;
         };
-        self.namespaces.contains(&pod.namespace, namespaces) && selector.matches(&pod.labels)
+        self.namespaces.contains(&pod.namespace, namespaces)
+            && selector.matches(&pod.labels)
+            && self.controller.as_ref().is_none_or(|c| c.controls(pod))
     }
 }
 

@@ -21,7 +21,7 @@ use ferroscale_model::{
     ConditionStatus, DaemonSet, LabelSelector, Namespace, Node, Pod, PodCondition,
     PodDisruptionBudget, PodPhase, Taint, Timestamp,
 };
-use ferroscale_scheduling::{NodeId, Snapshot, find_node};
+use ferroscale_scheduling::{NodeId, SchedulerProfile, Snapshot, find_node};
 
 use crate::cloud::{daemonset_pod_for, daemonset_runs_on};
 
@@ -306,6 +306,11 @@ impl Cluster {
             .filter(|r| r.pod.is_marked_unschedulable())
             .map(|r| r.pod.clone())
             .collect()
+    }
+
+    /// Makes the scheduler stand-in follow a kube-scheduler profile (`--scheduler-config-file`).
+    pub fn set_scheduler_profile(&mut self, profile: Arc<SchedulerProfile>) {
+        self.snapshot.set_scheduler_profile(profile);
     }
 
     /// Registers a Ready node and starts the DaemonSet pods that belong on it.

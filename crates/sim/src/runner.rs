@@ -476,6 +476,8 @@ impl<'p> Simulation<'p> {
         ));
         let provider = SimulatedProvider::new(cloud.clone());
         let mut cluster = Cluster::new(daemonsets);
+        // The scheduler stand-in follows the same kube-scheduler profile the engine simulates.
+        cluster.set_scheduler_profile(options.scheduler_profile());
         let mut stats: Vec<GroupStats> = specs_bounds
             .iter()
             .map(|(min_size, max_size)| GroupStats {
@@ -1586,7 +1588,7 @@ impl<'p> Simulation<'p> {
 
     /// Pending pods that no group's template can ever host (nor any node: those would be bound).
     fn never_schedulable(&self) -> usize {
-        let mut templates = Snapshot::new();
+        let mut templates = Snapshot::with_scheduler_profile(self.options.scheduler_profile());
         for group in self.cloud.groups() {
             if let Ok(template) = block_on(group.template_node_info()) {
                 let id = templates.add_node(Arc::new(template.node));

@@ -60,7 +60,9 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
         .filter(|p| allowed.is_empty() || allowed.contains(&p.scheduler_name))
         .filter(|p| p.deletion_time.is_none() && !p.is_terminal())
         .collect();
-    let mut snapshot = Snapshot::new();
+    // The filters follow the scheduler profile of `--scheduler-config-file` (docs/behaviour.md
+    // SCHED-101), resolved once here for the whole loop.
+    let mut snapshot = Snapshot::with_scheduler_profile(options.scheduler_profile());
     for ns in &objects.namespaces {
         snapshot.set_namespace_labels(ns.name.clone(), ns.labels.clone());
     }

@@ -777,3 +777,178 @@ fn repeated_checks_see_pods_placed_since_the_previous_check() {
     assert_eq!(fits_on(&mut s, &spread_web), vec!["b1"]);
     assert_eq!(find_node(&mut s, &spread_web, 0), Some(n[2]));
 }
+
+// ----- the scheduler profile (docs/behaviour.md SCHED-102–SCHED-104) -----
+
+fn profile_without(plugins: &[FilterPlugin]) -> Arc<SchedulerProfile> {
+    let mut p = SchedulerProfile::default();
+    for plugin in plugins {
+        p.set_enabled(*plugin, false);
+    }
+    Arc::new(p)
+}
+
+#[test]
+fn a_disabled_filter_no_longer_rejects_in_check_or_find_node() {
+    let mut s = Snapshot::new();
+    let mut tainted = node_in("tainted", None);
+    tainted
+        .taints
+        .push(Taint::new("dedicated", "db", TaintEffect::NoSchedule));
+    let tainted = s.add_node(Arc::new(tainted));
+    let mut p = pod("p");
+    p.node_selector = labels(&[("disk", "ssd")]);
+    assert_eq!(kind(&mut s, &p, tainted), Some(UnfitKind::TaintToleration));
+    assert_eq!(find_node(&mut s, &p, 0), None);
+
+    s.set_scheduler_profile(profile_without(&[FilterPlugin::TaintToleration]));
+    assert_eq!(kind(&mut s, &p, tainted), Some(UnfitKind::NodeAffinity));
+    s.set_scheduler_profile(profile_without(&[
+        FilterPlugin::TaintToleration,
+        FilterPlugin::NodeAffinity,
+    ]));
+    assert_eq!(check(&mut s, &p, tainted), Ok(()));
+    assert_eq!(find_node(&mut s, &p, 0), Some(tainted));
+    // Back to the default profile: rejected again.
+    s.set_scheduler_profile(Arc::new(SchedulerProfile::default()));
+    assert_eq!(find_node(&mut s, &p, 0), None);
+}
+
+#[test]
+fn disabling_resource_fit_or_unschedulable_bypasses_the_capacity_summary() {
+    let mut s = Snapshot::new();
+    let mut cordoned = node_in("cordoned", None);
+    cordoned.unschedulable = true;
+    let cordoned = s.add_node(Arc::new(cordoned));
+    let small = add_node(&mut s, "small", None);
+    let mut big = pod("big");
+    big.requests = Resources::new(64_000, 1 << 20);
+    assert_eq!(find_node(&mut s, &big, 0), None);
+
+    s.set_scheduler_profile(profile_without(&[FilterPlugin::NodeResourcesFit]));
+    assert_eq!(find_node(&mut s, &big, 0), Some(small));
+    assert_eq!(check(&mut s, &big, cordoned), Err(Unfit::NodeUnschedulable));
+
+    s.set_scheduler_profile(profile_without(&[
+        FilterPlugin::NodeResourcesFit,
+        FilterPlugin::NodeUnschedulable,
+    ]));
+    assert_eq!(find_node(&mut s, &big, 0), Some(cordoned));
+}
+
+#[test]
+fn disabled_inter_pod_filters_ignore_spread_and_anti_affinity() {
+    let (mut s, ids) = zones_with([2, 0, 0]);
+    let mut p = app("new", "web");
+    p.topology_spread.push(spread("web", ZONE, 1));
+    p.pod_anti_affinity.push(term("web", HOSTNAME));
+    assert_eq!(kind(&mut s, &p, ids[0]), Some(UnfitKind::TopologySpread));
+    s.set_scheduler_profile(profile_without(&[FilterPlugin::PodTopologySpread]));
+    assert_eq!(kind(&mut s, &p, ids[0]), Some(UnfitKind::PodAntiAffinity));
+    s.set_scheduler_profile(profile_without(&[
+        FilterPlugin::PodTopologySpread,
+        FilterPlugin::InterPodAffinity,
+    ]));
+    assert_eq!(check(&mut s, &p, ids[0]), Ok(()));
+    assert_eq!(find_node(&mut s, &p, 0), Some(ids[0]));
+}
+
+#[test]
+fn ignored_extended_resources_are_not_checked() {
+    let mut s = Snapshot::new();
+    let a = add_node(&mut s, "a", None);
+    let mut p = pod("p");
+    p.requests.set("example.com/dongle", 1);
+    p.requests.set("fpga.example.org/slot", 2);
+    assert_eq!(
+        check(&mut s, &p, a),
+        Err(Unfit::InsufficientResource("example.com/dongle".into()))
+    );
+    let mut profile = SchedulerProfile::default();
+    profile.ignored_resources = vec!["example.com/dongle".into()];
+    s.set_scheduler_profile(Arc::new(profile.clone()));
+    assert_eq!(
+        check(&mut s, &p, a),
+        Err(Unfit::InsufficientResource("fpga.example.org/slot".into()))
+    );
+    profile.ignored_resource_groups = vec!["fpga.example.org".into()];
+    s.set_scheduler_profile(Arc::new(profile));
+    assert_eq!(check(&mut s, &p, a), Ok(()));
+    assert_eq!(find_node(&mut s, &p, 0), Some(a));
+    // Built-in resources are never ignored.
+    p.requests.cpu_milli = 64_000;
+    assert_eq!(find_node(&mut s, &p, 0), None);
+}
+
+fn replica(name: &str, set: &str) -> Pod {
+    let mut p = app(name, "web");
+    p.owner_references.push(ferroscale_model::OwnerRef {
+        api_version: "apps/v1".into(),
+        kind: "ReplicaSet".into(),
+        name: set.into(),
+        uid: format!("uid-{set}"),
+        controller: true,
+    });
+    p
+}
+
+fn zone_defaults(action: UnsatisfiableAction) -> Arc<SchedulerProfile> {
+    let mut profile = SchedulerProfile::default();
+    profile.spread_defaulting = SpreadDefaulting::List;
+    profile.default_constraints = vec![TopologySpreadConstraint {
+        when_unsatisfiable: action,
+        label_selector: None,
+        ..spread("unused", ZONE, 1)
+    }];
+    Arc::new(profile)
+}
+
+#[test]
+fn default_spread_constraints_count_the_pods_of_the_same_controller() {
+    let mut s = Snapshot::new();
+    let ids: Vec<NodeId> = ["a", "b", "c"]
+        .iter()
+        .map(|z| add_node(&mut s, &format!("{z}1"), Some(z)))
+        .collect();
+    for i in 0..2 {
+        place(&mut s, ids[0], replica(&format!("web-{i}"), "web-1"));
+    }
+    place(&mut s, ids[1], replica("web-2", "web-1"));
+    // Another ReplicaSet's pods with the same labels are not counted.
+    for i in 0..3 {
+        place(&mut s, ids[2], replica(&format!("other-{i}"), "web-2"));
+    }
+    let next = replica("web-3", "web-1");
+    assert_eq!(fits_on(&mut s, &next).len(), 3, "no constraints by default");
+
+    s.set_scheduler_profile(zone_defaults(UnsatisfiableAction::DoNotSchedule));
+    assert_eq!(fits_on(&mut s, &next), vec!["c1"]);
+    assert_eq!(find_node(&mut s, &next, 0), Some(ids[2]));
+    // The other ReplicaSet's pod sees its own counts: 3 in c, 0 elsewhere.
+    assert_eq!(
+        fits_on(&mut s, &replica("other-3", "web-2")),
+        vec!["a1", "b1"]
+    );
+    // A pod with constraints of its own keeps them (here a soft one: no filtering at all).
+    let mut own = replica("web-4", "web-1");
+    own.topology_spread.push(TopologySpreadConstraint {
+        when_unsatisfiable: UnsatisfiableAction::ScheduleAnyway,
+        ..spread("web", ZONE, 1)
+    });
+    assert_eq!(fits_on(&mut s, &own).len(), 3);
+    // A pod without a ReplicaSet, StatefulSet or ReplicationController gets no defaults.
+    assert_eq!(fits_on(&mut s, &app("bare", "web")).len(), 3);
+    let mut job_pod = replica("job", "web-1");
+    job_pod.owner_references[0].kind = "Job".into();
+    job_pod.owner_references[0].api_version = "batch/v1".into();
+    assert_eq!(fits_on(&mut s, &job_pod).len(), 3);
+    // ScheduleAnyway defaults (like the system defaults) never reject.
+    s.set_scheduler_profile(zone_defaults(UnsatisfiableAction::ScheduleAnyway));
+    assert_eq!(fits_on(&mut s, &next).len(), 3);
+    // Nor do DoNotSchedule defaults once PodTopologySpread is disabled.
+    let mut disabled = (*zone_defaults(UnsatisfiableAction::DoNotSchedule)).clone();
+    disabled.set_enabled(FilterPlugin::PodTopologySpread, false);
+    s.set_scheduler_profile(Arc::new(disabled));
+    assert_eq!(fits_on(&mut s, &next).len(), 3);
+    s.assert_indexes_consistent();
+}

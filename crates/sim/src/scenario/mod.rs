@@ -601,7 +601,14 @@ impl Validator<'_> {
                     ));
                 }
             };
-            out.push((name.trim_start_matches('-').to_string(), value));
+            let name = name.trim_start_matches('-');
+            // A file an option names is relative to the scenario file, as `objects:` files are.
+            let value = if name == "scheduler-config-file" && !value.is_empty() {
+                self.base_dir.join(&value).display().to_string()
+            } else {
+                value
+            };
+            out.push((name.to_string(), value));
         }
         Ok(out)
     }
