@@ -546,7 +546,11 @@ fn parse_drain_priority(flag: &str, value: &str) -> Result<Vec<DrainPriorityBand
             )
         })?;
         let priority: i32 = priority.parse().map_err(|_| {
-            OptionError::invalid(flag, value, format!("priority {priority:?} is not an integer"))
+            OptionError::invalid(
+                flag,
+                value,
+                format!("priority {priority:?} is not an integer"),
+            )
         })?;
         let grace_seconds: i64 = seconds.parse().map_err(|_| {
             OptionError::invalid(

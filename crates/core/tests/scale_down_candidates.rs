@@ -116,7 +116,7 @@ fn non_empty_unneeded(plan: &ScaleDownPlan) -> usize {
 /// unneeded nodes and leaves the rest unsimulated, while empty nodes are all simulated; a count of
 /// zero lifts the limit.
 #[test]
-fn s116_non_empty_candidates_count_caps_new_non_empty_nodes_per_loop() {
+fn non_empty_candidates_count_caps_new_non_empty_nodes_per_loop() {
     let mut cluster = Cluster::new(100, 5);
     let plan = cluster.plan(t0(), &ScaleDownState::new());
     assert_eq!(plan.unneeded.iter().filter(|u| u.empty).count(), 5);
@@ -139,7 +139,7 @@ fn s116_non_empty_candidates_count_caps_new_non_empty_nodes_per_loop() {
 /// Checks docs/behaviour.md SD-116: only the first max(ceil(ratio × nodes), min-count) additional
 /// candidates are simulated.
 #[test]
-fn s116_the_pool_of_additional_candidates_is_ratio_of_nodes_or_min_count() {
+fn the_pool_of_additional_candidates_is_ratio_of_nodes_or_min_count() {
     let mut cluster = Cluster::new(100, 0);
     // ceil(100 × 0.1) = 10 > min-count 5.
     cluster.set("scale-down-candidates-pool-min-count", "5");
@@ -164,7 +164,7 @@ fn s116_the_pool_of_additional_candidates_is_ratio_of_nodes_or_min_count() {
 /// Checks docs/behaviour.md SD-116: the previous loop's unneeded nodes are all simulated again,
 /// and additional candidates only make up what they leave short of the count.
 #[test]
-fn s116_previous_unneeded_nodes_come_first_and_additional_ones_fill_up_to_the_count() {
+fn previous_unneeded_nodes_come_first_and_additional_ones_fill_up_to_the_count() {
     let mut cluster = Cluster::new(100, 0);
     cluster.set("scale-down-non-empty-candidates-count", "20");
     let first = cluster.plan(t0(), &ScaleDownState::new());
@@ -191,7 +191,7 @@ fn s116_previous_unneeded_nodes_come_first_and_additional_ones_fill_up_to_the_co
 /// Checks docs/behaviour.md OBS-120: with the tracker on, the plan reports how long the longest
 /// skipped candidate has gone unsimulated; without it, nothing.
 #[test]
-fn obs120_max_node_skip_eval_time_grows_while_a_node_stays_skipped() {
+fn max_node_skip_eval_time_grows_while_a_node_stays_skipped() {
     let mut cluster = Cluster::new(100, 0);
     cluster.set("scale-down-non-empty-candidates-count", "10");
     let off = cluster.plan(t0(), &ScaleDownState::new());
@@ -209,7 +209,7 @@ fn obs120_max_node_skip_eval_time_grows_while_a_node_stays_skipped() {
 /// Checks docs/behaviour.md OBS-121: a node unneeded for longer than its threshold when its
 /// deletion starts is reported with the time beyond the threshold.
 #[test]
-fn obs121_removal_latency_is_time_unneeded_beyond_the_threshold() {
+fn removal_latency_is_time_unneeded_beyond_the_threshold() {
     let mut cluster = Cluster::new(0, 1);
     cluster.set("node-removal-latency-tracking-enabled", "true");
     let first = cluster.plan(t0(), &ScaleDownState::new());

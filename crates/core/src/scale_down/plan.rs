@@ -170,8 +170,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
     while let Some(candidate) = candidates.next() {
         if found >= search_limit {
             plan.skipped.push(candidate.node.name.clone());
-            plan.skipped
-                .extend(candidates.map(|c| c.node.name.clone()));
+            plan.skipped.extend(candidates.map(|c| c.node.name.clone()));
             break;
         }
         let group = node_groups.get(candidate.group);
@@ -198,8 +197,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
         if !non_empty_limit.admits(&candidate) {
             // Candidates come sorted, so every one left is an additional non-empty candidate too.
             plan.skipped.push(candidate.node.name.clone());
-            plan.skipped
-                .extend(candidates.map(|c| c.node.name.clone()));
+            plan.skipped.extend(candidates.map(|c| c.node.name.clone()));
             break;
         }
         let Some(info) = snapshot.node(candidate.id) else {
@@ -370,9 +368,10 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
         plan.max_node_skip_eval = Some(next_state.skip_eval.update(&plan.skipped, now));
     }
     if options.node_removal_latency_tracking_enabled {
-        plan.removal_latencies = next_state
-            .removal_latency
-            .update(latency_update(&plan, node_groups, options, now));
+        plan.removal_latencies =
+            next_state
+                .removal_latency
+                .update(latency_update(&plan, node_groups, options, now));
     }
     plan.next_state = next_state;
     plan
@@ -435,7 +434,8 @@ impl NonEmptyCandidateLimit {
             .ok()
             .filter(|count| *count > 0);
         // The ratio is finite and non-negative (`set` refuses anything else); the cast saturates.
-        let by_ratio = (node_count as f64 * options.scale_down_candidates_pool_ratio).ceil() as usize;
+        let by_ratio =
+            (node_count as f64 * options.scale_down_candidates_pool_ratio).ceil() as usize;
         let min = usize::try_from(options.scale_down_candidates_pool_min_count).unwrap_or(0);
         NonEmptyCandidateLimit {
             count,

@@ -188,14 +188,15 @@ mod tests {
         let t0 = Timestamp::from_secs(1000);
         let ten = Duration::from_secs(600);
         let mut tracker = RemovalLatencyTracker::default();
-        let plan = |now, unneeded: Vec<(&'static str, Duration)>, reasons, deleted: &[&'static str]| {
-            LatencyUpdate {
-                now,
-                unneeded,
-                reasons,
-                deleted: deleted.iter().copied().collect(),
-            }
-        };
+        let plan =
+            |now, unneeded: Vec<(&'static str, Duration)>, reasons, deleted: &[&'static str]| {
+                LatencyUpdate {
+                    now,
+                    unneeded,
+                    reasons,
+                    deleted: deleted.iter().copied().collect(),
+                }
+            };
         assert!(
             tracker
                 .update(plan(t0, vec![("a", ten), ("b", ten)], vec![], &[]))
