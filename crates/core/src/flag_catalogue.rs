@@ -532,23 +532,32 @@ pub const FLAGS: &[Flag] = &[
     engine("enable-inter-pod-affinity-hostname-fast-path", Bool, "false", ScaleUp,
         "Upstream's scheduler feature gate for hostname inter-pod affinity.").pending(),
     engine("scale-down-non-empty-candidates-count", Int, "30", ScaleDown,
-        "The most non-empty nodes simulated for removal per loop; 0 or less is no limit.").pending(),
+        "The most non-empty nodes simulated for removal per loop; 0 or less is no limit.")
+        .note("Upstream 1.36 accepts this and the two pool flags without effect; Ferroscale gives them their older upstream meaning on top of its removal-search bound, the stricter winning (docs/behaviour.md SD-116)."),
     engine("scale-down-candidates-pool-ratio", Float, "0.1", ScaleDown,
-        "Extra candidates, as a ratio of the nodes, when earlier candidates are no longer valid.").pending(),
+        "Extra candidates, as a ratio of the nodes, when earlier candidates are no longer valid.")
+        .note("As --scale-down-non-empty-candidates-count."),
     engine("scale-down-candidates-pool-min-count", Int, "50", ScaleDown,
-        "At least this many extra candidates.").pending(),
+        "At least this many extra candidates.")
+        .note("As --scale-down-non-empty-candidates-count."),
     engine("node-deletion-batcher-interval", DUR, "0s", ScaleDown,
-        "Gather the deletions of a node group for this long and send them in one call.").pending(),
+        "Gather the deletions of a node group for this long and send them in one call.")
+        .note("docs/behaviour.md SD-117."),
     engine("drain-priority-config", Text, "", ScaleDown,
-        "Drain pods in priority bands as priority:seconds,...; excludes --max-graceful-termination-sec.").pending(),
+        "Drain pods in priority bands as priority:seconds,...; excludes --max-graceful-termination-sec.")
+        .note("Refused together with a --max-graceful-termination-sec other than 600, as upstream; negative seconds are refused (docs/behaviour.md SD-118)."),
     engine("dynamic-node-delete-delay-after-taint-enabled", Bool, "false", ScaleDown,
-        "Derive the wait after tainting from the API server's observed latency.").pending(),
+        "Derive the wait after tainting from the API server's observed latency.")
+        .note("The wait is twice the worst taint latency of the last hour, measured by reading each tainted node back once rather than watching for up to 30 s (docs/behaviour.md SD-119)."),
     engine("max-node-skip-eval-time-tracker-enabled", Bool, "false", Diagnostics,
-        "Track the longest time a node was skipped by scale-down (metric).").pending(),
+        "Track the longest time a node was skipped by scale-down (metric).")
+        .note("Fills cluster_autoscaler_max_node_skip_eval_duration_seconds (docs/behaviour.md OBS-120)."),
     engine("node-removal-latency-tracking-enabled", Bool, "false", Diagnostics,
-        "Track how long unneeded nodes take to be removed (metric).").pending(),
+        "Track how long unneeded nodes take to be removed (metric).")
+        .note("Fills cluster_autoscaler_node_removal_latency_seconds (docs/behaviour.md OBS-121)."),
     engine("emit-per-nodegroup-metrics", Bool, "false", Diagnostics,
-        "Emit metrics per node group.").pending(),
+        "Emit metrics per node group.")
+        .note("Series of groups or backoffs that are gone are dropped rather than kept at their last value (docs/behaviour.md OBS-122)."),
     // --- other cloud providers ---
     other_provider("aws-use-static-instance-list", Bool, "false", "AWS"),
     other_provider("bulk-mig-instances-listing-enabled", Bool, "false", "GCE"),

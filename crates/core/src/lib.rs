@@ -23,4 +23,4 @@ pub mod scale_down;
 pub mod scale_up;
 
 pub use backoff::NodeGroupBackoff;
-pub use options::{AutoscalingOptions, OptionError};
+pub use options::{AutoscalingOptions, DrainPriorityBand, OptionError};

@@ -296,7 +296,41 @@ pub struct AutoscalingOptions {
     /// parsed once when the flag is set (docs/behaviour.md SCHED-101). `None` (upstream's default,
     /// an empty path): kube-scheduler's default profile.
     pub scheduler_config: Option<SchedulerConfigFile>,
+    // --- scale-down candidates, deletion batching, drain bands, scale-down metrics (issue 13) ---
+    /// Non-empty candidates found per loop before the search stops (docs/behaviour.md SD-116);
+    /// zero or negative: no limit.
+    pub scale_down_non_empty_candidates_count: i64,
+    /// Share of all nodes that forms the pool of additional non-empty candidates (SD-116).
+    pub scale_down_candidates_pool_ratio: f64,
+    /// Smallest pool of additional non-empty candidates (SD-116).
+    pub scale_down_candidates_pool_min_count: i64,
+    /// Deletions of one node group that become ready within this long go out in one
+    /// `DeleteNodes` call (docs/behaviour.md SD-117); zero deletes each at once.
+    pub node_deletion_batcher_interval: Duration,
+    /// `--drain-priority-config`: eviction bands, sorted by ascending priority; empty means one
+    /// band capped by `--max-graceful-termination-sec` (docs/behaviour.md SD-118).
+    pub drain_priority_config: Vec<DrainPriorityBand>,
+    /// Post-taint wait derived from the observed taint latency (docs/behaviour.md SD-119).
+    pub dynamic_node_delete_delay_after_taint_enabled: bool,
+    /// Fill `max_node_skip_eval_duration_seconds` (docs/behaviour.md OBS-120).
+    pub max_node_skip_eval_time_tracker_enabled: bool,
+    /// Fill `node_removal_latency_seconds` (docs/behaviour.md OBS-121).
+    pub node_removal_latency_tracking_enabled: bool,
+    /// Register and fill the per-node-group gauges (docs/behaviour.md OBS-122).
+    pub emit_per_nodegroup_metrics: bool,
 }
+
+/// One band of `--drain-priority-config`: pods whose priority is at least `priority` (and below
+/// the next band's) are evicted together with at most `grace_seconds` of grace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainPriorityBand {
+    pub priority: i32,
+    pub grace_seconds: i64,
+}
+
+/// The default of `--max-graceful-termination-sec`; any other value conflicts with
+/// `--drain-priority-config`.
+pub const MAX_GRACEFUL_TERMINATION_SEC_DEFAULT: i64 = 600;
 
 const MINUTE: u64 = 60;
 
@@ -388,6 +422,15 @@ impl Default for AutoscalingOptions {
             status_config_map_name: "cluster-autoscaler-status".to_string(),
             // --- scheduler configuration ---
             scheduler_config: None,
+            scale_down_non_empty_candidates_count: 30,
+            scale_down_candidates_pool_ratio: 0.1,
+            scale_down_candidates_pool_min_count: 50,
+            node_deletion_batcher_interval: Duration::ZERO,
+            drain_priority_config: Vec::new(),
+            dynamic_node_delete_delay_after_taint_enabled: false,
+            max_node_skip_eval_time_tracker_enabled: false,
+            node_removal_latency_tracking_enabled: false,
+            emit_per_nodegroup_metrics: false,
         }
     }
 }
@@ -549,6 +592,60 @@ fn check_expander_chain(
     Ok(())
 }
 
+/// `--drain-priority-config`: `priority:seconds` pairs separated by commas (for example
+/// `10000:20,1000:100,0:60`), returned by ascending priority. Upstream refuses a value it cannot
+/// parse; so does this, naming the pair. An empty value means no bands.
+fn parse_drain_priority(flag: &str, value: &str) -> Result<Vec<DrainPriorityBand>, OptionError> {
+    if value.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut bands = Vec::new();
+    for item in value.split(',') {
+        let (priority, seconds) = item.split_once(':').ok_or_else(|| {
+            OptionError::invalid(
+                flag,
+                value,
+                format!("{item:?} is not a priority and a grace period separated by ':'"),
+            )
+        })?;
+        let priority: i32 = priority.parse().map_err(|_| {
+            OptionError::invalid(
+                flag,
+                value,
+                format!("priority {priority:?} is not an integer"),
+            )
+        })?;
+        let grace_seconds: i64 = seconds.parse().map_err(|_| {
+            OptionError::invalid(
+                flag,
+                value,
+                format!("grace period {seconds:?} is not an integer number of seconds"),
+            )
+        })?;
+        if grace_seconds < 0 {
+            return Err(OptionError::invalid(
+                flag,
+                value,
+                format!("grace period {grace_seconds} is negative"),
+            ));
+        }
+        bands.push(DrainPriorityBand {
+            priority,
+            grace_seconds,
+        });
+    }
+    bands.sort_by_key(|band| band.priority);
+    Ok(bands)
+}
+
+fn format_drain_priority(bands: &[DrainPriorityBand]) -> String {
+    bands
+        .iter()
+        .map(|b| format!("{}:{}", b.priority, b.grace_seconds))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 impl AutoscalingOptions {
     /// Applies one flag by its upstream name (no leading dashes) with upstream syntax. Repeatable
     /// flags (`gpu-total`, `balancing-ignore-label`, `balancing-label`, `startup-taint`, ...) append;
@@ -700,6 +797,30 @@ impl AutoscalingOptions {
             "status-config-map-name" => self.status_config_map_name = v.to_string(),
             // --- scheduler configuration ---
             "scheduler-config-file" => self.scheduler_config = SchedulerConfigFile::read(f, v)?,
+            // --- scale-down candidates, deletion batching, drain bands, scale-down metrics ---
+            "scale-down-non-empty-candidates-count" => {
+                self.scale_down_non_empty_candidates_count = parse_number(f, v, "an integer")?
+            }
+            "scale-down-candidates-pool-ratio" => {
+                self.scale_down_candidates_pool_ratio = parse_ratio(f, v)?
+            }
+            "scale-down-candidates-pool-min-count" => {
+                self.scale_down_candidates_pool_min_count = parse_number(f, v, "an integer")?
+            }
+            "node-deletion-batcher-interval" => {
+                self.node_deletion_batcher_interval = parse_duration(f, v)?
+            }
+            "drain-priority-config" => self.drain_priority_config = parse_drain_priority(f, v)?,
+            "dynamic-node-delete-delay-after-taint-enabled" => {
+                self.dynamic_node_delete_delay_after_taint_enabled = parse_bool(f, v)?
+            }
+            "max-node-skip-eval-time-tracker-enabled" => {
+                self.max_node_skip_eval_time_tracker_enabled = parse_bool(f, v)?
+            }
+            "node-removal-latency-tracking-enabled" => {
+                self.node_removal_latency_tracking_enabled = parse_bool(f, v)?
+            }
+            "emit-per-nodegroup-metrics" => self.emit_per_nodegroup_metrics = parse_bool(f, v)?,
             _ => {
                 return Err(OptionError::UnknownFlag {
                     flag: flag.to_string(),
@@ -752,6 +873,17 @@ impl AutoscalingOptions {
                 "bypassed-scheduler-names",
                 &self.bypassed_scheduler_names.join(","),
                 format!("scheduler {outside:?} is not in --allowed-scheduler-names"),
+            ));
+        }
+        // Drain bands replace the single grace cap, so both at once is refused, as upstream does
+        // (docs/behaviour.md SD-118).
+        if !self.drain_priority_config.is_empty()
+            && self.max_graceful_termination_sec != MAX_GRACEFUL_TERMINATION_SEC_DEFAULT
+        {
+            return Err(OptionError::invalid(
+                "drain-priority-config",
+                &format_drain_priority(&self.drain_priority_config),
+                "could not use --drain-priority-config together with --max-graceful-termination-sec",
             ));
         }
         if self.initial_node_group_backoff_duration > self.max_node_group_backoff_duration {

@@ -5,6 +5,7 @@
 //! eviction results, skipped-event reasons) are created at zero so that dashboards and alerts see
 //! the series before the first occurrence, as upstream does.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ferroscale_core::AutoscalingOptions;
@@ -99,6 +100,128 @@ pub struct AutoscalerMetrics {
     pub scale_down_in_cooldown: IntGauge,
     pub old_unregistered_nodes_removed_count: IntCounter,
     pub skipped_scale_events_count: IntCounterVec,
+    /// Filled with `--max-node-skip-eval-time-tracker-enabled` (docs/behaviour.md OBS-120).
+    pub max_node_skip_eval_duration_seconds: Gauge,
+    /// Filled with `--node-removal-latency-tracking-enabled` (docs/behaviour.md OBS-121).
+    pub node_removal_latency_seconds: HistogramVec,
+    /// Registered on the first loop with `--emit-per-nodegroup-metrics` (docs/behaviour.md
+    /// OBS-122), as upstream registers them only with the flag.
+    per_node_group: Arc<OnceLock<Result<PerNodeGroupMetrics, String>>>,
+}
+
+/// The per-node-group gauges of `--emit-per-nodegroup-metrics`.
+#[derive(Clone)]
+pub struct PerNodeGroupMetrics {
+    pub node_group_min_count: IntGaugeVec,
+    pub node_group_max_count: IntGaugeVec,
+    pub node_group_target_count: IntGaugeVec,
+    pub node_group_healthiness: IntGaugeVec,
+    pub node_group_backoff_status: IntGaugeVec,
+    pub nodes_count_per_node_group: IntGaugeVec,
+}
+
+impl PerNodeGroupMetrics {
+    fn register(registry: &Registry) -> Result<PerNodeGroupMetrics, MetricsError> {
+        let gauge_vec =
+            |short: &str, help: &str, labels: &[&str]| -> Result<IntGaugeVec, MetricsError> {
+                let metric = IntGaugeVec::new(Opts::new(name(short), help), labels)?;
+                registry.register(Box::new(metric.clone()))?;
+                Ok(metric)
+            };
+        Ok(PerNodeGroupMetrics {
+            node_group_min_count: gauge_vec(
+                "node_group_min_count",
+                "Minimum number of nodes in the node group.",
+                &["node_group"],
+            )?,
+            node_group_max_count: gauge_vec(
+                "node_group_max_count",
+                "Maximum number of nodes in the node group.",
+                &["node_group"],
+            )?,
+            node_group_target_count: gauge_vec(
+                "node_group_target_count",
+                "Target number of nodes in the node group.",
+                &["node_group"],
+            )?,
+            node_group_healthiness: gauge_vec(
+                "node_group_healthiness",
+                "Whether or not the node group is healthy enough for autoscaling: 1 if it is, 0 otherwise.",
+                &["node_group"],
+            )?,
+            node_group_backoff_status: gauge_vec(
+                "node_group_backoff_status",
+                "Whether or not the node group is backed off from scale-up: 1 if it is, 0 otherwise.",
+                &["node_group", "reason"],
+            )?,
+            nodes_count_per_node_group: gauge_vec(
+                "nodes_count_per_node_group",
+                "Number of nodes per node group in the cluster.",
+                &["state", "node_group"],
+            )?,
+        })
+    }
+
+    /// One loop's values. Series of groups that disappeared, and backoff reasons that ended, are
+    /// dropped rather than left at their last value.
+    fn record(&self, outcome: &LoopOutcome) {
+        for gauge in [
+            &self.node_group_min_count,
+            &self.node_group_max_count,
+            &self.node_group_target_count,
+            &self.node_group_healthiness,
+            &self.node_group_backoff_status,
+            &self.nodes_count_per_node_group,
+        ] {
+            gauge.reset();
+        }
+        for group in &outcome.node_groups {
+            let id = group.id.as_str();
+            self.node_group_min_count
+                .with_label_values(&[id])
+                .set(as_gauge(group.min_size));
+            self.node_group_max_count
+                .with_label_values(&[id])
+                .set(as_gauge(group.max_size));
+            self.node_group_target_count
+                .with_label_values(&[id])
+                .set(as_gauge(group.target_size));
+        }
+        for state in &outcome.cluster_state.groups {
+            let id = state.group_id.as_str();
+            self.node_group_healthiness
+                .with_label_values(&[id])
+                .set(i64::from(state.healthy));
+            let counts = &state.counts;
+            for (label, count) in NODE_STATES.iter().zip([
+                counts.ready,
+                counts.unready,
+                counts.not_started,
+                counts.suspended,
+                counts.long_unregistered,
+                counts.unregistered,
+            ]) {
+                self.nodes_count_per_node_group
+                    .with_label_values(&[label, id])
+                    .set(as_gauge(count));
+            }
+        }
+        for group in &outcome.node_groups {
+            let id = group.id.as_str();
+            match outcome.node_group_backoffs.get(id) {
+                Some(code) => {
+                    let reason = if code.is_empty() { "unknown" } else { code };
+                    self.node_group_backoff_status
+                        .with_label_values(&[id, reason])
+                        .set(1);
+                }
+                None => self
+                    .node_group_backoff_status
+                    .with_label_values(&[id, ""])
+                    .set(0),
+            }
+        }
+    }
 }
 
 fn name(short: &str) -> String {
@@ -150,6 +273,17 @@ impl AutoscalerMetrics {
             "Number of unregistered nodes removed by the autoscaler.",
         )?;
         registry.register(Box::new(old_unregistered_nodes_removed_count.clone()))?;
+        // ~1 s to ~24 min: 19 buckets growing by 1.5, as upstream.
+        let node_removal_latency_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                name("node_removal_latency_seconds"),
+                "Time an unneeded node waited beyond its threshold until it was removed \
+                 (deleted=true) or became needed again (deleted=false).",
+            )
+            .buckets(prometheus::exponential_buckets(1.0, 1.5, 19)?),
+            &["deleted", "delay_reason"],
+        )?;
+        registry.register(Box::new(node_removal_latency_seconds.clone()))?;
         // GPU and DRA labels stay empty: the engine does not report them per node yet.
         let gpu_labels = ["gpu_resource_name", "gpu_name", "dra_drivers"];
         let metrics = AutoscalerMetrics {
@@ -245,6 +379,12 @@ impl AutoscalerMetrics {
                 "Count of scaling events that the autoscaler decided to skip.",
                 &["direction", "reason"],
             )?,
+            max_node_skip_eval_duration_seconds: float_gauge(
+                "max_node_skip_eval_duration_seconds",
+                "Maximum time a node has been skipped by the scale-down simulation.",
+            )?,
+            node_removal_latency_seconds,
+            per_node_group: Arc::new(OnceLock::new()),
             registry,
         };
         metrics.initialise_standard_series();
@@ -446,8 +586,23 @@ impl AutoscalerMetrics {
             }
         }
 
+        if options.emit_per_nodegroup_metrics {
+            self.record_per_node_group(outcome);
+        }
         if let Some(plan) = &outcome.scale_down {
             activity("scaleDown");
+            if let Some(skipped) = plan.max_node_skip_eval {
+                self.max_node_skip_eval_duration_seconds
+                    .set(skipped.as_secs_f64());
+            }
+            for latency in &plan.removal_latencies {
+                self.node_removal_latency_seconds
+                    .with_label_values(&[
+                        if latency.deleted { "true" } else { "false" },
+                        latency.delay_reason.as_str(),
+                    ])
+                    .observe(latency.latency.as_secs_f64());
+            }
             self.unneeded_nodes_count.set(as_gauge(plan.unneeded.len()));
             self.scale_down_in_cooldown.set(i64::from(plan.in_cooldown));
             for reason in UNREMOVABLE_REASONS {
@@ -500,6 +655,22 @@ impl AutoscalerMetrics {
                 .count();
             self.old_unregistered_nodes_removed_count
                 .inc_by(removed as u64);
+        }
+    }
+}
+
+impl AutoscalerMetrics {
+    /// `--emit-per-nodegroup-metrics` (docs/behaviour.md OBS-122): registers the gauges on first
+    /// use, then fills them. A registration failure is logged once and the gauges stay away.
+    fn record_per_node_group(&self, outcome: &LoopOutcome) {
+        let registered = self.per_node_group.get_or_init(|| {
+            PerNodeGroupMetrics::register(&self.registry).map_err(|error| {
+                tracing::error!(%error, "registering the per-node-group metrics");
+                error.to_string()
+            })
+        });
+        if let Ok(metrics) = registered {
+            metrics.record(outcome);
         }
     }
 }

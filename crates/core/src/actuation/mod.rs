@@ -20,6 +20,7 @@ use std::time::Duration;
 use ferroscale_model::taints::TO_BE_DELETED;
 use ferroscale_model::{Node, Pod, Taint, TaintEffect, Timestamp};
 
+use crate::autoscaler::{NoStopwatch, Stopwatch};
 use crate::cloud::{CloudError, NodeGroup};
 use crate::events::{Event, EventObject, reasons};
 use crate::kubernetes::{ClusterApi, ClusterError, EvictionError};
@@ -212,6 +213,57 @@ pub fn eviction_grace_seconds(pod: &Pod, options: &AutoscalingOptions) -> i64 {
         .max(0)
 }
 
+/// The pods of one drain that are evicted together, and how long they get to go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct EvictionBand {
+    pods: Vec<PodRef>,
+    /// The band's grace cap: evicted pods are waited for this long plus
+    /// [`POD_TERMINATION_MARGIN`].
+    wait: Duration,
+}
+
+/// Splits a drain's must-evict pods into the bands they are evicted in (docs/behaviour.md
+/// SD-118). Without `--drain-priority-config`: one band, each pod's grace capped by
+/// `--max-graceful-termination-sec`. With it: a pod belongs to the band of the highest configured
+/// priority at or below its own (the lowest band when it is below all), bands go in ascending
+/// priority, and each caps its pods' grace by its own seconds (a band of 0 seconds leaves the
+/// pods' own grace, as upstream). Bands without pods are left out.
+fn eviction_bands(pods: &[Arc<Pod>], options: &AutoscalingOptions) -> Vec<EvictionBand> {
+    let config = &options.drain_priority_config;
+    if config.is_empty() {
+        return vec![EvictionBand {
+            pods: pods.iter().map(|p| PodRef::new(p, options)).collect(),
+            wait: Duration::from_secs(
+                u64::try_from(options.max_graceful_termination_sec).unwrap_or(0),
+            ),
+        }];
+    }
+    let mut bands: Vec<EvictionBand> = config
+        .iter()
+        .map(|band| EvictionBand {
+            pods: Vec::new(),
+            wait: Duration::from_secs(u64::try_from(band.grace_seconds).unwrap_or(0)),
+        })
+        .collect();
+    for pod in pods {
+        let priority = pod.priority.unwrap_or(0);
+        let index = config
+            .iter()
+            .rposition(|band| band.priority <= priority)
+            .unwrap_or(0);
+        let cap = config.get(index).map_or(0, |band| band.grace_seconds);
+        let own = pod
+            .termination_grace_seconds
+            .unwrap_or(DEFAULT_POD_GRACE_SECONDS);
+        let grace = if cap > 0 { own.min(cap) } else { own }.max(0);
+        if let Some(band) = bands.get_mut(index) {
+            band.pods.push(PodRef::with_grace(pod, grace));
+        }
+    }
+    bands.retain(|band| !band.pods.is_empty());
+    bands
+}
+
 /// The `ToBeDeletedByClusterAutoscaler` taint as placed at `now`.
 pub fn to_be_deleted_taint(now: Timestamp) -> Taint {
     Taint {
@@ -235,11 +287,15 @@ struct PodRef {
 
 impl PodRef {
     fn new(pod: &Pod, options: &AutoscalingOptions) -> PodRef {
+        PodRef::with_grace(pod, eviction_grace_seconds(pod, options))
+    }
+
+    fn with_grace(pod: &Pod, grace_seconds: i64) -> PodRef {
         PodRef {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             uid: pod.uid.clone(),
-            grace_seconds: eviction_grace_seconds(pod, options),
+            grace_seconds,
         }
     }
 
@@ -279,6 +335,14 @@ struct Deletion {
     waiting: Vec<PodRef>,
     /// The pods a drain evicts, as they were before eviction.
     evicted: Vec<Arc<Pod>>,
+    /// When the deletion reached `ReadyToDelete` (the deletion batcher's clock).
+    ready_at: Option<Timestamp>,
+    /// How long the pods of the band being evicted are waited for (plus the margin).
+    band_wait: Duration,
+    /// The eviction bands after the current one, in order (docs/behaviour.md SD-118).
+    next_bands: Vec<EvictionBand>,
+    /// The post-taint wait in force when the deletion started (docs/behaviour.md SD-119).
+    delay: Duration,
 }
 
 /// A step a deletion reached, for timelines and explanations.
@@ -405,11 +469,17 @@ pub struct InProgressDeletion {
     pub phase: DeletionPhase,
 }
 
+/// How long taint latencies are remembered for `--dynamic-node-delete-delay-after-taint-enabled`.
+pub const TAINT_LATENCY_MEMORY: Duration = Duration::from_secs(3600);
+
 /// The deletions in progress, remembered across loops.
 #[derive(Debug, Clone, Default)]
 pub struct DeletionTracker {
     active: Vec<Deletion>,
     next_batch: u64,
+    /// Taint latencies measured in the last hour, with when they were measured
+    /// (docs/behaviour.md SD-119).
+    taint_latencies: Vec<(Timestamp, Duration)>,
 }
 
 impl DeletionTracker {
@@ -452,13 +522,42 @@ impl DeletionTracker {
     /// Taints every node of `requests` (docs/behaviour.md SD-81, SD-109) and starts tracking them.
     /// When any taint fails, the taints placed by this call are removed again, `ScaleDownFailed` is
     /// emitted for the nodes that could not be tainted, nothing is tracked and `start_error` is
-    /// set.
+    /// set. Taint latency is not measured (see [`DeletionTracker::start_measured`]).
     pub async fn start(
         &mut self,
         requests: Vec<NodeDeletion>,
         cluster: &dyn ClusterApi,
         now: Timestamp,
         options: &AutoscalingOptions,
+    ) -> ActuationProgress {
+        self.start_measured(requests, cluster, now, options, &NoStopwatch)
+            .await
+    }
+
+    /// The post-taint wait of deletions started now: `--node-delete-delay-after-taint`, or, with
+    /// `--dynamic-node-delete-delay-after-taint-enabled` and a latency measured in the last hour,
+    /// twice the largest such latency (docs/behaviour.md SD-119).
+    pub fn delay_after_taint(&self, options: &AutoscalingOptions) -> Duration {
+        if !options.dynamic_node_delete_delay_after_taint_enabled {
+            return options.node_delete_delay_after_taint;
+        }
+        self.taint_latencies
+            .iter()
+            .map(|(_, latency)| *latency)
+            .max()
+            .map_or(options.node_delete_delay_after_taint, |worst| 2 * worst)
+    }
+
+    /// [`DeletionTracker::start`], measuring with `clock` how long each taint takes to be visible
+    /// in the API server's answer when `--dynamic-node-delete-delay-after-taint-enabled` is set
+    /// (docs/behaviour.md SD-119).
+    pub async fn start_measured(
+        &mut self,
+        requests: Vec<NodeDeletion>,
+        cluster: &dyn ClusterApi,
+        now: Timestamp,
+        options: &AutoscalingOptions,
+        clock: &dyn Stopwatch,
     ) -> ActuationProgress {
         let mut progress = ActuationProgress::default();
         let requests: Vec<NodeDeletion> = requests
@@ -470,13 +569,18 @@ impl DeletionTracker {
         }
         let cordon = options.cordon_node_before_terminating;
         let mut tainted: Vec<&NodeDeletion> = Vec::new();
+        let mut taint_started: Vec<f64> = Vec::new();
         let mut errors: Vec<(&NodeDeletion, ClusterError)> = Vec::new();
         for request in &requests {
+            let started = clock.elapsed_millis();
             match cluster
                 .taint_node(&request.node.name, to_be_deleted_taint(now), cordon)
                 .await
             {
-                Ok(()) => tainted.push(request),
+                Ok(()) => {
+                    tainted.push(request);
+                    taint_started.push(started);
+                }
                 Err(e) => errors.push((request, e)),
             }
         }
@@ -517,6 +621,11 @@ impl DeletionTracker {
             return progress;
         }
 
+        if options.dynamic_node_delete_delay_after_taint_enabled {
+            self.measure_taint_latency(&tainted, &taint_started, cluster, now, clock)
+                .await;
+        }
+        let delay = self.delay_after_taint(options);
         let batch = self.next_batch;
         self.next_batch += 1;
         for request in requests {
@@ -551,9 +660,42 @@ impl DeletionTracker {
                 evicting: Vec::new(),
                 waiting: Vec::new(),
                 evicted: Vec::new(),
+                ready_at: None,
+                band_wait: Duration::ZERO,
+                next_bands: Vec::new(),
+                delay,
             });
         }
         progress
+    }
+
+    /// Reads each freshly tainted node back and records the worst time from the start of its
+    /// taint call until the answer shows the taint. A node whose taint is not visible yet makes
+    /// the measurement incomplete: nothing is recorded and the configured delay stays in force,
+    /// as upstream does when its wait for the taints times out.
+    async fn measure_taint_latency(
+        &mut self,
+        tainted: &[&NodeDeletion],
+        started: &[f64],
+        cluster: &dyn ClusterApi,
+        now: Timestamp,
+        clock: &dyn Stopwatch,
+    ) {
+        let mut worst = Duration::ZERO;
+        for (request, started) in tainted.iter().zip(started) {
+            let visible = matches!(
+                cluster.node(&request.node.name).await,
+                Ok(Some(node)) if node.has_taint(TO_BE_DELETED)
+            );
+            if !visible {
+                return;
+            }
+            let millis = (clock.elapsed_millis() - started).max(0.0);
+            worst = worst.max(Duration::from_secs_f64(millis / 1000.0));
+        }
+        self.taint_latencies
+            .retain(|(at, _)| now.since(*at) < TAINT_LATENCY_MEMORY);
+        self.taint_latencies.push((now, worst));
     }
 
     /// Moves every deletion as far as `now` allows. `groups` are the cloud's node groups (for
@@ -611,7 +753,34 @@ impl DeletionTracker {
             if d.phase != DeletionPhase::ReadyToDelete {
                 continue;
             }
-            let members: Vec<usize> = if d.request.zero_or_max {
+            let batching = options.node_deletion_batcher_interval;
+            let members: Vec<usize> = if !d.request.zero_or_max && !batching.is_zero() {
+                // docs/behaviour.md SD-117: the group's ready deletions wait for the batch,
+                // which goes out `--node-deletion-batcher-interval` after its first node was
+                // ready, in one `DeleteNodes` call.
+                let group = d.request.group_id.clone();
+                let members: Vec<usize> = self
+                    .active
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, o)| {
+                        !handled.contains(i)
+                            && !o.request.zero_or_max
+                            && o.request.group_id == group
+                            && o.phase == DeletionPhase::ReadyToDelete
+                    })
+                    .map(|(i, _)| i)
+                    .collect();
+                let first_ready = members
+                    .iter()
+                    .filter_map(|i| self.active.get(*i).and_then(|o| o.ready_at))
+                    .min()
+                    .unwrap_or(now);
+                if now < first_ready + batching {
+                    continue;
+                }
+                members
+            } else if d.request.zero_or_max {
                 let (batch, group) = (d.batch, d.request.group_id.clone());
                 let members: Vec<usize> = self
                     .active
@@ -745,7 +914,7 @@ async fn advance_one(
     loop {
         match deletion.phase.clone() {
             DeletionPhase::Tainted => {
-                if now < deletion.tainted_at + options.node_delete_delay_after_taint {
+                if now < deletion.tainted_at + deletion.delay {
                     return Ok(());
                 }
                 let live = cluster
@@ -776,11 +945,8 @@ async fn advance_one(
                 }
                 // `last_error` is set exactly when some pod is left in `still`.
                 let Some(last_error) = last_error else {
-                    let grace = Duration::from_secs(
-                        u64::try_from(options.max_graceful_termination_sec).unwrap_or(0),
-                    );
                     deletion.phase = DeletionPhase::WaitingForPods {
-                        until: now + grace + POD_TERMINATION_MARGIN,
+                        until: now + deletion.band_wait + POD_TERMINATION_MARGIN,
                         pods: deletion.waiting.iter().map(PodRef::key).collect(),
                     };
                     continue;
@@ -846,6 +1012,12 @@ async fn advance_one(
                     deletion.waiting = remaining;
                     return Ok(());
                 }
+                // The band's pods are gone: the next band starts (docs/behaviour.md SD-118).
+                if !deletion.next_bands.is_empty() {
+                    let band = deletion.next_bands.remove(0);
+                    begin_band(deletion, band, now, Vec::new(), progress);
+                    continue;
+                }
                 deletion.phase = DeletionPhase::WaitingForAnnotations {
                     until: now + options.node_deletion_delay_timeout,
                 };
@@ -866,6 +1038,7 @@ async fn advance_one(
                     return Ok(());
                 }
                 deletion.phase = DeletionPhase::ReadyToDelete;
+                deletion.ready_at = Some(now);
             }
             DeletionPhase::ReadyToDelete => return Ok(()),
         }
@@ -882,12 +1055,22 @@ async fn start_evictions(
     progress: &mut ActuationProgress,
 ) {
     let kind = deletion.request.kind;
-    let daemonset_pods: Vec<PodRef> = live
+    let selected_daemonset_pods: Vec<&Arc<Pod>> = live
         .iter()
         .filter(|p| p.is_daemonset_pod() && !p.is_terminal())
         .filter(|p| evicts_daemonset_pod(p, kind, options))
-        .map(|p| PodRef::new(p, options))
         .collect();
+    // With drain bands, a drain evicts its selected DaemonSet pods in their bands and waits for
+    // them like any other pod, as upstream does; otherwise they go best effort.
+    let banded_drain = kind == RemovalKind::Drain && !options.drain_priority_config.is_empty();
+    let daemonset_pods: Vec<PodRef> = if banded_drain {
+        Vec::new()
+    } else {
+        selected_daemonset_pods
+            .iter()
+            .map(|p| PodRef::new(p, options))
+            .collect()
+    };
     for pod in &daemonset_pods {
         // Best effort: neither retried nor waited for.
         let _ = evict(cluster, pod, progress).await;
@@ -895,27 +1078,52 @@ async fn start_evictions(
     if kind == RemovalKind::Drain {
         deletion.evicted = live.iter().filter(|p| needs_moving(p)).cloned().collect();
     }
-    let must_evict: Vec<PodRef> = deletion
-        .evicted
-        .iter()
-        .map(|p| PodRef::new(p, options))
-        .collect();
-    if kind == RemovalKind::Drain || !daemonset_pods.is_empty() {
-        progress.report(
-            now,
-            &deletion.request,
-            ActuationStep::EvictionsStarted {
-                pods: must_evict.iter().map(PodRef::key).collect(),
-                daemonset_pods: daemonset_pods.iter().map(PodRef::key).collect(),
-            },
-        );
+    let mut must_evict: Vec<Arc<Pod>> = deletion.evicted.clone();
+    if banded_drain {
+        must_evict.extend(selected_daemonset_pods.into_iter().cloned());
     }
+    let mut bands = eviction_bands(&must_evict, options).into_iter();
+    let first = bands.next().unwrap_or(EvictionBand {
+        pods: Vec::new(),
+        wait: Duration::ZERO,
+    });
+    deletion.next_bands = bands.collect();
+    if kind == RemovalKind::Drain || !daemonset_pods.is_empty() {
+        begin_band(deletion, first, now, daemonset_pods, progress);
+    } else {
+        deletion.band_wait = first.wait;
+        deletion.phase = DeletionPhase::Evicting {
+            started: now,
+            next_attempt: now,
+            remaining: first.pods.iter().map(PodRef::key).collect(),
+        };
+        deletion.evicting = first.pods;
+    }
+}
+
+/// Starts evicting one band: reports it and moves the deletion to `Evicting` with its pods.
+fn begin_band(
+    deletion: &mut Deletion,
+    band: EvictionBand,
+    now: Timestamp,
+    best_effort: Vec<PodRef>,
+    progress: &mut ActuationProgress,
+) {
+    progress.report(
+        now,
+        &deletion.request,
+        ActuationStep::EvictionsStarted {
+            pods: band.pods.iter().map(PodRef::key).collect(),
+            daemonset_pods: best_effort.iter().map(PodRef::key).collect(),
+        },
+    );
+    deletion.band_wait = band.wait;
     deletion.phase = DeletionPhase::Evicting {
         started: now,
         next_attempt: now,
-        remaining: must_evict.iter().map(PodRef::key).collect(),
+        remaining: band.pods.iter().map(PodRef::key).collect(),
     };
-    deletion.evicting = must_evict;
+    deletion.evicting = band.pods;
 }
 
 /// One eviction call; "not found" counts as success. Emits the pod's `ScaleDown` event on

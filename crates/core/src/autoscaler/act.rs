@@ -19,7 +19,9 @@ use crate::kubernetes::ClusterApi;
 use crate::scale_down::ScaleDownPlan;
 use crate::scale_up::{NodeGroupView, ScaleUpExecution, ScaleUpPlan, execute_scale_up};
 
-use super::{Autoscaler, LiveRecheck, LoopError, LoopOutcome, PlannedAction, ScaleDownStep};
+use super::{
+    Autoscaler, LiveRecheck, LoopError, LoopOutcome, PlannedAction, ScaleDownStep, Stopwatch,
+};
 
 impl Autoscaler {
     /// Act on a plan of group increases (scale-up or min-size enforcement): resize through the
@@ -199,6 +201,7 @@ impl Autoscaler {
         cluster: &dyn ClusterApi,
         step: &ScaleDownStep<'_>,
         plan: &ScaleDownPlan,
+        clock: &dyn Stopwatch,
         outcome: &mut LoopOutcome,
         events: &mut Vec<Event>,
     ) {
@@ -249,7 +252,7 @@ impl Autoscaler {
             let started_groups: Vec<String> = requests.iter().map(|r| r.group_id.clone()).collect();
             let progress = self
                 .deletions
-                .start(requests, cluster, now, &self.options)
+                .start_measured(requests, cluster, now, &self.options, clock)
                 .await;
             if progress.start_error.is_some() {
                 for group in &started_groups {
@@ -262,7 +265,7 @@ impl Autoscaler {
             }
             record_progress(outcome, events, progress);
             // With no post-taint delay the deletions can go on right away.
-            if self.options.node_delete_delay_after_taint.is_zero() {
+            if self.deletions.delay_after_taint(&self.options).is_zero() {
                 let progress = self
                     .deletions
                     .advance(

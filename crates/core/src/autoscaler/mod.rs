@@ -177,6 +177,9 @@ pub struct LoopOutcome {
     pub pending_pods: Vec<Arc<Pod>>,
     /// Node groups as gathered, in provider order.
     pub node_groups: Vec<NodeGroupView>,
+    /// Groups backed off from scale-up at the end of the iteration, with the backoff's error code
+    /// (for `node_group_backoff_status`, docs/behaviour.md OBS-122).
+    pub node_group_backoffs: BTreeMap<String, String>,
 }
 
 impl LoopOutcome {
@@ -467,6 +470,14 @@ impl Autoscaler {
             }
             outcome.status_configmap = Some(configmap);
         }
+        outcome.node_group_backoffs = outcome
+            .node_groups
+            .iter()
+            .filter_map(|group| {
+                let entry = self.backoff.active(&group.id, now)?;
+                Some((group.id.clone(), entry.reason.code.clone()))
+            })
+            .collect();
         self.previous_status = Some(status.clone());
         outcome.status = Some(status);
 
@@ -727,7 +738,8 @@ impl Autoscaler {
     ) {
         let plan = self.decide_scale_down(&step, snapshot, timer);
         events.extend(plan.events.iter().cloned());
-        self.start_deletions(cluster, &step, &plan, outcome, events)
+        let clock = timer.stopwatch;
+        self.start_deletions(cluster, &step, &plan, clock, outcome, events)
             .await;
         self.apply_soft_taints(cluster, &step, &plan, outcome).await;
         outcome.scale_down = Some(plan);

@@ -24,6 +24,7 @@ mod plan;
 mod simulation;
 mod soft_taints;
 mod state;
+mod trackers;
 mod utilization;
 
 use std::collections::HashMap;
@@ -40,6 +41,7 @@ use crate::scale_up::{NodeGroupView, ProviderFacts};
 pub use drainability::{RecheckBlock, first_blocking_pod};
 pub use plan::plan_scale_down;
 pub use state::ScaleDownState;
+pub use trackers::{RemovalLatency, RemovalLatencyTracker, SkipEvalTracker};
 pub use utilization::{Utilization, UtilizationResource};
 
 /// Node annotation that keeps a node forever (3.3 check 2, 3.6 check 1).
@@ -418,6 +420,14 @@ pub struct ScaleDownPlan {
     /// SD-90).
     pub soft_taints_to_remove: Vec<String>,
     pub events: Vec<Event>,
+    /// Candidates the search left unsimulated this loop (docs/behaviour.md SD-105, SD-116).
+    pub skipped: Vec<String>,
+    /// With `--max-node-skip-eval-time-tracker-enabled`: the longest time a skipped candidate has
+    /// gone unsimulated (docs/behaviour.md OBS-120).
+    pub max_node_skip_eval: Option<std::time::Duration>,
+    /// With `--node-removal-latency-tracking-enabled`: unneeded nodes whose tracking ended this
+    /// loop (docs/behaviour.md OBS-121).
+    pub removal_latencies: Vec<RemovalLatency>,
     /// The state the caller keeps for the next loop.
     pub next_state: ScaleDownState,
 }
@@ -436,6 +446,9 @@ impl ScaleDownPlan {
             soft_taints_to_add: Vec::new(),
             soft_taints_to_remove: Vec::new(),
             events: Vec::new(),
+            skipped: Vec::new(),
+            max_node_skip_eval: None,
+            removal_latencies: Vec::new(),
             next_state: state,
         }
     }

@@ -9,10 +9,13 @@ use ferroscale_scheduling::{NodeId, Snapshot};
 
 use super::choose::{CapacityMargin, ChooseContext, Removable, choose_nodes_to_delete};
 use super::drainability::{DrainRules, PdbTracker, PodDrain};
-use super::eligibility::{Eligibility, check_eligibility, is_being_deleted, looks_empty};
+use super::eligibility::{
+    Eligibility, GroupScaleDownOptions, check_eligibility, is_being_deleted, looks_empty,
+};
 use super::evictions::evict_daemonset_pod;
 use super::simulation::RemovalSimulator;
 use super::soft_taints::plan_soft_taints;
+use super::trackers::LatencyUpdate;
 use super::{
     BlockingPod, ScaleDownInput, ScaleDownPlan, ScaleDownState, ScaleDownStatus, UnneededNode,
     UnremovableNode, UnremovableReason, Utilization,
@@ -155,14 +158,19 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
     // Empty nodes first, then the ones unneeded last loop, then the rest (stable).
     candidates.sort_by_key(|c| (!c.empty, !c.was_unneeded));
 
-    // Removal simulation (docs/behaviour.md SD-104), until the search-stop rule says enough.
+    // Removal simulation (docs/behaviour.md SD-104), until the search-stop rule (SD-105) or the
+    // non-empty candidate limits (SD-116) say enough.
     let search_limit = search_limit(state.unneeded_count(), options, loop_interval);
+    let mut non_empty_limit = NonEmptyCandidateLimit::new(options, nodes.len());
     let rules = DrainRules::from_options(now, controllers, options);
     let mut pdb_tracker = PdbTracker::new(pdbs);
     let mut removables: Vec<Removable> = Vec::new();
     let mut found = 0usize;
-    for candidate in candidates {
+    let mut candidates = candidates.into_iter();
+    while let Some(candidate) = candidates.next() {
         if found >= search_limit {
+            plan.skipped.push(candidate.node.name.clone());
+            plan.skipped.extend(candidates.map(|c| c.node.name.clone()));
             break;
         }
         let group = node_groups.get(candidate.group);
@@ -185,6 +193,12 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
                 None,
             ));
             continue;
+        }
+        if !non_empty_limit.admits(&candidate) {
+            // Candidates come sorted, so every one left is an additional non-empty candidate too.
+            plan.skipped.push(candidate.node.name.clone());
+            plan.skipped.extend(candidates.map(|c| c.node.name.clone()));
+            break;
         }
         let Some(info) = snapshot.node(candidate.id) else {
             continue;
@@ -256,6 +270,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
                 if !group.is_some_and(|g| g.zero_or_max()) {
                     found += 1;
                 }
+                non_empty_limit.found(&candidate);
                 plan.unneeded.push(UnneededNode {
                     node: candidate.node.name.clone(),
                     group_id: group_id.clone().unwrap_or_default(),
@@ -347,8 +362,117 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
     );
     plan.soft_taints_to_add = soft.add;
     plan.soft_taints_to_remove = soft.remove;
+
+    // The optional measurements (docs/behaviour.md OBS-120, OBS-121).
+    if options.max_node_skip_eval_time_tracker_enabled {
+        plan.max_node_skip_eval = Some(next_state.skip_eval.update(&plan.skipped, now));
+    }
+    if options.node_removal_latency_tracking_enabled {
+        plan.removal_latencies =
+            next_state
+                .removal_latency
+                .update(latency_update(&plan, node_groups, options, now));
+    }
     plan.next_state = next_state;
     plan
+}
+
+/// What the removal-latency tracker needs from a finished plan.
+fn latency_update<'p>(
+    plan: &'p ScaleDownPlan,
+    node_groups: &[crate::scale_up::NodeGroupView],
+    options: &AutoscalingOptions,
+    now: Timestamp,
+) -> LatencyUpdate<'p> {
+    let unneeded = plan
+        .unneeded
+        .iter()
+        .map(|u| {
+            let group = node_groups.iter().find(|g| g.id == u.group_id);
+            let group_options = GroupScaleDownOptions::of(group, options);
+            let threshold = if u.ready {
+                group_options.unneeded_time
+            } else {
+                group_options.unready_time
+            };
+            (u.node.as_str(), threshold)
+        })
+        .collect();
+    let reasons = plan
+        .held_back
+        .iter()
+        .chain(&plan.unremovable)
+        .map(|u| (u.node.as_str(), u.reason))
+        .collect();
+    let deleted = plan.nodes_to_delete().map(|r| r.node.as_str()).collect();
+    LatencyUpdate {
+        now,
+        unneeded,
+        reasons,
+        deleted,
+    }
+}
+
+/// docs/behaviour.md SD-116, `--scale-down-non-empty-candidates-count`,
+/// `--scale-down-candidates-pool-ratio`, `--scale-down-candidates-pool-min-count`: every
+/// candidate that looks empty and every non-empty one unneeded in the previous loop is simulated;
+/// the other non-empty candidates are simulated only while fewer than `count` non-empty nodes
+/// were found, and only the first max(ceil(ratio × nodes), min-count) of them. A count of zero or
+/// less lifts the limit.
+struct NonEmptyCandidateLimit {
+    /// `None`: no limit.
+    count: Option<usize>,
+    pool: usize,
+    found_previous: usize,
+    found_additional: usize,
+    seen_additional: usize,
+}
+
+impl NonEmptyCandidateLimit {
+    fn new(options: &AutoscalingOptions, node_count: usize) -> NonEmptyCandidateLimit {
+        let count = usize::try_from(options.scale_down_non_empty_candidates_count)
+            .ok()
+            .filter(|count| *count > 0);
+        // The ratio is finite and non-negative (`set` refuses anything else); the cast saturates.
+        let by_ratio =
+            (node_count as f64 * options.scale_down_candidates_pool_ratio).ceil() as usize;
+        let min = usize::try_from(options.scale_down_candidates_pool_min_count).unwrap_or(0);
+        NonEmptyCandidateLimit {
+            count,
+            pool: by_ratio.max(min),
+            found_previous: 0,
+            found_additional: 0,
+            seen_additional: 0,
+        }
+    }
+
+    /// Whether `candidate` is simulated; `false` once the additional candidates are exhausted.
+    fn admits(&mut self, candidate: &Candidate) -> bool {
+        let Some(count) = self.count else {
+            return true;
+        };
+        if candidate.empty || candidate.was_unneeded {
+            return true;
+        }
+        let additional = count.saturating_sub(self.found_previous);
+        if self.found_additional >= additional || self.seen_additional >= self.pool {
+            return false;
+        }
+        self.seen_additional += 1;
+        true
+    }
+
+    /// `candidate`'s removal simulation succeeded.
+    fn found(&mut self, candidate: &Candidate) {
+        if candidate.empty {
+            return;
+        }
+        if candidate.was_unneeded {
+            self.found_previous += 1;
+        } else {
+            self.found_additional += 1;
+        }
+    }
 }
 
 fn is_virtual_kubelet(node: &Node) -> bool {

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use ferroscale_model::Timestamp;
 
+use super::trackers::{RemovalLatencyTracker, SkipEvalTracker};
+
 /// Scale-down memory carried from one loop to the next. `Default` is the state at process start:
 /// nothing unneeded, and no scale-up, deletion or failure ever (so no cooldown is active, as
 /// upstream's "one hour ago" start values give).
@@ -31,6 +33,10 @@ pub struct ScaleDownState {
     pub last_loop: Option<Timestamp>,
     /// The shortest interval observed between two plans (the search-stop rule's `I`).
     pub shortest_loop_interval: Option<Duration>,
+    /// `--max-node-skip-eval-time-tracker-enabled` (docs/behaviour.md OBS-120).
+    pub skip_eval: SkipEvalTracker,
+    /// `--node-removal-latency-tracking-enabled` (docs/behaviour.md OBS-121).
+    pub removal_latency: RemovalLatencyTracker,
 }
 
 impl ScaleDownState {
