@@ -12,11 +12,11 @@ use ferroscale_core::{AutoscalingOptions, OptionError};
 use ferroscale_metrics::HealthLimits;
 use ferroscale_model::parse_go_duration;
 
+use crate::logging::LoggingFlags;
+
 /// Upstream flags that Ferroscale does not implement: refused rather than silently ignored, so
 /// nobody believes a setting is in effect when it is not.
 pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
-    "add-dir-header",
-    "alsologtostderr",
     "async-node-groups",
     "aws-use-static-instance-list",
     "bulk-mig-instances-listing-enabled",
@@ -51,17 +51,10 @@ pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
     "kube-client-burst",
     "kube-client-qps",
     "kubernetes",
-    "log-backtrace-at",
-    "log-dir",
-    "log-file",
-    "log-file-max-size",
-    "log-flush-frequency",
-    "logging-format",
     "max-node-skip-eval-time-tracker-enabled",
     "node-deletion-batcher-interval",
     "node-info-cache-expire-time",
     "node-removal-latency-tracking-enabled",
-    "one-output",
     "pending-pods-batching-timeout",
     "pod-injection-limit",
     "predicate-parallelism",
@@ -78,11 +71,7 @@ pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
     "scaleup-simulation-for-skipped-node-groups-enabled",
     "scheduler-config-file",
     "scheduler-verbosity",
-    "skip-headers",
-    "skip-log-headers",
-    "stderrthreshold",
     "user-agent",
-    "vmodule",
 ];
 
 /// What the provider errors list as built.
@@ -152,8 +141,8 @@ pub struct RunFlags {
     pub clusterapi_cloud_config_authoritative: bool,
     pub address: SocketAddr,
     pub leader_election: LeaderElectionFlags,
-    /// `--v`: 1 decisions and errors, 5 every provider call.
-    pub verbosity: u8,
+    /// The logging flags (`--v`, `--vmodule`, `--logtostderr`, ..., `--logging-format`).
+    pub logging: LoggingFlags,
     pub health: HealthLimits,
     pub static_node_groups: Vec<StaticNodeGroup>,
     pub loop_timing: LoopTiming,
@@ -171,35 +160,37 @@ pub enum RunCommand {
 
 /// Flags parsed here rather than by the engine's options.
 fn is_process_flag(flag: &str) -> bool {
-    matches!(
-        flag,
-        "address"
-            | "cloud-config"
-            | "kubeconfig"
-            | "clusterapi-cloud-config-authoritative"
-            | "v"
-            | "logtostderr"
-            | "leader-elect-lease-duration"
-            | "leader-elect-renew-deadline"
-            | "leader-elect-retry-period"
-            | "leader-elect-resource-name"
-            | "leader-elect-resource-namespace"
-            | "leader-elect-resource-lock"
-            | "max-inactivity"
-            | "max-failing-time"
-            | "max-startup-time"
-            | "frequent-loops-enabled"
-            | "unschedulable-pods-batching-window"
-            | "cache-sync-timeout"
-    )
+    // Logging: --v, --vmodule, --logtostderr, ... (crate::logging), in klog's spelling too.
+    crate::logging::is_flag(flag)
+        || matches!(
+            flag,
+            "address"
+                | "cloud-config"
+                | "kubeconfig"
+                | "clusterapi-cloud-config-authoritative"
+                | "leader-elect-lease-duration"
+                | "leader-elect-renew-deadline"
+                | "leader-elect-retry-period"
+                | "leader-elect-resource-name"
+                | "leader-elect-resource-namespace"
+                | "leader-elect-resource-lock"
+                | "max-inactivity"
+                | "max-failing-time"
+                | "max-startup-time"
+                | "frequent-loops-enabled"
+                | "unschedulable-pods-batching-window"
+                | "cache-sync-timeout"
+        )
 }
 
 /// Whether a flag is a boolean (a bare `--flag` means true and never takes the next argument).
 fn is_boolean(flag: &str) -> bool {
-    if matches!(
-        flag,
-        "logtostderr" | "frequent-loops-enabled" | "clusterapi-cloud-config-authoritative"
-    ) {
+    if crate::logging::is_boolean(flag)
+        || matches!(
+            flag,
+            "frequent-loops-enabled" | "clusterapi-cloud-config-authoritative"
+        )
+    {
         return true;
     }
     if is_process_flag(flag) {
@@ -325,7 +316,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
         retry_period: Duration::from_secs(2),
         resource_name: "cluster-autoscaler".to_string(),
     };
-    let mut verbosity = 0u8;
+    let mut logging = LoggingFlags::default();
     let mut health = HealthLimits::default();
     let mut static_node_groups = Vec::new();
     let mut loop_timing = LoopTiming::default();
@@ -351,17 +342,8 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
                     "invalid value {value:?} for flag --clusterapi-cloud-config-authoritative: expected true or false"
                 )),
             },
-            "v" => record(value.trim().parse().map(|v| verbosity = v).map_err(|_| {
-                format!(
-                    "invalid value {value:?} for flag --v: expected a small non-negative integer"
-                )
-            })),
-            // Logs always go to standard error; only the default is accepted.
-            "logtostderr" => {
-                if parse_bool(value) != Some(true) {
-                    errors.push(format!("--logtostderr={value} is not supported: Ferroscale always logs to standard error"));
-                }
-            }
+            // Logging (crate::logging): klog's flags with upstream's defaults.
+            other if crate::logging::is_flag(other) => record(logging.set(other, value)),
             "leader-elect-lease-duration" => {
                 record(duration(flag, value).map(|d| leader_election.lease_duration = d))
             }
@@ -428,6 +410,9 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     if let Err(e) = options.validate() {
         errors.push(e.to_string());
     }
+    if let Err(e) = logging.validate() {
+        errors.push(e);
+    }
     leader_election.enabled = options.leader_elect;
     let cloud_provider = match options.cloud_provider.as_str() {
         "kwok" => Some(CloudProviderKind::Kwok),
@@ -471,7 +456,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             clusterapi_cloud_config_authoritative,
             address,
             leader_election,
-            verbosity,
+            logging,
             health,
             static_node_groups,
             loop_timing,
@@ -573,7 +558,7 @@ mod tests {
             flags.leader_election.lease_duration,
             Duration::from_secs(20)
         );
-        assert_eq!(flags.verbosity, 5);
+        assert_eq!(flags.logging.verbosity, 5);
         assert_eq!(flags.address, "127.0.0.1:9999".parse().unwrap());
         assert_eq!(flags.health.max_inactivity, Duration::from_secs(300));
         assert_eq!(

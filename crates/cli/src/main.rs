@@ -12,6 +12,7 @@
 //! built-in provider over the externalgrpc protocol (`serve_provider.rs`).
 
 mod flags;
+mod logging;
 mod run;
 mod serve_provider;
 mod source;
