@@ -582,6 +582,50 @@ mod tests {
         assert!(flags.loop_timing.frequent_loops);
     }
 
+    /// The logging flags upstream's Helm chart renders by default, and klog's underscore
+    /// spellings, are accepted and mean what they mean upstream.
+    #[test]
+    fn the_upstream_charts_logging_flags_are_accepted() {
+        use crate::logging::{LogFormat, Severity};
+        let flags = parse(&[
+            "--cloud-provider=clusterapi",
+            "--logtostderr=true",
+            "--stderrthreshold=info",
+            "--v=4",
+        ])
+        .unwrap();
+        assert!(flags.logging.log_to_stderr);
+        assert_eq!(flags.logging.stderr_threshold, Severity::Info);
+        assert_eq!(flags.logging.verbosity, 4);
+        let flags = parse(&[
+            "--cloud-provider=kwok",
+            "--logtostderr=false",
+            "--log_file",
+            "/var/log/ca.log",
+            "--skip_log_headers",
+            "--logging-format=json",
+        ])
+        .unwrap();
+        assert!(!flags.logging.log_to_stderr && flags.logging.skip_log_headers);
+        assert_eq!(
+            flags.logging.log_file.as_deref(),
+            Some(std::path::Path::new("/var/log/ca.log"))
+        );
+        assert_eq!(flags.logging.format, LogFormat::Json);
+        let err = parse(&["--cloud-provider=kwok", "--stderrthreshold=loud"]).unwrap_err();
+        assert!(
+            err.contains("--stderrthreshold") && err.contains("\"loud\""),
+            "{err}"
+        );
+        let err = parse(&[
+            "--cloud-provider=kwok",
+            "--logging-format=json",
+            "--vmodule=run=5",
+        ])
+        .unwrap_err();
+        assert!(err.contains("--vmodule"), "{err}");
+    }
+
     #[test]
     fn unsupported_and_unknown_flags_are_named_together() {
         let err = parse(&[

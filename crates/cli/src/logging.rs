@@ -895,7 +895,7 @@ enum Files {
     Dir {
         dirs: Vec<PathBuf>,
         names: FileNames,
-        open: Mutex<[Option<LogFile>; 4]>,
+        open: Box<Mutex<[Option<LogFile>; 4]>>,
         one_output: bool,
     },
 }
@@ -972,7 +972,7 @@ impl Router {
                         user: user_name(),
                         pid: std::process::id(),
                     },
-                    open: Mutex::new([None, None, None, None]),
+                    open: Box::new(Mutex::new([None, None, None, None])),
                     one_output: flags.one_output,
                 }
             }
@@ -991,11 +991,11 @@ impl Router {
         if self.to_stderr[severity.index()] {
             self.stderr.write(line);
         }
-        if let Err(error) = self.write_files(severity, line) {
-            if !self.file_error_reported.swap(true, Ordering::Relaxed) {
-                self.stderr
-                    .write(format!("ferroscale: writing the log file: {error}\n").as_bytes());
-            }
+        if let Err(error) = self.write_files(severity, line)
+            && !self.file_error_reported.swap(true, Ordering::Relaxed)
+        {
+            self.stderr
+                .write(format!("ferroscale: writing the log file: {error}\n").as_bytes());
         }
     }
 

@@ -58,7 +58,7 @@ pub struct ServeFlags {
     pub tls: Tls,
     pub provider: ServedProvider,
     /// The logging flags, as for `run` (crate::logging).
-    pub logging: LoggingFlags,
+    pub logging: Box<LoggingFlags>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,7 +248,7 @@ pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
             address,
             tls,
             provider,
-            logging,
+            logging: Box::new(logging),
         })),
         _ => Err(errors.join("\n")),
     }
@@ -348,6 +348,32 @@ mod tests {
             ServeCommand::Serve(flags) => Ok(flags),
             ServeCommand::Help => Err("help".into()),
         }
+    }
+
+    /// The logging flags are `run`'s (crate::logging), a bare boolean among them included.
+    #[test]
+    fn logging_flags_are_runs() {
+        let flags = parse(&[
+            "--cloud-provider=sim",
+            "--scenario=default",
+            "--insecure",
+            "--v=5",
+            "--skip_headers",
+            "--logging-format",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(flags.logging.verbosity, 5);
+        assert!(flags.logging.skip_headers);
+        assert_eq!(flags.logging.format, crate::logging::LogFormat::Json);
+        let err = parse(&[
+            "--cloud-provider=sim",
+            "--scenario=default",
+            "--insecure",
+            "--logging-format=yaml",
+        ])
+        .unwrap_err();
+        assert!(err.contains("--logging-format"), "{err}");
     }
 
     #[test]
