@@ -912,6 +912,8 @@ struct Router {
     header: Option<FileHeader>,
     /// A failing file is reported once on stderr, not once per line.
     file_error_reported: AtomicBool,
+    /// The wall clock, for file names and headers (a fixed one in tests).
+    clock: fn() -> SystemTime,
 }
 
 impl Router {
@@ -984,6 +986,7 @@ impl Router {
             max_bytes: flags.max_file_bytes(),
             header,
             file_error_reported: AtomicBool::new(false),
+            clock: SystemTime::now,
         })
     }
 
@@ -1056,7 +1059,7 @@ impl Router {
         names: &FileNames,
         severity: Severity,
     ) -> io::Result<LogFile> {
-        let now = SystemTime::now();
+        let now = (self.clock)();
         let (name, link) = names.for_severity(severity, now);
         let mut last_error = io::Error::other("no log directory");
         for dir in dirs {
@@ -1075,7 +1078,7 @@ impl Router {
                         written,
                     };
                     if let Some(header) = &self.header {
-                        write_header(&mut log_file, header)?;
+                        append(&mut log_file, header.render(now).as_bytes())?;
                     }
                     return Ok(log_file);
                 }
@@ -1635,6 +1638,46 @@ mod tests {
                 "{names:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_full_log_dir_file_is_followed_by_a_new_one_and_the_link_moves() {
+        static NOW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1_000);
+        fn clock() -> SystemTime {
+            UNIX_EPOCH + Duration::from_secs(NOW.load(Ordering::Relaxed))
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let flags = flags(&[
+            ("logtostderr", "false"),
+            ("stderrthreshold", "FATAL"),
+            ("skip-log-headers", "true"),
+            ("one-output", "true"),
+            ("log-dir", dir.path().to_str().unwrap()),
+        ])
+        .unwrap();
+        let mut router = Router::new(&flags, StderrSink::Buffer(Default::default())).unwrap();
+        router.max_bytes = 20;
+        router.clock = clock;
+        router.write(Severity::Info, b"0123456789\n");
+        NOW.store(2_000, Ordering::Relaxed);
+        router.write(Severity::Info, b"abcdefghij\n");
+        let Files::Dir { names, .. } = &router.files else {
+            panic!("log-dir files")
+        };
+        let name_at = |secs: u64| {
+            names
+                .for_severity(Severity::Info, UNIX_EPOCH + Duration::from_secs(secs))
+                .0
+        };
+        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+        assert_eq!(read(&name_at(1_000)), "0123456789\n");
+        assert_eq!(read(&name_at(2_000)), "abcdefghij\n");
+        assert_eq!(read(&format!("{}.INFO", names.program)), "abcdefghij\n");
+        assert!(
+            name_at(2_000).contains(".log.INFO.19700101-003320."),
+            "{}",
+            name_at(2_000)
+        );
     }
 
     #[test]
