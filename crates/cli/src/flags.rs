@@ -161,36 +161,39 @@ pub enum RunCommand {
 /// Flags parsed here rather than by the engine's options.
 fn is_process_flag(flag: &str) -> bool {
     // Logging: --v, --vmodule, --logtostderr, ... (crate::logging), in klog's spelling too.
-    crate::logging::is_flag(flag)
-        || matches!(
-            flag,
-            "address"
-                | "cloud-config"
-                | "kubeconfig"
-                | "clusterapi-cloud-config-authoritative"
-                | "leader-elect-lease-duration"
-                | "leader-elect-renew-deadline"
-                | "leader-elect-retry-period"
-                | "leader-elect-resource-name"
-                | "leader-elect-resource-namespace"
-                | "leader-elect-resource-lock"
-                | "max-inactivity"
-                | "max-failing-time"
-                | "max-startup-time"
-                | "frequent-loops-enabled"
-                | "unschedulable-pods-batching-window"
-                | "cache-sync-timeout"
-        )
+    if crate::logging::is_flag(flag) {
+        return true;
+    }
+    matches!(
+        flag,
+        "address"
+            | "cloud-config"
+            | "kubeconfig"
+            | "clusterapi-cloud-config-authoritative"
+            | "leader-elect-lease-duration"
+            | "leader-elect-renew-deadline"
+            | "leader-elect-retry-period"
+            | "leader-elect-resource-name"
+            | "leader-elect-resource-namespace"
+            | "leader-elect-resource-lock"
+            | "max-inactivity"
+            | "max-failing-time"
+            | "max-startup-time"
+            | "frequent-loops-enabled"
+            | "unschedulable-pods-batching-window"
+            | "cache-sync-timeout"
+    )
 }
 
 /// Whether a flag is a boolean (a bare `--flag` means true and never takes the next argument).
 fn is_boolean(flag: &str) -> bool {
-    if crate::logging::is_boolean(flag)
-        || matches!(
-            flag,
-            "frequent-loops-enabled" | "clusterapi-cloud-config-authoritative"
-        )
-    {
+    if crate::logging::is_boolean(flag) {
+        return true;
+    }
+    if matches!(
+        flag,
+        "logtostderr" | "frequent-loops-enabled" | "clusterapi-cloud-config-authoritative"
+    ) {
         return true;
     }
     if is_process_flag(flag) {
