@@ -90,8 +90,8 @@ pub struct RunFlags {
     pub clusterapi_cloud_config_authoritative: bool,
     pub address: SocketAddr,
     pub leader_election: LeaderElectionFlags,
-    /// `--v`: 1 decisions and errors, 5 every provider call.
-    pub verbosity: u8,
+    /// The logging flags (`--v`, `--vmodule`, `--logtostderr`, ..., `--logging-format`).
+    pub logging: LoggingFlags,
     pub health: HealthLimits,
     pub static_node_groups: Vec<StaticNodeGroup>,
     pub loop_timing: LoopTiming,
@@ -255,7 +255,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
         retry_period: Duration::from_secs(2),
         resource_name: "cluster-autoscaler".to_string(),
     };
-    let mut verbosity = 0u8;
+    let mut logging = LoggingFlags::default();
     let mut health = HealthLimits::default();
     let mut static_node_groups = Vec::new();
     let mut loop_timing = LoopTiming::default();
@@ -305,17 +305,8 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
                     "invalid value {value:?} for flag --clusterapi-cloud-config-authoritative: expected true or false"
                 )),
             },
-            "v" => record(value.trim().parse().map(|v| verbosity = v).map_err(|_| {
-                format!(
-                    "invalid value {value:?} for flag --v: expected a small non-negative integer"
-                )
-            })),
-            // Logs always go to standard error; only the default is accepted.
-            "logtostderr" => {
-                if parse_bool(value) != Some(true) {
-                    errors.push(format!("--logtostderr={value} is not supported: Ferroscale always logs to standard error"));
-                }
-            }
+            // Logging (crate::logging): klog's flags with upstream's defaults.
+            other if crate::logging::is_flag(other) => record(logging.set(other, value)),
             "leader-elect-lease-duration" => {
                 record(duration(flag, value).map(|d| leader_election.lease_duration = d))
             }
@@ -383,6 +374,9 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     if let Err(e) = options.validate() {
         errors.push(e.to_string());
     }
+    if let Err(e) = logging.validate() {
+        errors.push(e);
+    }
     leader_election.enabled = options.leader_elect;
     let cloud_provider = match options.cloud_provider.as_str() {
         "kwok" => Some(CloudProviderKind::Kwok),
@@ -426,7 +420,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             clusterapi_cloud_config_authoritative,
             address,
             leader_election,
-            verbosity,
+            logging,
             health,
             static_node_groups,
             loop_timing,
@@ -492,7 +486,7 @@ mod tests {
             flags.leader_election.lease_duration,
             Duration::from_secs(20)
         );
-        assert_eq!(flags.verbosity, 5);
+        assert_eq!(flags.logging.verbosity, 5);
         assert_eq!(flags.address, "127.0.0.1:9999".parse().unwrap());
         assert_eq!(flags.health.max_inactivity, Duration::from_secs(300));
         assert_eq!(
@@ -514,6 +508,50 @@ mod tests {
         assert_eq!(flags.options.namespace, "kube-system");
         assert_eq!(flags.health, HealthLimits::default());
         assert!(flags.loop_timing.frequent_loops);
+    }
+
+    /// The logging flags upstream's Helm chart renders by default, and klog's underscore
+    /// spellings, are accepted and mean what they mean upstream.
+    #[test]
+    fn the_upstream_charts_logging_flags_are_accepted() {
+        use crate::logging::{LogFormat, Severity};
+        let flags = parse(&[
+            "--cloud-provider=clusterapi",
+            "--logtostderr=true",
+            "--stderrthreshold=info",
+            "--v=4",
+        ])
+        .unwrap();
+        assert!(flags.logging.log_to_stderr);
+        assert_eq!(flags.logging.stderr_threshold, Severity::Info);
+        assert_eq!(flags.logging.verbosity, 4);
+        let flags = parse(&[
+            "--cloud-provider=kwok",
+            "--logtostderr=false",
+            "--log_file",
+            "/var/log/ca.log",
+            "--skip_log_headers",
+            "--logging-format=json",
+        ])
+        .unwrap();
+        assert!(!flags.logging.log_to_stderr && flags.logging.skip_log_headers);
+        assert_eq!(
+            flags.logging.log_file.as_deref(),
+            Some(std::path::Path::new("/var/log/ca.log"))
+        );
+        assert_eq!(flags.logging.format, LogFormat::Json);
+        let err = parse(&["--cloud-provider=kwok", "--stderrthreshold=loud"]).unwrap_err();
+        assert!(
+            err.contains("--stderrthreshold") && err.contains("\"loud\""),
+            "{err}"
+        );
+        let err = parse(&[
+            "--cloud-provider=kwok",
+            "--logging-format=json",
+            "--vmodule=run=5",
+        ])
+        .unwrap_err();
+        assert!(err.contains("--vmodule"), "{err}");
     }
 
     #[test]

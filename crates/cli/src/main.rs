@@ -13,6 +13,7 @@
 
 mod flag_docs;
 mod flags;
+mod logging;
 mod run;
 mod serve_provider;
 mod source;

@@ -52,35 +52,9 @@ impl Stopwatch for WallStopwatch {
     }
 }
 
-/// `--v` to a tracing filter: 0 warnings, 1-4 decisions and errors, 5+ every provider call.
-/// `RUST_LOG`, when set, wins.
-pub fn init_logging(verbosity: u8) {
-    let level = match verbosity {
-        0 => "warn",
-        1..=4 => "info",
-        5..=8 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        // kube's client logs every failed request at error level, and the caller reports the
-        // same failure with its context: against an API server that does not answer that was
-        // one more line per retry of each watch.
-        tracing_subscriber::EnvFilter::new(format!("{level},kube_client::client::builder=off"))
-    });
-    // Colour only for a person at a terminal: a container's stderr is a pipe or a file, and escape
-    // codes there end up as noise in every log collector.
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // A second initialisation (tests) is harmless; keep the first subscriber.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(colour)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 /// Runs until a signal or a fatal error.
 pub fn run(flags: RunFlags) -> anyhow::Result<()> {
-    init_logging(flags.verbosity);
+    crate::logging::init(&flags.logging)?;
     warn_about_ignored_flags(&flags);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

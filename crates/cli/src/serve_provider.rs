@@ -23,6 +23,7 @@ use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use ferroscale_sim::served::ServedSimulation;
 
 use crate::flags::{parse_bool, split_upstream_flags};
+use crate::logging::LoggingFlags;
 
 pub const SERVE_PROVIDER_USAGE: &str = "\
 Usage: ferroscale serve-provider --cloud-provider=kwok|sim|clusterapi|exoscale [FLAGS]
@@ -56,7 +57,8 @@ pub struct ServeFlags {
     pub address: SocketAddr,
     pub tls: Tls,
     pub provider: ServedProvider,
-    pub verbosity: u8,
+    /// The logging flags, as for `run` (crate::logging).
+    pub logging: Box<LoggingFlags>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,15 +106,18 @@ const VALUE_FLAGS: &[&str] = &[
     "nodes",
     "node-group-auto-discovery",
     "clusterapi-cloud-config-authoritative",
-    "v",
 ];
 
 /// Parses the arguments after `serve-provider`; the error lists every problem, one per line.
 pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
     let pairs = split_upstream_flags(
         args,
-        |flag| flag == "insecure" || flag == "clusterapi-cloud-config-authoritative",
-        |flag| flag == "insecure" || VALUE_FLAGS.contains(&flag),
+        |flag| {
+            flag == "insecure"
+                || flag == "clusterapi-cloud-config-authoritative"
+                || crate::logging::is_boolean(flag)
+        },
+        |flag| flag == "insecure" || VALUE_FLAGS.contains(&flag) || crate::logging::is_flag(flag),
     )
     .map_err(|errors| errors.join("\n"))?;
     if pairs.iter().any(|(flag, _)| flag == "help" || flag == "h") {
@@ -128,7 +133,7 @@ pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
     let mut scenario = None;
     let mut kubeconfig = None;
     let mut namespace = "kube-system".to_string();
-    let mut verbosity = 0u8;
+    let mut logging = LoggingFlags::default();
     let mut authoritative = false;
     let mut discovery = Vec::new();
     let mut nodes = Vec::new();
@@ -150,12 +155,11 @@ pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
             "scenario" => scenario = file(value),
             "kubeconfig" => kubeconfig = file(value),
             "namespace" => namespace = value.clone(),
-            "v" => match value.trim().parse() {
-                Ok(v) => verbosity = v,
-                Err(_) => errors.push(format!(
-                    "invalid value {value:?} for flag --v: expected a small non-negative integer"
-                )),
-            },
+            other if crate::logging::is_flag(other) => {
+                if let Err(e) = logging.set(other, value) {
+                    errors.push(e);
+                }
+            }
             "clusterapi-cloud-config-authoritative" => match parse_bool(value) {
                 Some(v) => authoritative = v,
                 None => errors.push(format!(
@@ -172,6 +176,9 @@ pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
     }
     if !unknown.is_empty() {
         errors.push(format!("unknown flags: {}", unknown.join(", ")));
+    }
+    if let Err(e) = logging.validate() {
+        errors.push(e);
     }
     let tls = match (key, cert, ca) {
         (Some(key), Some(cert), Some(ca)) => Some(Tls::mutual(cert, key, ca)),
@@ -241,7 +248,7 @@ pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
             address,
             tls,
             provider,
-            verbosity,
+            logging: Box::new(logging),
         })),
         _ => Err(errors.join("\n")),
     }
@@ -249,7 +256,7 @@ pub fn parse_serve_flags(args: &[String]) -> Result<ServeCommand, String> {
 
 /// Serves until SIGTERM or SIGINT; calls in flight finish first.
 pub fn serve(flags: ServeFlags) -> anyhow::Result<()> {
-    crate::run::init_logging(flags.verbosity);
+    crate::logging::init(&flags.logging)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -341,6 +348,32 @@ mod tests {
             ServeCommand::Serve(flags) => Ok(flags),
             ServeCommand::Help => Err("help".into()),
         }
+    }
+
+    /// The logging flags are `run`'s (crate::logging), a bare boolean among them included.
+    #[test]
+    fn logging_flags_are_runs() {
+        let flags = parse(&[
+            "--cloud-provider=sim",
+            "--scenario=default",
+            "--insecure",
+            "--v=5",
+            "--skip_headers",
+            "--logging-format",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(flags.logging.verbosity, 5);
+        assert!(flags.logging.skip_headers);
+        assert_eq!(flags.logging.format, crate::logging::LogFormat::Json);
+        let err = parse(&[
+            "--cloud-provider=sim",
+            "--scenario=default",
+            "--insecure",
+            "--logging-format=yaml",
+        ])
+        .unwrap_err();
+        assert!(err.contains("--logging-format"), "{err}");
     }
 
     #[test]
