@@ -44,7 +44,7 @@ use crate::scale_down::{
 };
 use crate::scale_up::{
     NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan,
-    plan_min_size_enforcement, plan_scale_up,
+    plan_min_size_enforcement, plan_scale_up, proactive_fake_pods,
 };
 
 use act::record_progress;
@@ -571,6 +571,8 @@ impl Autoscaler {
         // GPU nodes whose GPUs have not appeared in allocatable yet are not ready
         // (docs/behaviour.md CS-102).
         self.registry.set_gpu_label(cloud.gpu_label());
+        self.registry
+            .set_lookup_failed_nodes(gathered.lookup_failed_nodes());
         let report = timer.time("updateClusterState", || {
             self.registry.update(
                 now,
@@ -647,11 +649,28 @@ impl Autoscaler {
         // fit existing or upcoming nodes), stay in the snapshot for the rest of the loop, as
         // upstream keeps them: scale-down then counts a node that pending pods will land on as
         // used, even while the scheduler has not bound them (stopped, slow or behind a burst).
+        // Proactive scale-up (docs/behaviour.md SU-110): fake pods for the replicas controllers
+        // have not created yet join the pending pods of this plan only.
+        let fakes = if self.options.enable_proactive_scaleup {
+            proactive_fake_pods(
+                &gathered.objects.controllers,
+                &gathered.objects.pods,
+                &pending,
+                self.options.pod_injection_limit,
+            )
+        } else {
+            Vec::new()
+        };
+        let planned_pods: std::borrow::Cow<'_, [Arc<Pod>]> = if fakes.is_empty() {
+            std::borrow::Cow::Borrowed(&pending)
+        } else {
+            pending.iter().chain(&fakes).cloned().collect()
+        };
         let plan = timer.time("scaleUp", || {
             plan_scale_up(ScaleUpInput {
                 now,
                 snapshot: &mut base,
-                pending_pods: &pending,
+                pending_pods: &planned_pods,
                 draining_pods: &draining_pods,
                 node_groups: &views,
                 backoff: &self.backoff,
@@ -665,6 +684,12 @@ impl Autoscaler {
         outcome.scale_up_execution = self
             .execute_increases(&plan, &gathered.groups, now, outcome, events)
             .await;
+        if !fakes.is_empty() {
+            // Fake pods exist only in this plan: no event names them.
+            let fake_keys: HashSet<String> = fakes.iter().map(|p| p.key()).collect();
+            events
+                .retain(|e| !matches!(&e.object, EventObject::Pod(key) if fake_keys.contains(key)));
+        }
         let skip_scale_down = plan.skip_scale_down_this_loop;
         outcome.scale_up = Some(plan);
         outcome.pending_pods = pending;
