@@ -264,6 +264,9 @@ pub struct AutoscalingOptions {
     /// (docs/behaviour.md SU-111).
     pub enable_graceful_degradation: bool,
     pub pending_pods_batching_timeout: Duration,
+    /// `fastpath-binpacking-enabled`: one pod group per estimate is counted arithmetically
+    /// after filling one node (docs/behaviour.md SU-111).
+    pub fastpath_binpacking_enabled: bool,
     /// `predicate-parallelism`: the most threads filter checks may use (at least 1;
     /// docs/behaviour.md SU-112).
     pub predicate_parallelism: i64,
@@ -417,6 +420,7 @@ impl Default for AutoscalingOptions {
             async_node_groups: false,
             enable_graceful_degradation: false,
             pending_pods_batching_timeout: Duration::from_secs(4 * MINUTE),
+            fastpath_binpacking_enabled: false,
             predicate_parallelism: 4,
             cluster_snapshot_parallelism: 16,
             scheduler_verbosity: -1,
@@ -755,6 +759,7 @@ impl AutoscalingOptions {
             "pending-pods-batching-timeout" => {
                 self.pending_pods_batching_timeout = parse_duration(f, v)?
             }
+            "fastpath-binpacking-enabled" => self.fastpath_binpacking_enabled = parse_bool(f, v)?,
             "predicate-parallelism" => {
                 self.predicate_parallelism = parse_number(f, v, "an integer")?
             }
@@ -1041,7 +1046,7 @@ mod tests {
         );
         assert_eq!(o.scheduler_verbosity, -1);
         assert!(!o.enable_proactive_scaleup && !o.async_node_groups);
-        assert!(!o.enable_graceful_degradation);
+        assert!(!o.enable_graceful_degradation && !o.fastpath_binpacking_enabled);
         assert!(!o.scaleup_simulation_for_skipped_node_groups_enabled);
         assert!(!o.enable_inter_pod_affinity_hostname_fast_path);
         let mut o = AutoscalingOptions::default();
@@ -1053,6 +1058,7 @@ mod tests {
             ("async-node-groups", "true"),
             ("enable-graceful-degradation", "true"),
             ("pending-pods-batching-timeout", "30s"),
+            ("fastpath-binpacking-enabled", "true"),
             ("cluster-snapshot-parallelism", "2"),
             ("scheduler-verbosity", "7"),
             ("enable-inter-pod-affinity-hostname-fast-path", "true"),

@@ -302,3 +302,30 @@ fn skipped_group_that_would_fit_keeps_its_skip_reason() {
     assert_eq!(reason_of(&reasons, "full"), "max node group size reached");
     assert_eq!(reason_of(&reasons, "small"), "not ready for scale-up");
 }
+
+/// docs/behaviour.md LOOP-115, SU-111: `--async-node-groups` (no provider creates node groups)
+/// and `--enable-graceful-degradation` with `--pending-pods-batching-timeout` (Ferroscale's
+/// filter-out-schedulable is bounded by counts, not by a wall-clock budget) are accepted and
+/// decide exactly what the defaults decide.
+#[test]
+fn async_node_groups_and_graceful_degradation_decide_as_the_defaults() {
+    for flags in [
+        vec![],
+        vec![("async-node-groups", "true")],
+        vec![
+            ("enable-graceful-degradation", "true"),
+            ("pending-pods-batching-timeout", "1ns"),
+        ],
+    ] {
+        let (log, cloud, cluster) = replica_set_still_creating_pods();
+        let mut autoscaler = Autoscaler::new(options(&flags), 1);
+        let outcome = run(&mut autoscaler, &cloud, &cluster, t(100));
+        assert_eq!(
+            calls(&log, "cloud.increase_size"),
+            vec!["cloud.increase_size pool 1"],
+            "{flags:?}"
+        );
+        let plan = outcome.scale_up.as_ref().expect("scale-up ran");
+        assert_eq!(plan.triggering_pods, vec!["default/p0"], "{flags:?}");
+    }
+}

@@ -333,6 +333,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             &pods,
             &fitting,
             NodeLimiter::new(&limits),
+            options.fastpath_binpacking_enabled,
         );
         let mut node_count = result.node_count;
         if state.view.zero_or_max() && node_count > 0 {
