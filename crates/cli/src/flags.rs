@@ -61,8 +61,6 @@ pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
     "provisioning-request-max-backoff-cache-size",
     "provisioning-request-max-backoff-time",
     "regional",
-    "salvo-scale-up",
-    "salvo-scale-up-budget",
     "scale-down-candidates-pool-min-count",
     "scale-down-candidates-pool-ratio",
     "scale-down-non-empty-candidates-count",

@@ -267,6 +267,11 @@ pub struct AutoscalingOptions {
     /// `fastpath-binpacking-enabled`: one pod group per estimate is counted arithmetically
     /// after filling one node (docs/behaviour.md SU-111).
     pub fastpath_binpacking_enabled: bool,
+    /// `salvo-scale-up` and `salvo-scale-up-budget`: further scale-up rounds in one iteration for
+    /// the pods still not helped (docs/behaviour.md SU-114). The budget is kept for reporting:
+    /// the rounds end by count.
+    pub salvo_scale_up: bool,
+    pub salvo_scale_up_budget: Duration,
     /// `predicate-parallelism`: the most threads filter checks may use (at least 1;
     /// docs/behaviour.md SU-112).
     pub predicate_parallelism: i64,
@@ -421,6 +426,8 @@ impl Default for AutoscalingOptions {
             enable_graceful_degradation: false,
             pending_pods_batching_timeout: Duration::from_secs(4 * MINUTE),
             fastpath_binpacking_enabled: false,
+            salvo_scale_up: false,
+            salvo_scale_up_budget: Duration::from_secs(MINUTE),
             predicate_parallelism: 4,
             cluster_snapshot_parallelism: 16,
             scheduler_verbosity: -1,
@@ -760,6 +767,8 @@ impl AutoscalingOptions {
                 self.pending_pods_batching_timeout = parse_duration(f, v)?
             }
             "fastpath-binpacking-enabled" => self.fastpath_binpacking_enabled = parse_bool(f, v)?,
+            "salvo-scale-up" => self.salvo_scale_up = parse_bool(f, v)?,
+            "salvo-scale-up-budget" => self.salvo_scale_up_budget = parse_duration(f, v)?,
             "predicate-parallelism" => {
                 self.predicate_parallelism = parse_number(f, v, "an integer")?
             }
@@ -1047,6 +1056,8 @@ mod tests {
         assert_eq!(o.scheduler_verbosity, -1);
         assert!(!o.enable_proactive_scaleup && !o.async_node_groups);
         assert!(!o.enable_graceful_degradation && !o.fastpath_binpacking_enabled);
+        assert!(!o.salvo_scale_up);
+        assert_eq!(o.salvo_scale_up_budget, Duration::from_secs(60));
         assert!(!o.scaleup_simulation_for_skipped_node_groups_enabled);
         assert!(!o.enable_inter_pod_affinity_hostname_fast_path);
         let mut o = AutoscalingOptions::default();
@@ -1059,6 +1070,8 @@ mod tests {
             ("enable-graceful-degradation", "true"),
             ("pending-pods-batching-timeout", "30s"),
             ("fastpath-binpacking-enabled", "true"),
+            ("salvo-scale-up", "true"),
+            ("salvo-scale-up-budget", "30s"),
             ("cluster-snapshot-parallelism", "2"),
             ("scheduler-verbosity", "7"),
             ("enable-inter-pod-affinity-hostname-fast-path", "true"),

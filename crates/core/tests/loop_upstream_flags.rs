@@ -329,3 +329,80 @@ fn async_node_groups_and_graceful_degradation_decide_as_the_defaults() {
         assert_eq!(plan.triggering_pods, vec!["default/p0"], "{flags:?}");
     }
 }
+
+/// Groups `cpu` and `gpu` (4-core nodes; `gpu` nodes carry `kind=gpu` and a `gpu` taint), a full
+/// node of `cpu`, and two pending pods of 3 cores: `plain`, which only `cpu` takes, and `picky`,
+/// which only `gpu` takes. One round of scale-up grows one group.
+fn pods_for_two_groups() -> (CallLog, FakeCloud, FakeCluster) {
+    let log = CallLog::default();
+    let mut cloud = FakeCloud::new(log.clone());
+    cloud.add_group("cpu", 0, 10);
+    let mut template = node("gpu-template", 4000, 16 << 30);
+    template.labels.insert("kind".into(), "gpu".into());
+    template.taints.push(ferroscale_model::taints::Taint::new(
+        "gpu",
+        "true",
+        ferroscale_model::taints::TaintEffect::NoSchedule,
+    ));
+    cloud.groups.push(std::sync::Arc::new(FakeGroup {
+        id: "gpu".into(),
+        min: 0,
+        max: 10,
+        target: Default::default(),
+        instances: Default::default(),
+        template: ferroscale_core::cloud::NodeTemplate {
+            node: template,
+            pods: Vec::new(),
+        },
+        fail_delete: Default::default(),
+        failing: Default::default(),
+        log: log.clone(),
+    }));
+    let cluster = FakeCluster::new(log.clone());
+    let n0 = node("n0", 4000, 16 << 30);
+    cloud.add_instance("cpu", &n0);
+    cluster.add_node(n0);
+    cluster.add_pod(pod_on("base", "n0", 3500));
+    cluster.add_pod(pending_pod("plain", 3000, t(0)));
+    let mut picky = pending_pod("picky", 3000, t(0));
+    picky.node_selector.insert("kind".into(), "gpu".into());
+    picky
+        .tolerations
+        .push(ferroscale_model::taints::Toleration {
+            key: "gpu".into(),
+            operator: ferroscale_model::taints::TolerationOperator::Exists,
+            value: String::new(),
+            effect: None,
+        });
+    cluster.add_pod(picky);
+    (log, cloud, cluster)
+}
+
+/// docs/behaviour.md SU-114: with `--salvo-scale-up` the pod that the first round's group cannot
+/// take gets its own group in a second round of the same iteration; without it one group grows
+/// per iteration. The second round does not grow the first group again for the pod already
+/// planned for.
+#[test]
+fn salvo_scale_up_grows_a_second_group_in_the_same_iteration() {
+    let (log, cloud, cluster) = pods_for_two_groups();
+    let mut autoscaler = Autoscaler::new(options(&[]), 1);
+    run(&mut autoscaler, &cloud, &cluster, t(100));
+    assert_eq!(calls(&log, "cloud.increase_size").len(), 1);
+
+    let (log, cloud, cluster) = pods_for_two_groups();
+    let mut autoscaler = Autoscaler::new(options(&[("salvo-scale-up", "true")]), 1);
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(100));
+    let mut resizes = calls(&log, "cloud.increase_size");
+    resizes.sort();
+    assert_eq!(
+        resizes,
+        vec!["cloud.increase_size cpu 1", "cloud.increase_size gpu 1"]
+    );
+    assert!(!outcome.salvo_rounds.is_empty());
+    let execution = outcome.scale_up_execution.as_ref().expect("executed");
+    assert_eq!(execution.scaled_up_nodes, 2, "both rounds are counted");
+
+    // The next iteration sees both groups' upcoming nodes and asks for nothing more.
+    run(&mut autoscaler, &cloud, &cluster, t(110));
+    assert_eq!(calls(&log, "cloud.increase_size").len(), 2);
+}

@@ -16,6 +16,7 @@
 mod act;
 mod gather;
 mod recorder;
+mod salvo;
 mod snapshot;
 mod templates;
 
@@ -138,7 +139,11 @@ pub struct LoopOutcome {
     pub ended_early: Option<EarlyEnd>,
     pub cluster_state: ClusterStateReport,
     pub scale_up: Option<ScaleUpPlan>,
+    /// Every resize of this iteration's scale-up, salvo rounds included.
     pub scale_up_execution: Option<ScaleUpExecution>,
+    /// The plans of the further rounds of `--salvo-scale-up` (docs/behaviour.md SU-114), after
+    /// the first one in `scale_up`.
+    pub salvo_rounds: Vec<ScaleUpPlan>,
     pub scale_down: Option<ScaleDownPlan>,
     pub min_size_enforcement: Option<ScaleUpPlan>,
     pub min_size_execution: Option<ScaleUpExecution>,
@@ -684,6 +689,19 @@ impl Autoscaler {
         outcome.scale_up_execution = self
             .execute_increases(&plan, &gathered.groups, now, outcome, events)
             .await;
+        if self.options.salvo_scale_up {
+            let start = salvo::SalvoStart {
+                now,
+                gathered: &gathered,
+                views: &views,
+                pending: &planned_pods,
+                draining: &draining_pods,
+                provider,
+                seed,
+            };
+            self.salvo_scale_ups(start, &plan, &mut base, timer, outcome, events)
+                .await;
+        }
         if !fakes.is_empty() {
             // Fake pods exist only in this plan: no event names them.
             let fake_keys: HashSet<String> = fakes.iter().map(|p| p.key()).collect();
@@ -713,10 +731,16 @@ impl Autoscaler {
                 .iter()
                 .map(|v| {
                     let mut v = v.clone();
+                    // Salvo rounds may have grown a group more than once: the last target wins.
                     if let Some(execution) = &outcome.scale_up_execution
-                        && let Some(i) = execution.succeeded.iter().find(|i| i.group_id == v.id)
+                        && let Some(target) = execution
+                            .succeeded
+                            .iter()
+                            .filter(|i| i.group_id == v.id)
+                            .map(|i| i.new_target)
+                            .max()
                     {
-                        v.target_size = i.new_target;
+                        v.target_size = target;
                     }
                     v
                 })
