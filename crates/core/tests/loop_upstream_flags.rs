@@ -143,9 +143,14 @@ fn cached_template_expires_after_node_info_cache_expire_time() {
 /// A full node `n0` running one pod of ReplicaSet `web`, one unschedulable `web` pod of 3 cores
 /// (a 4-core node takes one), and `web` wanting four replicas: two are not created yet.
 fn replica_set_still_creating_pods() -> (CallLog, FakeCloud, FakeCluster) {
+    replica_set_still_creating_pods_in_group_of(10)
+}
+
+/// The same with group `pool` at most `max` nodes.
+fn replica_set_still_creating_pods_in_group_of(max: usize) -> (CallLog, FakeCloud, FakeCluster) {
     let log = CallLog::default();
     let mut cloud = FakeCloud::new(log.clone());
-    cloud.add_group("pool", 0, 10);
+    cloud.add_group("pool", 0, max);
     let cluster = FakeCluster::new(log.clone());
     let n0 = node("n0", 4000, 16 << 30);
     cloud.add_instance("pool", &n0);
@@ -405,4 +410,34 @@ fn salvo_scale_up_grows_a_second_group_in_the_same_iteration() {
     // The next iteration sees both groups' upcoming nodes and asks for nothing more.
     run(&mut autoscaler, &cloud, &cluster, t(110));
     assert_eq!(calls(&log, "cloud.increase_size").len(), 2);
+}
+
+fn fake_pods_not_helped(outcome: &ferroscale_core::autoscaler::LoopOutcome) -> usize {
+    outcome.scale_up.as_ref().map_or(0, |plan| {
+        plan.pods_not_helped
+            .iter()
+            .filter(|v| v.pod.contains("-copy-"))
+            .count()
+    })
+}
+
+/// docs/behaviour.md SU-110: when the scale-up cannot help a controller's fake pods (here the
+/// group has room for the real pod only), the controller gets no fake pods for 5 minutes.
+#[test]
+fn controllers_whose_fake_pods_were_not_helped_are_backed_off() {
+    let (log, cloud, cluster) = replica_set_still_creating_pods_in_group_of(2);
+    let mut autoscaler = Autoscaler::new(options(&[("enable-proactive-scaleup", "true")]), 1);
+
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(100));
+    assert_eq!(
+        calls(&log, "cloud.increase_size"),
+        vec!["cloud.increase_size pool 1"]
+    );
+    assert_eq!(fake_pods_not_helped(&outcome), 2);
+
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(160));
+    assert_eq!(fake_pods_not_helped(&outcome), 0, "backed off");
+
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(100 + 5 * 60 + 10));
+    assert_eq!(fake_pods_not_helped(&outcome), 2, "the backoff is over");
 }

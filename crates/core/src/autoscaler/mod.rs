@@ -37,14 +37,16 @@ use crate::cluster_state::{
     ClusterStateRegistry, ClusterStateReport, StatusReport, render_status_yaml,
 };
 use crate::events::{Event, EventObject, reasons};
-use crate::kubernetes::{ClusterApi, ClusterError, ClusterObjects, StatusConfigMap};
+use crate::kubernetes::{
+    ClusterApi, ClusterError, ClusterObjects, StatusConfigMap, WorkloadController,
+};
 use crate::options::AutoscalingOptions;
 use crate::scale_down::{
     ControllerIndex, ControllerReplicas, DeletionInProgress, DeletionsInProgress, ScaleDownInput,
     ScaleDownPlan, ScaleDownState, first_blocking_pod, plan_scale_down,
 };
 use crate::scale_up::{
-    NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan,
+    INJECTION_BACKOFF, NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan,
     plan_min_size_enforcement, plan_scale_up, proactive_fake_pods,
 };
 
@@ -238,6 +240,9 @@ pub struct Autoscaler {
     scale_down_state: ScaleDownState,
     deletions: DeletionTracker,
     templates: TemplateCache,
+    /// Controllers whose fake pods were not helped, by uid, until when they get none
+    /// (docs/behaviour.md SU-110).
+    injection_backoff: HashMap<String, Timestamp>,
     recorder: EventRecorder,
     previous_status: Option<StatusReport>,
     first_loop_done: bool,
@@ -297,6 +302,7 @@ impl Autoscaler {
             scale_down_state: ScaleDownState::new(),
             deletions: DeletionTracker::new(),
             templates: TemplateCache::default(),
+            injection_backoff: HashMap::new(),
             previous_status: None,
             first_loop_done: false,
             iterations: 0,
@@ -656,9 +662,18 @@ impl Autoscaler {
         // used, even while the scheduler has not bound them (stopped, slow or behind a burst).
         // Proactive scale-up (docs/behaviour.md SU-110): fake pods for the replicas controllers
         // have not created yet join the pending pods of this plan only.
+        // A controller whose fake pods could not be helped gets none for a while, as upstream.
+        self.injection_backoff.retain(|_, until| *until > now);
         let fakes = if self.options.enable_proactive_scaleup {
+            let controllers: Vec<WorkloadController> = gathered
+                .objects
+                .controllers
+                .iter()
+                .filter(|c| !self.injection_backoff.contains_key(&c.uid))
+                .cloned()
+                .collect();
             proactive_fake_pods(
-                &gathered.objects.controllers,
+                &controllers,
                 &gathered.objects.pods,
                 &pending,
                 self.options.pod_injection_limit,
@@ -703,6 +718,18 @@ impl Autoscaler {
                 .await;
         }
         if !fakes.is_empty() {
+            // The controllers of fake pods the last round could not help are backed off.
+            let owner_of: HashMap<String, String> = fakes
+                .iter()
+                .filter_map(|p| p.controller().map(|o| (p.key(), o.uid.clone())))
+                .collect();
+            let last = outcome.salvo_rounds.last().unwrap_or(&plan);
+            for verdict in &last.pods_not_helped {
+                if let Some(uid) = owner_of.get(&verdict.pod) {
+                    self.injection_backoff
+                        .insert(uid.clone(), now + INJECTION_BACKOFF);
+                }
+            }
             // Fake pods exist only in this plan: no event names them.
             let fake_keys: HashSet<String> = fakes.iter().map(|p| p.key()).collect();
             events

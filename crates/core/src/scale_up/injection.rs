@@ -11,10 +11,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ferroscale_model::Pod;
 
 use crate::kubernetes::WorkloadController;
+
+/// How long a controller whose fake pods could not be helped gets no fake pods (upstream's
+/// 5 minutes: its exponential growth only applies while a controller is backed off already, and
+/// a backed-off controller gets no fake pods that could fail again).
+pub const INJECTION_BACKOFF: Duration = Duration::from_secs(5 * 60);
 
 /// Annotation marking a pod as injected (upstream's key and value).
 pub const FAKE_POD_ANNOTATION: &str = "podtype";

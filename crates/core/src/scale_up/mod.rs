@@ -35,7 +35,8 @@ use crate::options::AutoscalingOptions;
 pub use crate::act::scale_up::{ScaleUpExecution, execute_scale_up};
 pub use balancing::templates_similar;
 pub use injection::{
-    FAKE_POD_ANNOTATION, FAKE_POD_ANNOTATION_VALUE, is_fake_pod, proactive_fake_pods,
+    FAKE_POD_ANNOTATION, FAKE_POD_ANNOTATION_VALUE, INJECTION_BACKOFF, is_fake_pod,
+    proactive_fake_pods,
 };
 pub use min_size::plan_min_size_enforcement;
 pub use plan::plan_scale_up;
