@@ -1039,7 +1039,8 @@ mod tests {
         );
     }
 
-    /// The issue-13 scale-up flags parse with upstream's syntax and defaults.
+    /// docs/behaviour.md SU-110–SU-114: the issue-13 scale-up flags parse with upstream's syntax
+    /// and defaults.
     #[test]
     fn issue_13_scale_up_flags_parse_with_upstream_defaults() {
         let o = AutoscalingOptions::default();
@@ -1115,7 +1116,8 @@ mod tests {
         }
     }
 
-    /// `--scheduler-verbosity`: -1 follows `--v`, and a value above `--v` is lowered to it.
+    /// docs/behaviour.md SU-113: `--scheduler-verbosity` -1 follows `--v`, and a value above
+    /// `--v` is lowered to it.
     #[test]
     fn scheduler_verbosity_follows_v() {
         let o = AutoscalingOptions::default();
