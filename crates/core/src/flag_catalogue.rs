@@ -269,7 +269,7 @@ pub const FLAGS: &[Flag] = &[
     engine("expander", CommaList, "least-waste", ScaleUp,
         "How to choose among node groups: random, most-pods, least-waste, least-nodes, price, priority; a list is applied in order."),
     engine("estimator", Text, "binpacking", ScaleUp,
-        "How many nodes a scale-up needs; binpacking is the only estimator.").pending(),
+        "How many nodes a scale-up needs; binpacking is the only estimator."),
     engine("expendable-pods-priority-cutoff", Int, "-10", ScaleUp,
         "Pods with a priority below this never trigger a scale-up and never block a scale-down."),
     engine("new-pod-scale-up-delay", DUR, "0s", ScaleUp,
@@ -513,35 +513,50 @@ pub const FLAGS: &[Flag] = &[
         "A KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) whose single profile the simulated scheduler filters follow.")
         .note("Read once at start, at most 1 MiB. Disabled Filter plugins, PodTopologySpread default constraints and NodeResourcesFit ignored resources are honoured; anything else (scoring included, which upstream ignores) is refused by field path and value. Default spread constraints count the pods of the pod's controller, since Services are not read (docs/behaviour.md SCHED-101 to SCHED-105)."),
     engine("unready-nodes-scope", Text, "cluster", Loop,
-        "Which nodes the unready check counts: cluster (every node) or autoscaled (nodes of node groups).").pending(),
-    engine("node-info-cache-expire-time", DUR, "87600h0m0s", ScaleUp,
-        "How long a node-group template built from a real node is kept.").pending(),
+        "Which nodes the unready check counts: cluster (every node) or autoscaled (nodes of node groups).")
+        .note("autoscaled also counts nodes whose node-group lookup failed, as upstream; the status ConfigMap's totals stay cluster-wide (docs/behaviour.md CS-107)."),
+    engine("node-info-cache-expire-time", DUR, "87600h0m0s", NodeGroups,
+        "How long a node-group template built from a real node is kept.")
+        .note("docs/behaviour.md SU-108."),
     engine("scaleup-simulation-for-skipped-node-groups-enabled", Bool, "false", ScaleUp,
-        "Also simulate scale-up for node groups skipped in this loop.").pending(),
+        "Also simulate scale-up for node groups skipped in this loop.")
+        .note("Changes what pods are told (the rejecting filter on the skipped group's template), never a decision (docs/behaviour.md SU-109)."),
     engine("enable-proactive-scaleup", Bool, "false", ScaleUp,
-        "Scale up for pods that controllers are about to create.").pending(),
+        "Scale up for pods that controllers are about to create.")
+        .note("As upstream's pod-injection processor: ReplicaSets, Jobs and StatefulSets, a five-minute backoff for a controller whose injected pods were not helped, no events on injected pods (docs/behaviour.md SU-110). In the simulator controllers are inferred from pods, so it has nothing to inject there."),
     engine("pod-injection-limit", Int, "5000", ScaleUp,
-        "The most pending pods, real and injected, proactive scale-up works with.").pending(),
-    engine("async-node-groups", Bool, "false", ScaleUp,
-        "Create and delete node groups asynchronously.").pending(),
+        "The most pending pods, real and injected, proactive scale-up works with.")
+        .note("A negative limit injects nothing, as upstream."),
+    engine("async-node-groups", Bool, "false", NodeGroups,
+        "Create and delete node groups asynchronously.")
+        .note("No effect: none of Ferroscale's providers creates node groups (docs/behaviour.md LOOP-115)."),
     engine("enable-graceful-degradation", Bool, "false", ScaleUp,
-        "Bound the scheduling simulation of pending pods and go on with part of them.").pending(),
+        "Bound the scheduling simulation of pending pods and go on with part of them.")
+        .note("Accepted; Ferroscale's simulation of pending pods is bounded by counts and always plans with every pod, so it never needs to degrade (docs/behaviour.md SU-111)."),
     engine("pending-pods-batching-timeout", DUR, "4m0s", ScaleUp,
-        "Time budget of that simulation.").pending(),
+        "Time budget of that simulation.")
+        .note("Accepted and reported, as the other time budgets."),
     engine("fastpath-binpacking-enabled", Bool, "false", ScaleUp,
-        "Estimate the last group of pods arithmetically.").pending(),
+        "Estimate the last group of pods arithmetically.")
+        .note("docs/behaviour.md SU-111."),
     engine("salvo-scale-up", Bool, "false", ScaleUp,
-        "Allow several scale-ups in one loop.").pending(),
+        "Allow several scale-ups in one loop.")
+        .note("docs/behaviour.md SU-114."),
     engine("salvo-scale-up-budget", DUR, "1m0s", ScaleUp,
-        "Time budget of the further scale-ups of one loop.").pending(),
+        "Time budget of the further scale-ups of one loop.")
+        .note("Accepted and reported; the rounds end by count, never by clock."),
     engine("predicate-parallelism", Int, "4", ScaleUp,
-        "The most threads checking scheduler filters.").pending(),
+        "The most threads checking scheduler filters.")
+        .note("Values below 1 are refused, as upstream. Ferroscale checks filters on one thread today, which every value allows."),
     engine("cluster-snapshot-parallelism", Int, "16", ScaleUp,
-        "Deprecated upstream; see --predicate-parallelism.").pending(),
+        "Deprecated upstream; see --predicate-parallelism.")
+        .note("Unused, as upstream."),
     engine("scheduler-verbosity", Int, "-1", Logging,
-        "Verbosity of scheduler-simulation logs; at most --v, -1 means --v.").pending(),
+        "Verbosity of scheduler-simulation logs; at most --v, -1 means --v.")
+        .note("-1 means --v; a value above --v is lowered to it, as upstream."),
     engine("enable-inter-pod-affinity-hostname-fast-path", Bool, "false", ScaleUp,
-        "Upstream's scheduler feature gate for hostname inter-pod affinity.").pending(),
+        "Upstream's scheduler feature gate for hostname inter-pod affinity.")
+        .note("No observable change: Ferroscale's inter-pod affinity already counts hostname terms per node, which is what the gate speeds up upstream."),
     engine("scale-down-non-empty-candidates-count", Int, "30", ScaleDown,
         "The most non-empty nodes simulated for removal per loop; 0 or less is no limit.")
         .note("Upstream 1.36 accepts this and the two pool flags without effect; Ferroscale gives them their older upstream meaning on top of its removal-search bound, the stricter winning (docs/behaviour.md SD-116)."),

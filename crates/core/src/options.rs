@@ -318,6 +318,96 @@ pub struct AutoscalingOptions {
     pub node_removal_latency_tracking_enabled: bool,
     /// Register and fill the per-node-group gauges (docs/behaviour.md OBS-122).
     pub emit_per_nodegroup_metrics: bool,
+    // --- issue 13: scale-up, loop and cluster-state flags (one block; see docs/behaviour.md) ---
+    /// `estimator`: the scale-up estimator; `binpacking` is the only one upstream has
+    /// (docs/behaviour.md SU-107).
+    pub estimator: EstimatorName,
+    /// `unready-nodes-scope`: which nodes the cluster-wide unready check counts
+    /// (docs/behaviour.md CS-107).
+    pub unready_nodes_scope: UnreadyNodesScope,
+    /// `node-info-cache-expire-time`: how long a template taken from a real node is reused once
+    /// the group has no good node any more (docs/behaviour.md SU-108).
+    pub node_info_cache_expire_time: Duration,
+    /// `scaleup-simulation-for-skipped-node-groups-enabled`: pods that were not helped are also
+    /// checked against the templates of skipped groups, so that their messages name the filter
+    /// that rejects them there (docs/behaviour.md SU-109).
+    pub scaleup_simulation_for_skipped_node_groups_enabled: bool,
+    /// `enable-proactive-scaleup`: fake pods for the replicas controllers still have to create
+    /// (docs/behaviour.md SU-110).
+    pub enable_proactive_scaleup: bool,
+    /// `pod-injection-limit`: fake pods are dropped while the unschedulable pods, fake ones
+    /// included, exceed this count (a negative value drops them all, as upstream).
+    pub pod_injection_limit: i64,
+    /// `async-node-groups`: asynchronous creation of node groups. No Ferroscale provider creates
+    /// node groups, so there is nothing to make asynchronous (docs/behaviour.md LOOP-115).
+    pub async_node_groups: bool,
+    /// `enable-graceful-degradation` and `pending-pods-batching-timeout`: upstream stops
+    /// filter-out-schedulable after this wall-clock time. Kept for reporting; Ferroscale's
+    /// filter-out-schedulable is bounded by counts and never stops on time
+    /// (docs/behaviour.md SU-111).
+    pub enable_graceful_degradation: bool,
+    pub pending_pods_batching_timeout: Duration,
+    /// `fastpath-binpacking-enabled`: one pod group per estimate is counted arithmetically
+    /// after filling one node (docs/behaviour.md SU-111).
+    pub fastpath_binpacking_enabled: bool,
+    /// `salvo-scale-up` and `salvo-scale-up-budget`: further scale-up rounds in one iteration for
+    /// the pods still not helped (docs/behaviour.md SU-114). The budget is kept for reporting:
+    /// the rounds end by count.
+    pub salvo_scale_up: bool,
+    pub salvo_scale_up_budget: Duration,
+    /// `predicate-parallelism`: the most threads filter checks may use (at least 1;
+    /// docs/behaviour.md SU-112).
+    pub predicate_parallelism: i64,
+    /// `cluster-snapshot-parallelism`: deprecated upstream in favour of `predicate-parallelism`;
+    /// accepted and unused, as upstream.
+    pub cluster_snapshot_parallelism: i64,
+    /// `scheduler-verbosity`: the log level of the embedded scheduler code; -1 means `--v`, and a
+    /// value above `--v` is lowered to it ([`AutoscalingOptions::effective_scheduler_verbosity`]).
+    pub scheduler_verbosity: i64,
+    /// `enable-inter-pod-affinity-hostname-fast-path`: upstream's scheduler feature gate for a
+    /// faster inter-pod affinity check on `kubernetes.io/hostname`; it changes no result, and
+    /// Ferroscale's filter already counts hostname domains per node (docs/behaviour.md SU-113).
+    pub enable_inter_pod_affinity_hostname_fast_path: bool,
+}
+
+/// `--estimator` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EstimatorName {
+    Binpacking,
+}
+
+impl FromStr for EstimatorName {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "binpacking" => Ok(EstimatorName::Binpacking),
+            other => Err(format!("unknown estimator {other:?} (valid: binpacking)")),
+        }
+    }
+}
+
+/// `--unready-nodes-scope` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnreadyNodesScope {
+    /// Every node of the cluster counts.
+    Cluster,
+    /// Only nodes of autoscaled node groups, and nodes whose group could not be looked up.
+    Autoscaled,
+}
+
+impl FromStr for UnreadyNodesScope {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "cluster" => Ok(UnreadyNodesScope::Cluster),
+            "autoscaled" => Ok(UnreadyNodesScope::Autoscaled),
+            other => Err(format!(
+                "unknown scope {other:?} (valid: cluster, autoscaled)"
+            )),
+        }
+    }
 }
 
 /// One band of `--drain-priority-config`: pods whose priority is at least `priority` (and below
@@ -431,6 +521,23 @@ impl Default for AutoscalingOptions {
             max_node_skip_eval_time_tracker_enabled: false,
             node_removal_latency_tracking_enabled: false,
             emit_per_nodegroup_metrics: false,
+            // issue 13: scale-up, loop and cluster-state flags.
+            estimator: EstimatorName::Binpacking,
+            unready_nodes_scope: UnreadyNodesScope::Cluster,
+            node_info_cache_expire_time: Duration::from_secs(87_600 * 60 * MINUTE),
+            scaleup_simulation_for_skipped_node_groups_enabled: false,
+            enable_proactive_scaleup: false,
+            pod_injection_limit: 5000,
+            async_node_groups: false,
+            enable_graceful_degradation: false,
+            pending_pods_batching_timeout: Duration::from_secs(4 * MINUTE),
+            fastpath_binpacking_enabled: false,
+            salvo_scale_up: false,
+            salvo_scale_up_budget: Duration::from_secs(MINUTE),
+            predicate_parallelism: 4,
+            cluster_snapshot_parallelism: 16,
+            scheduler_verbosity: -1,
+            enable_inter_pod_affinity_hostname_fast_path: false,
         }
     }
 }
@@ -821,6 +928,43 @@ impl AutoscalingOptions {
                 self.node_removal_latency_tracking_enabled = parse_bool(f, v)?
             }
             "emit-per-nodegroup-metrics" => self.emit_per_nodegroup_metrics = parse_bool(f, v)?,
+            // issue 13: scale-up, loop and cluster-state flags.
+            "estimator" => {
+                self.estimator = v
+                    .parse()
+                    .map_err(|reason: String| OptionError::invalid(f, v, reason))?
+            }
+            "unready-nodes-scope" => {
+                self.unready_nodes_scope = v
+                    .parse()
+                    .map_err(|reason: String| OptionError::invalid(f, v, reason))?
+            }
+            "node-info-cache-expire-time" => {
+                self.node_info_cache_expire_time = parse_duration(f, v)?
+            }
+            "scaleup-simulation-for-skipped-node-groups-enabled" => {
+                self.scaleup_simulation_for_skipped_node_groups_enabled = parse_bool(f, v)?
+            }
+            "enable-proactive-scaleup" => self.enable_proactive_scaleup = parse_bool(f, v)?,
+            "pod-injection-limit" => self.pod_injection_limit = parse_number(f, v, "an integer")?,
+            "async-node-groups" => self.async_node_groups = parse_bool(f, v)?,
+            "enable-graceful-degradation" => self.enable_graceful_degradation = parse_bool(f, v)?,
+            "pending-pods-batching-timeout" => {
+                self.pending_pods_batching_timeout = parse_duration(f, v)?
+            }
+            "fastpath-binpacking-enabled" => self.fastpath_binpacking_enabled = parse_bool(f, v)?,
+            "salvo-scale-up" => self.salvo_scale_up = parse_bool(f, v)?,
+            "salvo-scale-up-budget" => self.salvo_scale_up_budget = parse_duration(f, v)?,
+            "predicate-parallelism" => {
+                self.predicate_parallelism = parse_number(f, v, "an integer")?
+            }
+            "cluster-snapshot-parallelism" => {
+                self.cluster_snapshot_parallelism = parse_number(f, v, "an integer")?
+            }
+            "scheduler-verbosity" => self.scheduler_verbosity = parse_number(f, v, "an integer")?,
+            "enable-inter-pod-affinity-hostname-fast-path" => {
+                self.enable_inter_pod_affinity_hostname_fast_path = parse_bool(f, v)?
+            }
             _ => {
                 return Err(OptionError::UnknownFlag {
                     flag: flag.to_string(),
@@ -893,6 +1037,14 @@ impl AutoscalingOptions {
                 "must not exceed --max-node-group-backoff-duration",
             ));
         }
+        // issue 13: scale-up, loop and cluster-state flags.
+        if self.predicate_parallelism < 1 {
+            return Err(OptionError::invalid(
+                "predicate-parallelism",
+                &self.predicate_parallelism.to_string(),
+                "must be at least 1",
+            ));
+        }
         Ok(())
     }
 
@@ -902,6 +1054,16 @@ impl AutoscalingOptions {
         self.scheduler_config
             .as_ref()
             .map_or_else(Arc::default, |c| c.profile.clone())
+    }
+
+    /// The scheduler's log level under `--v=verbosity`, as upstream derives it: -1 (or any
+    /// negative value) means `--v`, and a value above `--v` is lowered to `--v`.
+    pub fn effective_scheduler_verbosity(&self, verbosity: i64) -> i64 {
+        if self.scheduler_verbosity < 0 {
+            verbosity
+        } else {
+            self.scheduler_verbosity.min(verbosity)
+        }
     }
 
     /// `memory-total` converted to bytes.
@@ -1043,6 +1205,132 @@ mod tests {
         assert_eq!(o.balancing_ignore_labels, vec!["a", "b"]);
         assert!(o.balance_similar_node_groups && o.parallel_scale_up);
         assert_eq!(o.max_scale_down_parallelism, 20);
+    }
+
+    /// docs/behaviour.md SU-107: `binpacking` is accepted, anything else is refused naming the
+    /// valid values.
+    #[test]
+    fn estimator_accepts_binpacking_only() {
+        assert_eq!(
+            set("estimator", "binpacking").unwrap().estimator,
+            EstimatorName::Binpacking
+        );
+        let err = set("estimator", "oldbinpacking").unwrap_err().to_string();
+        assert!(
+            err.contains("--estimator")
+                && err.contains("oldbinpacking")
+                && err.contains("valid: binpacking"),
+            "{err}"
+        );
+    }
+
+    /// docs/behaviour.md CS-107.
+    #[test]
+    fn unready_nodes_scope_values() {
+        assert_eq!(
+            AutoscalingOptions::default().unready_nodes_scope,
+            UnreadyNodesScope::Cluster
+        );
+        assert_eq!(
+            set("unready-nodes-scope", "autoscaled")
+                .unwrap()
+                .unready_nodes_scope,
+            UnreadyNodesScope::Autoscaled
+        );
+        let err = set("unready-nodes-scope", "all").unwrap_err().to_string();
+        assert!(
+            err.contains("unready-nodes-scope") && err.contains("cluster, autoscaled"),
+            "{err}"
+        );
+    }
+
+    /// docs/behaviour.md SU-110–SU-114: the issue-13 scale-up flags parse with upstream's syntax
+    /// and defaults.
+    #[test]
+    fn issue_13_scale_up_flags_parse_with_upstream_defaults() {
+        let o = AutoscalingOptions::default();
+        assert_eq!(
+            o.node_info_cache_expire_time,
+            Duration::from_secs(87_600 * 3600)
+        );
+        assert_eq!(o.pod_injection_limit, 5000);
+        assert_eq!(o.pending_pods_batching_timeout, Duration::from_secs(240));
+        assert_eq!(
+            (o.predicate_parallelism, o.cluster_snapshot_parallelism),
+            (4, 16)
+        );
+        assert_eq!(o.scheduler_verbosity, -1);
+        assert!(!o.enable_proactive_scaleup && !o.async_node_groups);
+        assert!(!o.enable_graceful_degradation && !o.fastpath_binpacking_enabled);
+        assert!(!o.salvo_scale_up);
+        assert_eq!(o.salvo_scale_up_budget, Duration::from_secs(60));
+        assert!(!o.scaleup_simulation_for_skipped_node_groups_enabled);
+        assert!(!o.enable_inter_pod_affinity_hostname_fast_path);
+        let mut o = AutoscalingOptions::default();
+        for (flag, value) in [
+            ("node-info-cache-expire-time", "90m"),
+            ("scaleup-simulation-for-skipped-node-groups-enabled", "true"),
+            ("enable-proactive-scaleup", "true"),
+            ("pod-injection-limit", "-1"),
+            ("async-node-groups", "true"),
+            ("enable-graceful-degradation", "true"),
+            ("pending-pods-batching-timeout", "30s"),
+            ("fastpath-binpacking-enabled", "true"),
+            ("salvo-scale-up", "true"),
+            ("salvo-scale-up-budget", "30s"),
+            ("cluster-snapshot-parallelism", "2"),
+            ("scheduler-verbosity", "7"),
+            ("enable-inter-pod-affinity-hostname-fast-path", "true"),
+        ] {
+            o.set(flag, value)
+                .unwrap_or_else(|e| panic!("{flag}={value}: {e}"));
+        }
+        assert_eq!(o.node_info_cache_expire_time, Duration::from_secs(5400));
+        assert_eq!(o.pod_injection_limit, -1);
+        assert!(o.validate().is_ok());
+        for (flag, value) in [
+            ("pod-injection-limit", "many"),
+            ("pending-pods-batching-timeout", "4 minutes"),
+            ("scheduler-verbosity", "high"),
+            ("async-node-groups", "yes"),
+        ] {
+            let err = set(flag, value).unwrap_err().to_string();
+            assert!(err.contains(flag) && err.contains(value), "{err}");
+        }
+    }
+
+    /// docs/behaviour.md SU-112: upstream refuses a `--predicate-parallelism` below 1.
+    #[test]
+    fn predicate_parallelism_below_one_is_refused() {
+        assert!(
+            set("predicate-parallelism", "1")
+                .unwrap()
+                .validate()
+                .is_ok()
+        );
+        for value in ["0", "-3"] {
+            let err = set("predicate-parallelism", value)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("predicate-parallelism") && err.contains(value),
+                "{err}"
+            );
+        }
+    }
+
+    /// docs/behaviour.md SU-113: `--scheduler-verbosity` -1 follows `--v`, and a value above
+    /// `--v` is lowered to it.
+    #[test]
+    fn scheduler_verbosity_follows_v() {
+        let o = AutoscalingOptions::default();
+        assert_eq!(o.effective_scheduler_verbosity(4), 4);
+        let o = set("scheduler-verbosity", "2").unwrap();
+        assert_eq!(o.effective_scheduler_verbosity(4), 2);
+        let o = set("scheduler-verbosity", "9").unwrap();
+        assert_eq!(o.effective_scheduler_verbosity(4), 4);
     }
 
     #[test]

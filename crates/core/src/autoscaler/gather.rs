@@ -135,6 +135,18 @@ pub(super) struct Gathered {
 }
 
 impl Gathered {
+    /// Nodes whose `NodeGroupForNode` failed this loop.
+    pub(super) fn lookup_failed_nodes(&self) -> HashSet<String> {
+        self.failures
+            .iter()
+            .filter(|f| f.call == GatherCall::NodeGroupForNode)
+            .filter_map(|f| match &f.subject {
+                GatherSubject::Node(name) => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// What cluster-state needs of each group: its view, its instances (when `Nodes()`
     /// answered) and its registered nodes.
     pub(super) fn observations(&self) -> Vec<GroupObservation> {

@@ -16,6 +16,7 @@
 mod act;
 mod gather;
 mod recorder;
+mod salvo;
 mod snapshot;
 mod templates;
 
@@ -36,15 +37,17 @@ use crate::cluster_state::{
     ClusterStateRegistry, ClusterStateReport, StatusReport, render_status_yaml,
 };
 use crate::events::{Event, EventObject, reasons};
-use crate::kubernetes::{ClusterApi, ClusterError, ClusterObjects, StatusConfigMap};
+use crate::kubernetes::{
+    ClusterApi, ClusterError, ClusterObjects, StatusConfigMap, WorkloadController,
+};
 use crate::options::AutoscalingOptions;
 use crate::scale_down::{
     ControllerIndex, ControllerReplicas, DeletionInProgress, DeletionsInProgress, ScaleDownInput,
     ScaleDownPlan, ScaleDownState, first_blocking_pod, plan_scale_down,
 };
 use crate::scale_up::{
-    NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan,
-    plan_min_size_enforcement, plan_scale_up,
+    INJECTION_BACKOFF, NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan,
+    plan_min_size_enforcement, plan_scale_up, proactive_fake_pods,
 };
 
 use act::record_progress;
@@ -138,7 +141,11 @@ pub struct LoopOutcome {
     pub ended_early: Option<EarlyEnd>,
     pub cluster_state: ClusterStateReport,
     pub scale_up: Option<ScaleUpPlan>,
+    /// Every resize of this iteration's scale-up, salvo rounds included.
     pub scale_up_execution: Option<ScaleUpExecution>,
+    /// The plans of the further rounds of `--salvo-scale-up` (docs/behaviour.md SU-114), after
+    /// the first one in `scale_up`.
+    pub salvo_rounds: Vec<ScaleUpPlan>,
     pub scale_down: Option<ScaleDownPlan>,
     pub min_size_enforcement: Option<ScaleUpPlan>,
     pub min_size_execution: Option<ScaleUpExecution>,
@@ -236,6 +243,9 @@ pub struct Autoscaler {
     scale_down_state: ScaleDownState,
     deletions: DeletionTracker,
     templates: TemplateCache,
+    /// Controllers whose fake pods were not helped, by uid, until when they get none
+    /// (docs/behaviour.md SU-110).
+    injection_backoff: HashMap<String, Timestamp>,
     recorder: EventRecorder,
     previous_status: Option<StatusReport>,
     first_loop_done: bool,
@@ -295,6 +305,7 @@ impl Autoscaler {
             scale_down_state: ScaleDownState::new(),
             deletions: DeletionTracker::new(),
             templates: TemplateCache::default(),
+            injection_backoff: HashMap::new(),
             previous_status: None,
             first_loop_done: false,
             iterations: 0,
@@ -582,6 +593,8 @@ impl Autoscaler {
         // GPU nodes whose GPUs have not appeared in allocatable yet are not ready
         // (docs/behaviour.md CS-102).
         self.registry.set_gpu_label(cloud.gpu_label());
+        self.registry
+            .set_lookup_failed_nodes(gathered.lookup_failed_nodes());
         let report = timer.time("updateClusterState", || {
             self.registry.update(
                 now,
@@ -658,11 +671,37 @@ impl Autoscaler {
         // fit existing or upcoming nodes), stay in the snapshot for the rest of the loop, as
         // upstream keeps them: scale-down then counts a node that pending pods will land on as
         // used, even while the scheduler has not bound them (stopped, slow or behind a burst).
+        // Proactive scale-up (docs/behaviour.md SU-110): fake pods for the replicas controllers
+        // have not created yet join the pending pods of this plan only.
+        // A controller whose fake pods could not be helped gets none for a while, as upstream.
+        self.injection_backoff.retain(|_, until| *until > now);
+        let fakes = if self.options.enable_proactive_scaleup {
+            let controllers: Vec<WorkloadController> = gathered
+                .objects
+                .controllers
+                .iter()
+                .filter(|c| !self.injection_backoff.contains_key(&c.uid))
+                .cloned()
+                .collect();
+            proactive_fake_pods(
+                &controllers,
+                &gathered.objects.pods,
+                &pending,
+                self.options.pod_injection_limit,
+            )
+        } else {
+            Vec::new()
+        };
+        let planned_pods: std::borrow::Cow<'_, [Arc<Pod>]> = if fakes.is_empty() {
+            std::borrow::Cow::Borrowed(&pending)
+        } else {
+            pending.iter().chain(&fakes).cloned().collect()
+        };
         let plan = timer.time("scaleUp", || {
             plan_scale_up(ScaleUpInput {
                 now,
                 snapshot: &mut base,
-                pending_pods: &pending,
+                pending_pods: &planned_pods,
                 draining_pods: &draining_pods,
                 node_groups: &views,
                 backoff: &self.backoff,
@@ -676,6 +715,37 @@ impl Autoscaler {
         outcome.scale_up_execution = self
             .execute_increases(&plan, &gathered.groups, now, outcome, events)
             .await;
+        if self.options.salvo_scale_up {
+            let start = salvo::SalvoStart {
+                now,
+                gathered: &gathered,
+                views: &views,
+                pending: &planned_pods,
+                draining: &draining_pods,
+                provider,
+                seed,
+            };
+            self.salvo_scale_ups(start, &plan, &mut base, timer, outcome, events)
+                .await;
+        }
+        if !fakes.is_empty() {
+            // The controllers of fake pods the last round could not help are backed off.
+            let owner_of: HashMap<String, String> = fakes
+                .iter()
+                .filter_map(|p| p.controller().map(|o| (p.key(), o.uid.clone())))
+                .collect();
+            let last = outcome.salvo_rounds.last().unwrap_or(&plan);
+            for verdict in &last.pods_not_helped {
+                if let Some(uid) = owner_of.get(&verdict.pod) {
+                    self.injection_backoff
+                        .insert(uid.clone(), now + INJECTION_BACKOFF);
+                }
+            }
+            // Fake pods exist only in this plan: no event names them.
+            let fake_keys: HashSet<String> = fakes.iter().map(|p| p.key()).collect();
+            events
+                .retain(|e| !matches!(&e.object, EventObject::Pod(key) if fake_keys.contains(key)));
+        }
         let skip_scale_down = plan.skip_scale_down_this_loop;
         outcome.scale_up = Some(plan);
         outcome.pending_pods = pending;
@@ -699,10 +769,16 @@ impl Autoscaler {
                 .iter()
                 .map(|v| {
                     let mut v = v.clone();
+                    // Salvo rounds may have grown a group more than once: the last target wins.
                     if let Some(execution) = &outcome.scale_up_execution
-                        && let Some(i) = execution.succeeded.iter().find(|i| i.group_id == v.id)
+                        && let Some(target) = execution
+                            .succeeded
+                            .iter()
+                            .filter(|i| i.group_id == v.id)
+                            .map(|i| i.new_target)
+                            .max()
                     {
-                        v.target_size = i.new_target;
+                        v.target_size = target;
                     }
                     v
                 })

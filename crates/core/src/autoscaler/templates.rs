@@ -1,6 +1,7 @@
 //! Choosing each node group's template (docs/behaviour.md SU-102): a good real node of the group,
-//! else the one cached from an earlier loop, else the provider's `TemplateNodeInfo()` (with the
-//! DaemonSet pods that would start on it), else — as a last resort — any real node of the group.
+//! else the one cached from an earlier loop (while younger than `--node-info-cache-expire-time`,
+//! SU-108), else the provider's `TemplateNodeInfo()` (with the DaemonSet pods that would start on
+//! it), else — as a last resort — any real node of the group.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,7 +20,14 @@ pub const STABLE_READINESS: Duration = Duration::from_secs(60);
 /// Templates taken from real nodes, kept per group for when the group has no good node.
 #[derive(Debug, Clone, Default)]
 pub struct TemplateCache {
-    by_group: HashMap<String, NodeTemplate>,
+    by_group: HashMap<String, CachedTemplate>,
+}
+
+/// A template and when it was last taken from a good real node.
+#[derive(Debug, Clone)]
+struct CachedTemplate {
+    template: NodeTemplate,
+    added: Timestamp,
 }
 
 impl TemplateCache {
@@ -116,13 +124,23 @@ pub async fn choose_template(
         if options.force_ds {
             add_daemonset_pods(&mut template, daemonsets);
         }
-        cache
-            .by_group
-            .insert(group.id().to_string(), template.clone());
+        cache.by_group.insert(
+            group.id().to_string(),
+            CachedTemplate {
+                template: template.clone(),
+                added: now,
+            },
+        );
         return (Some((template, TemplateSource::RealNode)), None);
     }
+    // An entry older than --node-info-cache-expire-time is dropped, as upstream does, and the
+    // provider's template is asked for instead (docs/behaviour.md SU-108).
     if let Some(cached) = cache.by_group.get(group.id()) {
-        return (Some((cached.clone(), TemplateSource::Cache)), None);
+        if now.since(cached.added) > options.node_info_cache_expire_time {
+            cache.by_group.remove(group.id());
+        } else {
+            return (Some((cached.template.clone(), TemplateSource::Cache)), None);
+        }
     }
     // Errors other than "not implemented" are returned for the loop's outcome; either way the
     // next source is tried.

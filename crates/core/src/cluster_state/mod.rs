@@ -24,7 +24,7 @@ use ferroscale_model::{Node, Timestamp};
 use crate::backoff::{BackoffReason, NodeGroupBackoff};
 use crate::cloud::{ErrorClass, Instance, InstanceErrorInfo, InstanceState, InstanceStatus};
 use crate::events::{Event, EventObject, reasons};
-use crate::options::AutoscalingOptions;
+use crate::options::{AutoscalingOptions, UnreadyNodesScope};
 use crate::scale_up::NodeGroupView;
 
 pub use readiness::{NodeReadiness, ReadinessRules};
@@ -211,6 +211,9 @@ pub struct ClusterStateRegistry {
     incorrect_sizes: BTreeMap<String, IncorrectSize>,
     /// (group, instance id, error class, error code) seen failing at the previous update.
     previous_failures: BTreeSet<(String, String, i32, String)>,
+    /// Nodes whose node group could not be looked up this loop: with
+    /// `--unready-nodes-scope=autoscaled` they still count for cluster health.
+    lookup_failed_nodes: HashSet<String>,
     last: ClusterStateReport,
 }
 
@@ -225,6 +228,7 @@ impl ClusterStateRegistry {
             unregistered_since: BTreeMap::new(),
             incorrect_sizes: BTreeMap::new(),
             previous_failures: BTreeSet::new(),
+            lookup_failed_nodes: HashSet::new(),
             last: ClusterStateReport {
                 cluster_healthy: true,
                 ..Default::default()
@@ -244,6 +248,13 @@ impl ClusterStateRegistry {
         if self.rules.gpu_label != gpu_label {
             self.rules.gpu_label = gpu_label.to_string();
         }
+    }
+
+    /// The nodes whose `NodeGroupForNode` failed this loop (docs/behaviour.md CS-111): with
+    /// `--unready-nodes-scope=autoscaled` they count for cluster health although they are in no
+    /// group, since they may well belong to one.
+    pub fn set_lookup_failed_nodes(&mut self, nodes: HashSet<String>) {
+        self.lookup_failed_nodes = nodes;
     }
 
     pub fn readiness_rules(&self) -> &ReadinessRules {
@@ -494,7 +505,10 @@ impl ClusterStateRegistry {
         self.incorrect_sizes
             .retain(|group, _| known_groups.contains(group.as_str()));
 
-        // Nodes outside every group still count for cluster health.
+        // Nodes outside every group count in the totals; for cluster health only with
+        // `--unready-nodes-scope=cluster`, or when their group could not be looked up
+        // (docs/behaviour.md CS-111).
+        let mut health_counts = report.total;
         let grouped: HashSet<&str> = observations
             .iter()
             .flat_map(|o| o.nodes.iter().map(|n| n.name.as_str()))
@@ -510,8 +524,13 @@ impl ClusterStateRegistry {
                 options.max_node_startup_time,
             );
             report.total.count(class);
+            if options.unready_nodes_scope == UnreadyNodesScope::Cluster
+                || self.lookup_failed_nodes.contains(&node.name)
+            {
+                health_counts.count(class);
+            }
         }
-        report.cluster_healthy = cluster_healthy(&report.total, options);
+        report.cluster_healthy = cluster_healthy(&health_counts, options);
         self.last = report.clone();
         report
     }

@@ -52,6 +52,66 @@ pub(super) struct Estimate {
     pub placed: Vec<usize>,
 }
 
+/// Whether `--fastpath-binpacking-enabled` may estimate this pod's group arithmetically: its
+/// verdict on a node must not depend on pods placed elsewhere, so no topology spread constraint
+/// and no required anti-affinity over a topology wider than one node.
+fn fastpath_allowed(pod: &Pod) -> bool {
+    pod.topology_spread.is_empty()
+        && pod
+            .pod_anti_affinity
+            .iter()
+            .all(|term| term.topology_key == HOSTNAME)
+}
+
+/// The group the fast path saves the most checks on (docs/behaviour.md SU-111), as upstream
+/// rates it: with n the nodes the group needs by CPU, memory or hostname anti-affinity against
+/// itself, the checks saved are pods − pods / n; ties go to the later group. `None` when no
+/// group may take the fast path.
+fn fastpath_group(
+    groups: &[&[usize]],
+    pods: &[Arc<Pod>],
+    template: &NodeTemplate,
+) -> Option<usize> {
+    let capacity = &template.node.capacity;
+    let mut best = None;
+    let mut most_saved = 0usize;
+    for (index, group) in groups.iter().enumerate() {
+        let Some(&first) = group.first() else {
+            continue;
+        };
+        let pod = &pods[first];
+        let count = group.len();
+        let by_anti_affinity = if pod.pod_anti_affinity.iter().any(|term| {
+            term.topology_key == HOSTNAME
+                && term
+                    .label_selector
+                    .as_ref()
+                    .is_some_and(|selector| selector.matches(&pod.labels))
+        }) {
+            count
+        } else {
+            0
+        };
+        let share = |request: i64, capacity: i64| -> usize {
+            if request <= 0 || capacity <= 0 {
+                return 0;
+            }
+            (count as f64 * request as f64 / capacity as f64).ceil() as usize
+        };
+        let nodes = by_anti_affinity
+            .max(share(pod.requests.cpu_milli, capacity.cpu_milli))
+            .max(share(pod.requests.memory, capacity.memory));
+        let saved = count
+            .checked_div(nodes)
+            .map_or(0, |per_node| count - per_node);
+        if saved >= most_saved && fastpath_allowed(pod) {
+            best = Some(index);
+            most_saved = saved;
+        }
+    }
+    best
+}
+
 /// Whether the pod has a hard topology spread constraint over hostnames (the case 3c retry).
 fn spreads_over_hostnames(pod: &Pod) -> bool {
     pod.topology_spread.iter().any(|c| {
@@ -93,13 +153,17 @@ impl NewNodes {
 }
 
 /// Estimates the new nodes of `template` needed by `groups` (each a list of indices into `pods`,
-/// every group known to fit an empty template). The snapshot is left as it was.
+/// every group known to fit an empty template). The snapshot is left as it was. With `fastpath`
+/// (`--fastpath-binpacking-enabled`, docs/behaviour.md SU-111) one group, moved to the end, is
+/// estimated arithmetically: one new node is filled, and the rest of the group needs as many
+/// more nodes as that one took pods, rounded up.
 pub(super) fn estimate(
     snapshot: &mut Snapshot,
     template: &NodeTemplate,
     pods: &[Arc<Pod>],
     groups: &[&[usize]],
     limiter: NodeLimiter,
+    fastpath: bool,
 ) -> Estimate {
     let alloc_cpu = template.node.allocatable.cpu_milli.max(1) as f64;
     let alloc_mem = template.node.allocatable.memory.max(1) as f64;
@@ -112,6 +176,17 @@ pub(super) fn estimate(
     let mut ordered: Vec<&[usize]> = groups.to_vec();
     // Biggest first; the stable sort keeps the input order among equal scores.
     ordered.sort_by(|a, b| score(b).total_cmp(&score(a)));
+    // Only the last group may take the fast path: its nodes beyond the first are never added to
+    // the snapshot, so no later group could be packed onto them.
+    let fast_group = if fastpath {
+        fastpath_group(&ordered, pods, template).map(|index| {
+            let group = ordered.remove(index);
+            ordered.push(group);
+            ordered.len() - 1
+        })
+    } else {
+        None
+    };
 
     // The estimate is a what-if: everything placed below is reverted when `branch` drops.
     let mut branch = snapshot.branch();
@@ -123,7 +198,9 @@ pub(super) fn estimate(
     };
     let mut may_add_nodes = true;
     let mut placed = Vec::new();
-    for group in ordered {
+    // Nodes the fast path counted without adding them to the snapshot.
+    let mut counted_nodes = 0usize;
+    for (position, group) in ordered.into_iter().enumerate() {
         let mut next = 0;
         // a. Fill nodes added for earlier groups.
         while let Some(&i) = group.get(next) {
@@ -132,6 +209,44 @@ pub(super) fn estimate(
             }
             placed.push(i);
             next += 1;
+        }
+        if may_add_nodes && fast_group == Some(position) {
+            let rest = &group[next..];
+            if rest.is_empty() {
+                continue;
+            }
+            if !limiter.permits(new_nodes.ids.len()) {
+                may_add_nodes = false;
+                continue;
+            }
+            let name = format!("{}-e-{}", template.node.name, new_nodes.ids.len());
+            let id = add_template_copy(snapshot, template, &name, false);
+            new_nodes.ids.push(id);
+            let mut per_node = 0;
+            for &i in rest {
+                if check(snapshot, &pods[i], id).is_err() {
+                    break;
+                }
+                snapshot.add_pod(id, pods[i].clone());
+                placed.push(i);
+                per_node += 1;
+            }
+            new_nodes.used.push(per_node > 0);
+            if per_node == 0 {
+                continue;
+            }
+            let mut done = per_node;
+            for _ in 1..rest.len().div_ceil(per_node) {
+                if !limiter.permits(new_nodes.ids.len() + counted_nodes) {
+                    may_add_nodes = false;
+                    break;
+                }
+                counted_nodes += 1;
+                let take = per_node.min(rest.len() - done);
+                placed.extend_from_slice(&rest[done..done + take]);
+                done += take;
+            }
+            continue;
         }
         // b. Add nodes for the rest.
         while may_add_nodes && let Some(&i) = group.get(next) {
@@ -180,7 +295,7 @@ pub(super) fn estimate(
         }
     }
     Estimate {
-        node_count: new_nodes.used.iter().filter(|u| **u).count(),
+        node_count: new_nodes.used.iter().filter(|u| **u).count() + counted_nodes,
         placed,
     }
 }
@@ -218,6 +333,7 @@ mod tests {
             pods,
             &[&all],
             NodeLimiter::new(limits),
+            false,
         );
         assert_eq!(snapshot.node_count(), 0, "estimation is reverted");
         e
@@ -289,8 +405,88 @@ mod tests {
             &all,
             &[&small, &big],
             NodeLimiter::new(&[]),
+            false,
         );
         assert_eq!(e.node_count, 2);
         assert_eq!(e.placed.len(), 4);
+    }
+
+    fn run_fast(pods: &[Arc<Pod>], groups: &[&[usize]], limits: &[i64]) -> (Estimate, Estimate) {
+        let mut snapshot = Snapshot::new();
+        let t = template(4000);
+        let slow = estimate(
+            &mut snapshot,
+            &t,
+            pods,
+            groups,
+            NodeLimiter::new(limits),
+            false,
+        );
+        let fast = estimate(
+            &mut snapshot,
+            &t,
+            pods,
+            groups,
+            NodeLimiter::new(limits),
+            true,
+        );
+        assert_eq!(snapshot.node_count(), 0, "estimation is reverted");
+        (slow, fast)
+    }
+
+    /// docs/behaviour.md SU-111: the fast path fills one node and counts the rest; for identical
+    /// pods it agrees with full binpacking, node limit included.
+    #[test]
+    fn fastpath_counts_nodes_arithmetically_for_identical_pods() {
+        let ps = pods(10, 1000);
+        let all: Vec<usize> = (0..10).collect();
+        let (slow, fast) = run_fast(&ps, &[&all], &[1000]);
+        assert_eq!((slow.node_count, fast.node_count), (3, 3));
+        assert_eq!(fast.placed.len(), 10);
+        let (slow, fast) = run_fast(&ps, &[&all], &[2]);
+        assert_eq!((slow.node_count, fast.node_count), (2, 2));
+        assert_eq!((slow.placed.len(), fast.placed.len()), (8, 8));
+    }
+
+    /// docs/behaviour.md SU-111: the group the fast path saves most on is estimated last, which
+    /// changes the first-fit-decreasing order as upstream does: six 2.5-CPU pods (saving 5
+    /// checks) go after three 1.5-CPU pods (saving 2), and the small pods no longer fill the
+    /// gaps the big ones leave: 7 nodes instead of 6.
+    #[test]
+    fn fastpath_moves_its_group_last() {
+        let mut ps = pods(6, 2500);
+        ps.extend(pods(3, 1500));
+        let big: Vec<usize> = (0..6).collect();
+        let small: Vec<usize> = (6..9).collect();
+        let (slow, fast) = run_fast(&ps, &[&big, &small], &[1000]);
+        assert_eq!(slow.node_count, 6, "each small pod fills a big pod's gap");
+        assert_eq!(fast.node_count, 7);
+        assert_eq!((slow.placed.len(), fast.placed.len()), (9, 9));
+    }
+
+    /// docs/behaviour.md SU-111: pods with a topology spread constraint are never fast-pathed.
+    #[test]
+    fn fastpath_skips_pods_with_topology_spread() {
+        let ps: Vec<Arc<Pod>> = pods(3, 100)
+            .into_iter()
+            .map(|p| {
+                let mut p = (*p).clone();
+                p.topology_spread
+                    .push(ferroscale_model::TopologySpreadConstraint {
+                        max_skew: 1,
+                        topology_key: "topology.kubernetes.io/zone".into(),
+                        when_unsatisfiable: UnsatisfiableAction::DoNotSchedule,
+                        label_selector: None,
+                        min_domains: None,
+                        node_affinity_policy: ferroscale_model::NodeInclusionPolicy::Honor,
+                        node_taints_policy: ferroscale_model::NodeInclusionPolicy::Ignore,
+                    });
+                Arc::new(p)
+            })
+            .collect();
+        let all: Vec<usize> = (0..3).collect();
+        assert_eq!(fastpath_group(&[&all], &ps, &template(4000)), None);
+        let plain = pods(3, 100);
+        assert_eq!(fastpath_group(&[&all], &plain, &template(4000)), Some(0));
     }
 }

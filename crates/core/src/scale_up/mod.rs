@@ -8,12 +8,13 @@
 //! The stages follow the scale-up section of docs/behaviour.md: intake (`intake`), equivalence
 //! groups (`equivalence`), templates (`template`), the binpacking estimator (`estimator`),
 //! expanders (`expander`), resource limits (`limits`), balancing similar groups (`balancing`) and
-//! min-size enforcement (`min_size`).
+//! min-size enforcement (`min_size`); `injection` adds the fake pods of proactive scale-up.
 
 mod balancing;
 mod equivalence;
 mod estimator;
 mod expander;
+mod injection;
 mod intake;
 mod limits;
 mod min_size;
@@ -33,6 +34,10 @@ use crate::options::AutoscalingOptions;
 
 pub use crate::act::scale_up::{ScaleUpExecution, execute_scale_up};
 pub use balancing::templates_similar;
+pub use injection::{
+    FAKE_POD_ANNOTATION, FAKE_POD_ANNOTATION_VALUE, INJECTION_BACKOFF, is_fake_pod,
+    proactive_fake_pods,
+};
 pub use min_size::plan_min_size_enforcement;
 pub use plan::plan_scale_up;
 pub use priority::{PriorityConfig, PriorityConfigError};

@@ -254,8 +254,15 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
                 .is_none()
                 .then(|| skip_reasons::NOT_READY.to_string())
         });
+        // With --scaleup-simulation-for-skipped-node-groups-enabled a skipped group's template
+        // is checked too, only so that a pod it could never take is reported with the filter
+        // that rejects it rather than the skip reason (docs/behaviour.md SU-109).
+        let simulate_skipped = options.scaleup_simulation_for_skipped_node_groups_enabled;
         let verdicts = match (&skip, &template) {
             (None, Some(t)) => template_verdicts(snapshot, t, &pods, &equivalence_groups),
+            (Some(_), Some(t)) if simulate_skipped => {
+                template_verdicts(snapshot, t, &pods, &equivalence_groups)
+            }
             _ => Vec::new(),
         };
         states.push(GroupState {
@@ -326,6 +333,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             &pods,
             &fitting,
             NodeLimiter::new(&limits),
+            options.fastpath_binpacking_enabled,
         );
         let mut node_count = result.node_count;
         if state.view.zero_or_max() && node_count > 0 {
@@ -351,9 +359,11 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         states
             .iter()
             .filter_map(|s| {
+                // A skipped group's verdict exists only with
+                // --scaleup-simulation-for-skipped-node-groups-enabled (docs/behaviour.md SU-109).
                 let reason = match (&s.skip, s.verdicts.get(group_of[pod])) {
+                    (_, Some(Err(unfit))) => unfit.to_string(),
                     (Some(skip), _) => skip.clone(),
-                    (None, Some(Err(unfit))) => unfit.to_string(),
                     _ => return None,
                 };
                 Some((s.view.id.clone(), reason))
