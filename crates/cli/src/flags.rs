@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ferroscale_core::flag_catalogue::{self, Scope, Support, ValueType};
+
+use crate::logging::LoggingFlags;
 use ferroscale_core::{AutoscalingOptions, OptionError};
 use ferroscale_metrics::HealthLimits;
 use ferroscale_model::parse_go_duration;
