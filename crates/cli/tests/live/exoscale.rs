@@ -20,7 +20,11 @@ use crate::{QUICK_SCALE_DOWN, wait_for_first_status};
 const MIRROR_LABEL: &str = "exoscale-pool";
 
 /// Keeps one kwok Node per running member of `pool`, and none for members that are gone.
-fn mirror_pool_members(fake: &Arc<FakeExoscale>, pool: &str, client: Client) -> JoinHandle<()> {
+pub(crate) fn mirror_pool_members(
+    fake: &Arc<FakeExoscale>,
+    pool: &str,
+    client: Client,
+) -> JoinHandle<()> {
     let fake = Arc::clone(fake);
     let pool = pool.to_string();
     tokio::spawn(async move {
@@ -160,7 +164,7 @@ async fn exoscale_grows_an_instance_pool_and_evicts_exactly_the_chosen_members()
     );
 }
 
-struct AbortOnDrop(JoinHandle<()>);
+pub(crate) struct AbortOnDrop(pub(crate) JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

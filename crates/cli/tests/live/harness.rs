@@ -156,6 +156,47 @@ impl Cluster {
         (server, cloud_config)
     }
 
+    /// Starts the binary the way upstream's Helm chart starts upstream's image: as
+    /// `./cluster-autoscaler` from the image's root directory, with exactly `arguments` (the
+    /// chart's container arguments) plus what running outside a Pod needs, the admin kubeconfig
+    /// and a free metrics port. No `RUST_LOG`: the flags alone decide what is logged.
+    pub fn start_as_upstream_image(
+        &self,
+        name: &str,
+        arguments: &[&str],
+        env: &[(&str, &str)],
+    ) -> Autoscaler {
+        let root = self.dir.path().join(format!("{name}-image-root"));
+        std::fs::create_dir_all(&root).expect("image root directory");
+        let program = root.join("cluster-autoscaler");
+        std::fs::copy(env!("CARGO_BIN_EXE_ferroscale"), &program).expect("copy the binary");
+        let port = free_port();
+        let mut all: Vec<String> = arguments.iter().map(|a| a.to_string()).collect();
+        all.push(format!(
+            "--kubeconfig={}",
+            self.control_plane.kubeconfig_path().display()
+        ));
+        all.push(format!("--address=127.0.0.1:{port}"));
+        let log_path = self.dir.path().join(format!("{name}.log"));
+        let log = File::create(&log_path).expect("log file");
+        let child = Command::new("./cluster-autoscaler")
+            .current_dir(&root)
+            .args(&all)
+            .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file handle"))
+            .stderr(log)
+            .spawn()
+            .expect("start ./cluster-autoscaler");
+        Autoscaler {
+            name: name.to_string(),
+            child: Some(child),
+            port,
+            log_path,
+        }
+    }
+
     fn spawn_ferroscale(
         &self,
         name: &str,
@@ -267,7 +308,12 @@ impl Cluster {
 
     /// The `cluster-autoscaler-status` ConfigMap's `status`, once written.
     pub async fn status(&self) -> Option<String> {
-        Api::<ConfigMap>::namespaced(self.client.clone(), NAMESPACE)
+        self.status_in(NAMESPACE).await
+    }
+
+    /// The status ConfigMap of an autoscaler started with `--namespace=<namespace>`.
+    pub async fn status_in(&self, namespace: &str) -> Option<String> {
+        Api::<ConfigMap>::namespaced(self.client.clone(), namespace)
             .get_opt("cluster-autoscaler-status")
             .await
             .expect("read the status ConfigMap")
