@@ -119,3 +119,35 @@ async fn the_api_server_sees_the_rate_limit_and_the_user_agent() {
         }
     }
 }
+
+/// `--kubernetes` names the API server when no `--kubeconfig` is given, over the server of the
+/// kubeconfig its `auth` key names for the credentials: here that kubeconfig points at a port
+/// nobody listens on, so the first iteration happens only if the URL's server is the one used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_flag_names_the_api_server() {
+    let cluster = Cluster::start().await;
+    let text = std::fs::read_to_string(cluster.service_account_kubeconfig())
+        .expect("read the ServiceAccount kubeconfig");
+    let server = cluster.control_plane.server_url();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let dead_server = format!(
+        "https://127.0.0.1:{}",
+        closed.local_addr().expect("port").port()
+    );
+    drop(closed);
+    assert!(text.contains(&server), "{text}");
+    let elsewhere = cluster.scratch_dir().join("elsewhere.kubeconfig");
+    std::fs::write(&elsewhere, text.replace(&server, &dead_server))
+        .expect("write the kubeconfig with the wrong server");
+    let kubernetes = format!(
+        "--kubernetes={server}?inClusterConfig=false&auth={}",
+        elsewhere.display()
+    );
+    let autoscaler = cluster.start_autoscaler("kubernetes-flag", &["--kubeconfig=", &kubernetes]);
+    wait_for_first_status(&cluster).await;
+    let log = autoscaler.log();
+    assert!(
+        log.contains(&format!("api_server={server}")),
+        "the log names the URL's server:\n{log}"
+    );
+}
