@@ -80,6 +80,112 @@ pub struct IgnoredFlag {
     pub provider: &'static str,
 }
 
+// ---- API access (`--kube-client-qps`, `--kube-client-burst`, `--kube-api-content-type`,
+// `--user-agent`, `--kubernetes`, `--cluster-name`, `--feature-gates`) ----
+
+/// How `run` reaches the API servers, and the two flags upstream passes along with them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ApiAccessFlags {
+    /// Rate limit, User-Agent, content type and `--kubernetes` of every Kubernetes client.
+    pub access: ferroscale_kube::ApiAccess,
+    /// `--cluster-name`: none of the providers Ferroscale builds reads it (upstream's neither).
+    pub cluster_name: String,
+    /// `--feature-gates`, in the order given (a later setting of a gate wins).
+    pub feature_gates: Vec<FeatureGate>,
+}
+
+/// One `Name=bool` of `--feature-gates`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeatureGate {
+    pub name: String,
+    pub enabled: bool,
+}
+
+/// The API-access flags' arm of `parse_run_flags`: `Ok(false)` when `flag` is not one of them.
+fn parse_api_access_flag(
+    flags: &mut ApiAccessFlags,
+    flag: &str,
+    value: &str,
+) -> Result<bool, String> {
+    let invalid = |reason: &str| format!("invalid value {value:?} for flag --{flag}: {reason}");
+    match flag {
+        "kube-client-qps" => {
+            flags.access.qps = value
+                .trim()
+                .parse()
+                .map_err(|_| invalid("expected a number"))?
+        }
+        "kube-client-burst" => {
+            flags.access.burst = value
+                .trim()
+                .parse()
+                .map_err(|_| invalid("expected an integer"))?
+        }
+        "kube-api-content-type" => {
+            flags.access.content_type =
+                ferroscale_kube::ContentType::parse(value).map_err(|e| e.to_string())?
+        }
+        "user-agent" => flags.access.user_agent = value.to_string(),
+        "kubernetes" => {
+            flags.access.master = if value.trim().is_empty() {
+                None
+            } else {
+                Some(ferroscale_kube::MasterUrl::parse(value).map_err(|e| e.to_string())?)
+            }
+        }
+        "cluster-name" => flags.cluster_name = value.to_string(),
+        "feature-gates" => flags.feature_gates.extend(parse_feature_gates(value)?),
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// Kubernetes feature gates whose behaviour Ferroscale's scheduler simulation always has (they
+/// are on by default in Kubernetes 1.36, most locked on): setting one to false is refused, since
+/// Ferroscale cannot simulate the scheduler without it. Every other gate has no effect.
+pub const SIMULATED_FEATURE_GATES: &[&str] = &[
+    "SidecarContainers",
+    "NodeInclusionPolicyInPodTopologySpread",
+    "MatchLabelKeysInPodTopologySpread",
+    "MatchLabelKeysInPodAffinity",
+];
+
+/// `--feature-gates=Name=bool,Name=bool`, as Kubernetes components read it: pairs separated by
+/// commas (blank ones skipped), the value a Go boolean. The error names the pair.
+pub fn parse_feature_gates(value: &str) -> Result<Vec<FeatureGate>, String> {
+    let mut gates = Vec::new();
+    for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let invalid = |reason: &str| {
+            format!("invalid value {value:?} for flag --feature-gates: {pair:?}: {reason}")
+        };
+        let Some((name, enabled)) = pair.split_once('=') else {
+            return Err(invalid("expected Name=true or Name=false"));
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Err(invalid(
+                "a gate name is letters and digits, e.g. PodLevelResources",
+            ));
+        }
+        let Some(enabled) = parse_bool(enabled.trim()) else {
+            return Err(invalid(&format!(
+                "gate {name}: {:?} is not true or false",
+                enabled.trim()
+            )));
+        };
+        if !enabled && SIMULATED_FEATURE_GATES.contains(&name) {
+            return Err(invalid(&format!(
+                "gate {name} cannot be disabled: Ferroscale always simulates the scheduler with it"
+            )));
+        }
+        gates.push(FeatureGate {
+            name: name.to_string(),
+            enabled,
+        });
+    }
+    Ok(gates)
+}
+
 /// Everything `ferroscale run` was told.
 #[derive(Debug, Clone)]
 pub struct RunFlags {
@@ -102,6 +208,7 @@ pub struct RunFlags {
     pub cache_sync_timeout: Duration,
     /// Flags of other cloud providers that were given; `run` warns about each once.
     pub ignored_flags: Vec<IgnoredFlag>,
+    pub api_access: ApiAccessFlags,
 }
 
 /// What the command line asked for.
@@ -262,6 +369,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     let mut static_node_groups = Vec::new();
     let mut loop_timing = LoopTiming::default();
     let mut cache_sync_timeout = Duration::from_secs(300);
+    let mut api_access = ApiAccessFlags::default();
     let mut ignored_flags = Vec::new();
 
     for (flag, value) in &pairs {
@@ -287,6 +395,14 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
                 continue;
             }
             Support::Upstream | Support::Ferroscale => {}
+        }
+        match parse_api_access_flag(&mut api_access, flag, value) {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
         }
         let mut record = |result: Result<(), String>| {
             if let Err(e) = result {
@@ -379,6 +495,13 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     if let Err(e) = logging.validate() {
         errors.push(e);
     }
+    // The combinations client-go refuses, and a User-Agent that is not a header value.
+    if let Err(e) = api_access.access.rate_limit() {
+        errors.push(e.to_string());
+    }
+    if let Err(e) = api_access.access.user_agent_header() {
+        errors.push(e.to_string());
+    }
     leader_election.enabled = options.leader_elect;
     let cloud_provider = match options.cloud_provider.as_str() {
         "kwok" => Some(CloudProviderKind::Kwok),
@@ -428,6 +551,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             loop_timing,
             cache_sync_timeout,
             ignored_flags,
+            api_access,
         }))),
         _ => Err(errors.join("\n")),
     }
@@ -725,6 +849,99 @@ mod tests {
         assert!(err.contains("needs an argument: --scan-interval"), "{err}");
         let err = parse(&["--cloud-provider=kwok", "stray"]).unwrap_err();
         assert!(err.contains("\"stray\""), "{err}");
+    }
+
+    // ---- API access ----
+
+    #[test]
+    fn api_access_flags_have_upstream_defaults() {
+        let flags = parse(&["--cloud-provider=kwok"]).unwrap().api_access;
+        assert_eq!(flags.access.qps, 5.0);
+        assert_eq!(flags.access.burst, 10);
+        assert_eq!(flags.access.user_agent, "cluster-autoscaler");
+        assert_eq!(
+            flags.access.content_type,
+            ferroscale_kube::ContentType::Protobuf
+        );
+        assert_eq!(flags.access.master, None);
+        assert_eq!(flags.cluster_name, "");
+        assert!(flags.feature_gates.is_empty());
+    }
+
+    #[test]
+    fn api_access_flags_are_parsed() {
+        let flags = parse(&[
+            "--cloud-provider=kwok",
+            "--kube-client-qps=0.5",
+            "--kube-client-burst",
+            "3",
+            "--kube-api-content-type=application/json",
+            "--user-agent=my-autoscaler",
+            "--kubernetes=https://10.0.0.1:6443",
+            "--cluster-name=prod",
+            "--feature-gates=PodLevelResources=false, SidecarContainers=true,",
+            "--feature-gates=PodLevelResources=true",
+        ])
+        .unwrap()
+        .api_access;
+        assert_eq!(flags.access.qps, 0.5);
+        assert_eq!(flags.access.burst, 3);
+        assert_eq!(
+            flags.access.content_type,
+            ferroscale_kube::ContentType::Json
+        );
+        assert_eq!(flags.access.user_agent, "my-autoscaler");
+        assert_eq!(
+            flags.access.master.map(|m| m.server.to_string()),
+            Some("https://10.0.0.1:6443/".to_string())
+        );
+        assert_eq!(flags.cluster_name, "prod");
+        let gates: Vec<(&str, bool)> = flags
+            .feature_gates
+            .iter()
+            .map(|g| (g.name.as_str(), g.enabled))
+            .collect();
+        assert_eq!(
+            gates,
+            vec![
+                ("PodLevelResources", false),
+                ("SidecarContainers", true),
+                ("PodLevelResources", true)
+            ]
+        );
+        // A negative QPS turns the limit off, whatever the burst.
+        let flags = parse(&[
+            "--cloud-provider=kwok",
+            "--kube-client-qps=-1",
+            "--kube-client-burst=0",
+        ])
+        .unwrap();
+        assert_eq!(flags.api_access.access.rate_limit().unwrap(), None);
+    }
+
+    #[test]
+    fn bad_api_access_values_name_flag_and_value() {
+        for (argument, expected) in [
+            ("--kube-client-qps=fast", "\"fast\""),
+            ("--kube-client-burst=1.5", "\"1.5\""),
+            ("--kube-client-burst=0", "--kube-client-burst"),
+            (
+                "--kube-api-content-type=application/yaml",
+                "application/yaml",
+            ),
+            ("--kubernetes=10.0.0.1:6443", "--kubernetes=10.0.0.1:6443"),
+            ("--user-agent=", "--user-agent"),
+            ("--feature-gates=PodLevelResources", "\"PodLevelResources\""),
+            ("--feature-gates=PodLevelResources=maybe", "\"maybe\""),
+            ("--feature-gates=Bad-Name=true", "\"Bad-Name=true\""),
+            (
+                "--feature-gates=SidecarContainers=false",
+                "SidecarContainers cannot be disabled",
+            ),
+        ] {
+            let err = parse(&["--cloud-provider=kwok", argument]).unwrap_err();
+            assert!(err.contains(expected), "{argument}: {err}");
+        }
     }
 
     #[test]

@@ -103,16 +103,15 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     ));
 
     let environment = KwokEnvironment::from_process();
-    let client_config = environment
-        .client_config(flags.kubeconfig.as_deref())
-        .await?;
+    let workload = connect_workload(&flags, &environment).await?;
     // Named in every connection error: the client's own errors do not say which server.
-    let api_server = client_config.cluster_url.to_string();
+    let api_server = workload.url();
     tracing::info!(%api_server, "using the Kubernetes API server");
-    let client =
-        kube::Client::try_from(client_config.clone()).context("building the Kubernetes client")?;
+    let client = workload
+        .client()
+        .context("building the Kubernetes client")?;
 
-    let provider = build_provider(&flags, &options, &environment, &client)
+    let provider = build_provider(&flags, &options, &environment, &workload, &client)
         .await
         .with_context(|| format!("starting against the API server at {api_server}"))?;
     tracing::info!(provider = provider.name(), "cloud provider ready");
@@ -128,8 +127,8 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     }
     let mut cluster_config = KubeClusterConfig::new(&options.namespace);
     cluster_config.status_configmap = options.status_config_map_name.clone();
-    let cluster = KubeCluster::new(&client_config, caches, cluster_config)
-        .context("building the cluster API")?;
+    let cluster =
+        KubeCluster::new(&workload, caches, cluster_config).context("building the cluster API")?;
 
     let seed = u64::try_from(system_now().0).unwrap_or_default();
     let mut autoscaler = Autoscaler::new(options.clone(), seed);
@@ -150,7 +149,13 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
         election.renew_deadline = flags.leader_election.renew_deadline;
         election.retry_period = flags.leader_election.retry_period;
         election.api_server = api_server.clone();
-        let elector = LeaderElector::new(client.clone(), election);
+        // Its own client and budget, as upstream's: renewing the Lease never queues behind lists.
+        let elector = LeaderElector::new(
+            workload
+                .separate_client("leader-election")
+                .context("building the leader-election client")?,
+            election,
+        );
         tracing::info!(identity = elector.identity(), "waiting for leadership");
         // The clean-up is part of the leader's work: it runs while the Lease is renewed, and is
         // dropped with the work when the Lease is lost.
@@ -173,6 +178,64 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     };
     server.abort();
     result
+}
+
+/// The workload cluster's API server, as upstream finds it: `--kubeconfig`, else `--kubernetes`,
+/// else the in-cluster configuration (or kwok's local mode); with the rate limit and User-Agent
+/// of the API-access flags. Says once at start what of those flags is in force.
+async fn connect_workload(
+    flags: &RunFlags,
+    environment: &KwokEnvironment,
+) -> anyhow::Result<ferroscale_kube::ApiServer> {
+    let api = &flags.api_access;
+    let client_config = match (&flags.kubeconfig, &api.access.master) {
+        (None, Some(master)) => master.client_config().await?,
+        (kubeconfig, master) => {
+            if let Some(master) = master {
+                tracing::warn!(
+                    kubernetes = %master.text,
+                    "--kubernetes is ignored: --kubeconfig names the API server (as upstream)"
+                );
+            }
+            environment.client_config(kubeconfig.as_deref()).await?
+        }
+    };
+    let workload = api.access.server(client_config)?;
+    match api.access.rate_limit()? {
+        Some(limit) => tracing::info!(
+            qps = limit.qps,
+            burst = limit.burst,
+            "client-side rate limit of every Kubernetes API request"
+        ),
+        None => tracing::info!("no client-side rate limit of Kubernetes API requests"),
+    }
+    if api.access.content_type == ferroscale_kube::ContentType::Protobuf {
+        tracing::info!(
+            "--kube-api-content-type=application/vnd.kubernetes.protobuf: Ferroscale's Kubernetes \
+             client speaks JSON; the API server answers it with the same objects"
+        );
+    }
+    if !api.cluster_name.is_empty() {
+        tracing::info!(
+            cluster_name = %api.cluster_name,
+            provider = %flags.options.cloud_provider,
+            "--cluster-name has no effect with this provider (as upstream)"
+        );
+    }
+    for gate in &api.feature_gates {
+        if crate::flags::SIMULATED_FEATURE_GATES.contains(&gate.name.as_str()) {
+            // Enabled: parsing refused disabling it.
+            tracing::info!(gate = %gate.name, "--feature-gates: always simulated as enabled");
+        } else {
+            tracing::warn!(
+                gate = %gate.name,
+                enabled = gate.enabled,
+                "--feature-gates: this gate has no effect: Ferroscale simulates the scheduler \
+                 as Kubernetes 1.36 does with its default gates"
+            );
+        }
+    }
+    Ok(workload)
 }
 
 /// The leader's work: the loop until a signal, then the shutdown clean-up — only when the loop
@@ -211,6 +274,7 @@ async fn build_provider(
     flags: &RunFlags,
     options: &ferroscale_core::AutoscalingOptions,
     environment: &KwokEnvironment,
+    workload: &ferroscale_kube::ApiServer,
     client: &kube::Client,
 ) -> anyhow::Result<Arc<dyn CloudProvider>> {
     let provider_name = &options.cloud_provider;
@@ -259,12 +323,13 @@ async fn build_provider(
         CloudProviderKind::ClusterApi => Arc::new(
             start_clusterapi(
                 environment,
+                &flags.api_access.access,
                 KubeconfigPaths::select(
                     flags.cloud_config.as_deref(),
                     flags.kubeconfig.as_deref(),
                     flags.clusterapi_cloud_config_authoritative,
                 ),
-                client.clone(),
+                workload,
                 &options.node_group_auto_discovery,
             )
             .await?,
@@ -277,26 +342,34 @@ async fn build_provider(
     })
 }
 
-/// The Cluster API provider for `run` and `serve-provider`: `workload` is the client of
-/// `paths.workload`, reused for the management cluster when both paths are the same
-/// (docs/clusterapi.md CAPI-07).
+/// The Cluster API provider for `run` and `serve-provider`: `workload` is the API server of
+/// `paths.workload`, whose clients (and request budget) are reused for the management cluster
+/// when both paths are the same (docs/clusterapi.md CAPI-07); a separate management cluster gets
+/// its own budget under the same `access` settings, as upstream's second client does.
 pub(crate) async fn start_clusterapi(
     environment: &KwokEnvironment,
+    access: &ferroscale_kube::ApiAccess,
     paths: KubeconfigPaths,
-    workload: kube::Client,
+    workload: &ferroscale_kube::ApiServer,
     discovery: &[String],
 ) -> anyhow::Result<ClusterApiProvider> {
+    let workload_client = workload
+        .client()
+        .context("building the workload cluster client")?;
     let management = if paths.management == paths.workload {
-        workload.clone()
+        workload_client.clone()
     } else {
         let config = environment
             .client_config(paths.management.as_deref())
             .await
             .context("configuring the management cluster client")?;
-        kube::Client::try_from(config).context("building the management cluster client")?
+        access
+            .server(config)?
+            .client()
+            .context("building the management cluster client")?
     };
     let config = ClusterApiConfig::from_env(|name| std::env::var(name).ok(), discovery)?;
-    ClusterApiProvider::start(management, workload, config)
+    ClusterApiProvider::start(management, workload_client, config)
         .await
         .context("starting the clusterapi cloud provider")
 }

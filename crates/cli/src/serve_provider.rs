@@ -17,6 +17,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use ferroscale_core::cloud::CloudProvider;
 use ferroscale_externalgrpc_sdk::{ProviderServer, Tls};
+use ferroscale_kube::ApiAccess;
 use ferroscale_provider_clusterapi::KubeconfigPaths;
 use ferroscale_provider_exoscale::ExoscaleProvider;
 use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
@@ -284,8 +285,12 @@ async fn build(provider: &ServedProvider) -> anyhow::Result<Arc<dyn CloudProvide
         } => {
             let environment = KwokEnvironment::from_process();
             let client_config = environment.client_config(kubeconfig.as_deref()).await?;
-            let client =
-                kube::Client::try_from(client_config).context("building the Kubernetes client")?;
+            // The same constructor as `run`'s, with upstream's defaults (5 requests per second,
+            // bursts of 10): upstream's example server has no API-access flags.
+            let client = ApiAccess::default()
+                .server(client_config)?
+                .client()
+                .context("building the Kubernetes client")?;
             let namespace = environment.namespace.clone().unwrap_or(namespace.clone());
             let source = match cloud_config {
                 Some(path) => ConfigSource::File(path.clone()),
@@ -326,10 +331,13 @@ async fn build(provider: &ServedProvider) -> anyhow::Result<Arc<dyn CloudProvide
                 *authoritative,
             );
             let environment = KwokEnvironment::from_process();
+            let access = ApiAccess::default();
             let workload =
-                kube::Client::try_from(environment.client_config(paths.workload.as_deref()).await?)
-                    .context("building the workload cluster client")?;
-            Arc::new(crate::run::start_clusterapi(&environment, paths, workload, discovery).await?)
+                access.server(environment.client_config(paths.workload.as_deref()).await?)?;
+            Arc::new(
+                crate::run::start_clusterapi(&environment, &access, paths, &workload, discovery)
+                    .await?,
+            )
         }
         ServedProvider::Exoscale { nodes } => Arc::new(
             ExoscaleProvider::from_process_env(nodes)

@@ -730,10 +730,12 @@ fn a_values_file_sets_the_replicas_and_appends_extra_flags_verbatim() {
 fn an_extra_flag_ferroscale_refuses_is_named_when_the_chart_runs() {
     // The chart passes extra flags through untouched; the binary then refuses an upstream flag it
     // does not implement, by name, rather than ignoring it.
-    let rendered = Rendered::of(Some("extraArgs: [--kube-client-qps=50]\n"));
+    let rendered = Rendered::of(Some("extraArgs: [--enable-provisioning-requests=true]\n"));
     let errors = ferroscale_errors(&rendered.args());
     assert!(
-        errors.iter().any(|e| e.contains("--kube-client-qps")),
+        errors
+            .iter()
+            .any(|e| e.contains("--enable-provisioning-requests")),
         "{errors:#?}"
     );
 }

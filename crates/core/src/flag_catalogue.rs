@@ -242,7 +242,8 @@ pub const FLAGS: &[Flag] = &[
     engine("nodes", Repeated, "", Provider,
         "A static node group as <min>:<max>:<name> (Exoscale pools and nodepools)."),
     process("cluster-name", Text, "", Provider,
-        "The name of the autoscaled cluster, for providers that need it.").pending(),
+        "The name of the autoscaled cluster, for providers that need it.")
+        .note("None of the providers Ferroscale builds reads it (Cluster API selects clusters with clusterName= in --node-group-auto-discovery); accepted and logged at start."),
     // --- the loop ---
     engine("scan-interval", DUR, "10s", Loop,
         "How often the cluster is re-evaluated for scale-up and scale-down."),
@@ -448,17 +449,23 @@ pub const FLAGS: &[Flag] = &[
         .ferroscale(),
     // --- implemented by this other pieces (refused until they land) ---
     process("kubernetes", Text, "", ApiAccess,
-        "The API server's URL, overriding the kubeconfig's or the in-cluster one.").pending(),
+        "The API server's URL, overriding the kubeconfig's or the in-cluster one.")
+        .note("Query keys inClusterConfig, insecure and auth are read; apiVersion is ignored; other keys are refused by name. Ignored, with a warning, when --kubeconfig is set."),
     process("kube-client-qps", Float, "5", ApiAccess,
-        "Requests per second every Kubernetes client of the process may make (token bucket).").pending(),
+        "Requests per second every Kubernetes client of the process may make (token bucket).")
+        .note("One token bucket per API server, shared by every client of the process: lists, watches (counted when opened) and their relists, writes, events, the provider's clients; a separate management cluster has its own, leader election has its own. 0 means 5 and a negative value means no limit, as client-go."),
     process("kube-client-burst", Int, "10", ApiAccess,
-        "Burst of the same token bucket.").pending(),
+        "Requests that may go at once before --kube-client-qps applies.")
+        .note("Must be positive when the rate is, as client-go requires."),
     process("kube-api-content-type", Text, "application/vnd.kubernetes.protobuf", ApiAccess,
-        "Content type of requests to the API server.").pending(),
+        "The encoding asked of the API server.")
+        .note("kube-rs speaks JSON: the protobuf value is accepted and answered with JSON (one line at start says so); application/json is accepted; anything else is refused."),
     process("user-agent", Text, "cluster-autoscaler", ApiAccess,
-        "The User-Agent of every request to the API server.").pending(),
+        "The User-Agent of every request to the API server.")
+        .note("Sent as <value>/<version> (<os>/<arch>) ferroscale on every request to the API server."),
     process("feature-gates", CommaList, "", ApiAccess,
-        "Kubernetes feature gates as Name=true|false,...").pending(),
+        "Kubernetes feature gates as Name=true|false,...")
+        .note("The syntax is checked. Gates Ferroscale always simulates (SidecarContainers, NodeInclusionPolicyInPodTopologySpread, MatchLabelKeysInPodTopologySpread, MatchLabelKeysInPodAffinity) cannot be turned off; other gates change nothing in the simulation and get one warning each; unknown names are accepted, unlike upstream's registry."),
     process("vmodule", CommaList, "", Logging,
         "Per-source verbosity as pattern=N,...: a file name without .rs, a path with /, or a module path with ::.")
         .note("klog matches Go file names; Ferroscale matches Rust source files the same way, and module paths too. Refused with --logging-format=json, as upstream."),

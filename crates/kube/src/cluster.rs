@@ -26,6 +26,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use tokio::time::Instant;
 
+use crate::api_access::ApiServer;
 use crate::caches::ClusterCaches;
 
 /// The component name upstream events and writes carry; dashboards filter on it.
@@ -75,8 +76,8 @@ impl std::fmt::Debug for KubeCluster {
 }
 
 impl KubeCluster {
-    /// Connects with `kube_config` and uses `caches` (started against the same cluster and
-    /// namespace) for reads.
+    /// Connects to `server` (within its request budget) and uses `caches` (started against the
+    /// same cluster and namespace) for reads.
     ///
     /// The client built here does not retry on its own: kube-rs by default retries HTTP 429 up to
     /// 15 times with backoff, and a PodDisruptionBudget refusing an eviction *is* a 429, so one
@@ -84,14 +85,13 @@ impl KubeCluster {
     /// [`EvictionError::DisruptionBudget`]. The engine owns retries (every 10 s for evictions,
     /// docs/behaviour.md SD-85) and this type retries node-update conflicts itself.
     pub fn new(
-        kube_config: &kube::Config,
+        server: &ApiServer,
         caches: ClusterCaches,
         config: KubeClusterConfig,
     ) -> Result<KubeCluster, ClusterError> {
-        let mut kube_config = kube_config.clone();
-        kube_config.default_retry = false;
-        let client = Client::try_from(kube_config)
-            .map_err(|e| ClusterError::Api(format!("building the Kubernetes client: {e}")))?;
+        let client = server
+            .client_without_retry()
+            .map_err(|e| ClusterError::Api(e.to_string()))?;
         Ok(KubeCluster {
             client,
             caches,

@@ -1,5 +1,8 @@
 //! The live-cluster side of Ferroscale: everything that talks to a real Kubernetes API server.
 //!
+//! - [`api_access`]: the one constructor of Kubernetes clients: `--kube-client-qps` /
+//!   `--kube-client-burst` as a token bucket shared by one API server's clients, `--user-agent`,
+//!   `--kubernetes`.
 //! - [`caches`]: kube-runtime watchers that keep nodes, pods, PDBs, DaemonSets, workload
 //!   controllers, namespaces, PriorityClasses and the priority expander's ConfigMap converted into
 //!   the model, ready for Gather without relisting or reconverting.
@@ -23,11 +26,13 @@
 //!   `ferroscale-objects`, when their watch event arrives; an object that does not convert is
 //!   left out with a warning, never half-used.
 
+pub mod api_access;
 pub mod caches;
 pub mod cluster;
 pub mod leader;
 pub mod repeated;
 
+pub use api_access::{ApiAccess, ApiAccessError, ApiServer, ContentType, MasterUrl};
 pub use caches::{CacheConfig, CacheProgress, ClusterCaches, NotSynced, SyncProgress};
 pub use cluster::{COMPONENT, KubeCluster, KubeClusterConfig};
 pub use leader::{LeaderElectionConfig, LeaderElectionError, LeaderElector};

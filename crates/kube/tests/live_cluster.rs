@@ -157,14 +157,21 @@ async fn live_cluster_caches_and_actuation() {
         .expect("control plane");
     eprintln!("control plane started");
     let kube_config = config_for(&control_plane).await;
-    let client = Client::try_from(kube_config.clone()).expect("client");
+    // Unlimited, so that the test's steps never wait for a token.
+    let server = ferroscale_kube::ApiAccess {
+        qps: -1.0,
+        ..ferroscale_kube::ApiAccess::default()
+    }
+    .server(kube_config)
+    .expect("API server");
+    let client = server.client().expect("client");
     let caches = ClusterCaches::start(client.clone(), &CacheConfig::new(AUTOSCALER_NAMESPACE));
     caches
         .wait_until_ready(WAIT_LIMIT)
         .await
         .expect("caches sync");
     let cluster = KubeCluster::new(
-        &kube_config,
+        &server,
         caches,
         KubeClusterConfig::new(AUTOSCALER_NAMESPACE),
     )

@@ -29,6 +29,14 @@ const START_ATTEMPTS: usize = 3;
 /// How long a component stopped on purpose gets to shut down cleanly before it is killed.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 const KWOK_CONFIG: &str = include_str!("kwok-stages.yaml");
+/// Every request at metadata level, once it has completed (watches also when they start).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+";
+const AUDIT_LOG_FILE: &str = "kube-apiserver-audit.log";
 
 /// Which components run besides etcd and kube-apiserver. All run by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,10 +150,23 @@ impl ControlPlane {
             source,
         })?;
 
+        let audit_policy = dir.path().join("audit-policy.yaml");
+        fs::write(&audit_policy, AUDIT_POLICY).map_err(|source| Error::Io {
+            action: format!("write {}", audit_policy.display()),
+            source,
+        })?;
+        let mut apiserver_args = apiserver_args(ports, &pki_files);
+        apiserver_args.extend([
+            format!("--audit-policy-file={}", path_arg(&audit_policy)),
+            format!(
+                "--audit-log-path={}",
+                path_arg(&logs_dir.join(AUDIT_LOG_FILE))
+            ),
+        ]);
         let apiserver_launch = Launch {
             component: "kube-apiserver",
             program: binaries.kube_apiserver.clone(),
-            args: apiserver_args(ports, &pki_files),
+            args: apiserver_args,
             log: logs_dir.join("kube-apiserver.log"),
         };
         let control_plane = ControlPlane {
@@ -285,6 +306,12 @@ impl ControlPlane {
     /// Paths of the instance's certificates and keys.
     pub fn pki_files(&self) -> &PkiFiles {
         &self.pki_files
+    }
+
+    /// The API server's audit log: one JSON event per request (metadata only: who, with which
+    /// User-Agent, what, when), for tests that check what a client sent.
+    pub fn audit_log_path(&self) -> PathBuf {
+        self.logs_dir.join(AUDIT_LOG_FILE)
     }
 
     /// Directory of the components' logs, one `<component>.log` each.

@@ -197,6 +197,16 @@ impl Cluster {
         }
     }
 
+    /// The kubeconfig `ferroscale run` authenticates with (the `ferroscale` ServiceAccount).
+    pub fn service_account_kubeconfig(&self) -> &Path {
+        &self.service_account_kubeconfig
+    }
+
+    /// A scratch directory that lives as long as the cluster.
+    pub fn scratch_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     fn spawn_ferroscale(
         &self,
         name: &str,
