@@ -32,7 +32,6 @@ pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
     "cloud-provider-gce-lb-src-cidrs",
     "cluster-name",
     "cluster-snapshot-parallelism",
-    "debugging-snapshot-enabled",
     "drain-priority-config",
     "dynamic-node-delete-delay-after-taint-enabled",
     "emit-per-nodegroup-metrics",
@@ -65,7 +64,6 @@ pub const UNSUPPORTED_UPSTREAM_FLAGS: &[&str] = &[
     "pending-pods-batching-timeout",
     "pod-injection-limit",
     "predicate-parallelism",
-    "profiling",
     "provisioning-request-initial-backoff-time",
     "provisioning-request-max-backoff-cache-size",
     "provisioning-request-max-backoff-time",
@@ -132,6 +130,19 @@ impl Default for LoopTiming {
     }
 }
 
+// Debugging endpoints and the replay file.
+/// `--debugging-snapshot-enabled`, `--profiling` (upstream, both default false) and
+/// `--snapshot-scenario` (Ferroscale).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DebuggingFlags {
+    /// Serve the next loop's snapshot on `/snapshotz` (docs/operations.md).
+    pub snapshot_enabled: bool,
+    /// Serve CPU and heap profiles on `/debug/pprof/`.
+    pub profiling: bool,
+    /// Write the first loop's snapshot to this file as a scenario for `ferroscale simulate`.
+    pub snapshot_scenario: Option<PathBuf>,
+}
+
 /// One static group of `--nodes=<min>:<max>:<name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StaticNodeGroup {
@@ -160,6 +171,10 @@ pub struct RunFlags {
     /// `--cache-sync-timeout` (Ferroscale, default 5m): how long the watch caches may take for
     /// their first list before `run` gives up with an error.
     pub cache_sync_timeout: Duration,
+    pub debugging: DebuggingFlags,
+    /// The engine flags given, by upstream name, in command-line order: a replay scenario's
+    /// `options:`.
+    pub engine_flags: Vec<(String, String)>,
 }
 
 /// What the command line asked for.
@@ -191,6 +206,10 @@ fn is_process_flag(flag: &str) -> bool {
             | "frequent-loops-enabled"
             | "unschedulable-pods-batching-window"
             | "cache-sync-timeout"
+            // Debugging endpoints and the replay file.
+            | "debugging-snapshot-enabled"
+            | "profiling"
+            | "snapshot-scenario"
     )
 }
 
@@ -198,7 +217,11 @@ fn is_process_flag(flag: &str) -> bool {
 fn is_boolean(flag: &str) -> bool {
     if matches!(
         flag,
-        "logtostderr" | "frequent-loops-enabled" | "clusterapi-cloud-config-authoritative"
+        "logtostderr"
+            | "frequent-loops-enabled"
+            | "clusterapi-cloud-config-authoritative"
+            | "debugging-snapshot-enabled"
+            | "profiling"
     ) {
         return true;
     }
@@ -330,6 +353,8 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     let mut static_node_groups = Vec::new();
     let mut loop_timing = LoopTiming::default();
     let mut cache_sync_timeout = Duration::from_secs(300);
+    let mut debugging = DebuggingFlags::default();
+    let mut engine_flags = Vec::new();
 
     for (flag, value) in &pairs {
         let mut record = |result: Result<(), String>| {
@@ -406,11 +431,26 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
                 }
                 Err(e) => errors.push(e),
             },
+            // Debugging endpoints and the replay file.
+            "debugging-snapshot-enabled" | "profiling" => match parse_bool(value) {
+                Some(enabled) if flag == "profiling" => debugging.profiling = enabled,
+                Some(enabled) => debugging.snapshot_enabled = enabled,
+                None => errors.push(format!(
+                    "invalid value {value:?} for flag --{flag}: expected true or false"
+                )),
+            },
+            "snapshot-scenario" => {
+                if value.is_empty() {
+                    errors.push("--snapshot-scenario needs a file name".to_string());
+                } else {
+                    debugging.snapshot_scenario = Some(PathBuf::from(value));
+                }
+            }
             other if UNSUPPORTED_UPSTREAM_FLAGS.contains(&other) => {
                 unsupported.push(format!("--{other}"))
             }
             other => match options.set(other, value) {
-                Ok(()) => {}
+                Ok(()) => engine_flags.push((other.to_string(), value.clone())),
                 Err(OptionError::UnknownFlag { flag }) => unknown.push(format!("--{flag}")),
                 Err(e) => errors.push(e.to_string()),
             },
@@ -476,6 +516,8 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             static_node_groups,
             loop_timing,
             cache_sync_timeout,
+            debugging,
+            engine_flags,
         }))),
         _ => Err(errors.join("\n")),
     }
@@ -587,6 +629,42 @@ mod tests {
     }
 
     #[test]
+    fn debugging_flags_and_the_replay_file() {
+        let flags = parse(&["--cloud-provider=kwok"]).unwrap();
+        assert_eq!(flags.debugging, DebuggingFlags::default());
+        let flags = parse(&[
+            "--cloud-provider=kwok",
+            "--debugging-snapshot-enabled",
+            "--profiling=true",
+            "--snapshot-scenario",
+            "replay.yaml",
+            "--expander=least-waste",
+            "--scan-interval",
+            "5s",
+        ])
+        .unwrap();
+        assert_eq!(
+            flags.debugging,
+            DebuggingFlags {
+                snapshot_enabled: true,
+                profiling: true,
+                snapshot_scenario: Some(PathBuf::from("replay.yaml")),
+            }
+        );
+        // The engine flags, as given, for the replay scenario's options.
+        assert_eq!(
+            flags.engine_flags,
+            vec![
+                ("cloud-provider".to_string(), "kwok".to_string()),
+                ("expander".to_string(), "least-waste".to_string()),
+                ("scan-interval".to_string(), "5s".to_string()),
+            ]
+        );
+        let err = parse(&["--cloud-provider=kwok", "--profiling=maybe"]).unwrap_err();
+        assert!(err.contains("--profiling"), "{err}");
+    }
+
+    #[test]
     fn defaults_are_upstream_defaults() {
         let flags = parse(&["--cloud-provider", "kwok"]).unwrap();
         assert_eq!(flags.address, "0.0.0.0:8085".parse().unwrap());
@@ -601,14 +679,16 @@ mod tests {
     fn unsupported_and_unknown_flags_are_named_together() {
         let err = parse(&[
             "--cloud-provider=kwok",
-            "--profiling",
+            "--enable-provisioning-requests",
             "--kube-client-qps=50",
             "--no-such-flag=1",
             "--also-not-a-flag",
         ])
         .unwrap_err();
         assert!(
-            err.contains("not implemented by Ferroscale: --profiling, --kube-client-qps"),
+            err.contains(
+                "not implemented by Ferroscale: --enable-provisioning-requests, --kube-client-qps"
+            ),
             "{err}"
         );
         assert!(

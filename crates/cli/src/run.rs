@@ -30,6 +30,7 @@ use ferroscale_provider_externalgrpc::{ExternalGrpcProvider, NodeGroupDefaults};
 use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use tokio::sync::Notify;
 
+use crate::debug_snapshot::{SNAPSHOT_PATH, Snapshots};
 use crate::flags::{CloudProviderKind, LoopTiming, RunFlags};
 
 /// The longest the leader's shutdown clean-up (status ConfigMap, provider `Cleanup`) may take:
@@ -100,11 +101,24 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     let health = Arc::new(Mutex::new(HealthCheck::new(flags.health)));
     let listener = ferroscale_metrics::bind(flags.address).await?;
     tracing::info!(address = %flags.address, "serving /metrics and /health-check");
-    let server = tokio::spawn(ferroscale_metrics::serve(
+    // Debugging endpoints and the replay file.
+    let snapshots = Snapshots::new(
+        flags.debugging.snapshot_enabled,
+        options.scan_interval,
+        flags.engine_flags.clone(),
+        flags.debugging.snapshot_scenario.clone(),
+    );
+    let mut extra_routes = ferroscale_metrics::ExtraRoutes::new();
+    extra_routes.add(SNAPSHOT_PATH, snapshots.route());
+    if flags.debugging.snapshot_enabled {
+        tracing::info!(address = %flags.address, "serving the debugging snapshot on {SNAPSHOT_PATH}");
+    }
+    let server = tokio::spawn(ferroscale_metrics::serve_with(
         listener,
         metrics.clone(),
         Arc::clone(&health),
         Arc::new(system_now),
+        extra_routes,
     ));
 
     let shutdown = Arc::new(Notify::new());
@@ -154,6 +168,7 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
         health: &health,
         shutdown: &shutdown,
         stopping: &stopping,
+        snapshots: &snapshots,
     };
     let result = if flags.leader_election.enabled {
         let mut election = LeaderElectionConfig::new(&options.namespace);
@@ -383,6 +398,8 @@ struct Loop<'a> {
     health: &'a Mutex<HealthCheck>,
     shutdown: &'a Notify,
     stopping: &'a AtomicBool,
+    /// Debugging snapshots asked for (`/snapshotz`, `--snapshot-scenario`).
+    snapshots: &'a Snapshots,
 }
 
 /// The main loop (docs/behaviour.md LOOP-103–LOOP-105): one iteration per `--scan-interval`,
@@ -407,6 +424,11 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
         let started = Instant::now();
         let now = system_now();
         lock_health().record_activity(now);
+        // Only a loop somebody asked a snapshot of copies what it gathers.
+        let capture = context.snapshots.wants_capture();
+        if capture {
+            autoscaler.capture_next_loop();
+        }
         let outcome = autoscaler
             .run_once(
                 context.provider,
@@ -416,6 +438,9 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
             )
             .await;
         let took = started.elapsed();
+        if capture {
+            context.snapshots.deliver(&outcome, system_now());
+        }
         context
             .metrics
             .record_loop(&outcome, autoscaler.options(), took);

@@ -9,6 +9,7 @@
 mod clusterapi;
 mod exoscale;
 mod harness;
+mod replay;
 mod scheduler_paused;
 mod shutdown;
 mod unreachable;

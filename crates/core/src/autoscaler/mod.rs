@@ -177,6 +177,23 @@ pub struct LoopOutcome {
     pub pending_pods: Vec<Arc<Pod>>,
     /// Node groups as gathered, in provider order.
     pub node_groups: Vec<NodeGroupView>,
+    /// What the iteration gathered, when [`Autoscaler::capture_next_loop`] asked for it and the
+    /// iteration got as far as gathering.
+    pub capture: Option<Arc<LoopCapture>>,
+}
+
+/// What one iteration gathered, handed out only on request (the debugging snapshot, and the
+/// scenario a live loop is replayed from): the cluster objects, the node groups with their
+/// bounds, target sizes and templates, which group each node belongs to, and the options.
+#[derive(Debug, Clone)]
+pub struct LoopCapture {
+    pub now: Timestamp,
+    pub objects: ClusterObjects,
+    /// In provider order.
+    pub node_groups: Vec<NodeGroupView>,
+    /// Node name → id of the group it belongs to; nodes of no group are absent.
+    pub group_of_node: BTreeMap<String, String>,
+    pub options: AutoscalingOptions,
 }
 
 impl LoopOutcome {
@@ -239,6 +256,8 @@ pub struct Autoscaler {
     iterations: u64,
     /// When the first iteration ran (for the "no ready nodes" grace of docs/behaviour.md LOOP-108).
     started_at: Option<Timestamp>,
+    /// The next iteration copies what it gathers into [`LoopOutcome::capture`].
+    capture_next: bool,
 }
 
 /// What the scale-down steps read besides the snapshot.
@@ -296,7 +315,14 @@ impl Autoscaler {
             first_loop_done: false,
             iterations: 0,
             started_at: None,
+            capture_next: false,
         }
+    }
+
+    /// Asks the next iteration to hand out what it gathers ([`LoopOutcome::capture`]). Copying
+    /// is cheap (nodes and pods are shared), and only a loop that was asked pays for it.
+    pub fn capture_next_loop(&mut self) {
+        self.capture_next = true;
     }
 
     pub fn options(&self) -> &AutoscalingOptions {
@@ -418,8 +444,19 @@ impl Autoscaler {
         };
         let mut events: Vec<Event> = Vec::new();
         self.started_at.get_or_insert(now);
+        // One request, one iteration: an iteration that stops before gathering answers it
+        // without a capture.
+        let capture = std::mem::take(&mut self.capture_next);
         let result = self
-            .iterate(cloud, cluster, now, &mut timer, &mut outcome, &mut events)
+            .iterate(
+                cloud,
+                cluster,
+                now,
+                capture,
+                &mut timer,
+                &mut outcome,
+                &mut events,
+            )
             .await;
         if let Err(error) = result {
             outcome.error = Some(error);
@@ -487,6 +524,7 @@ impl Autoscaler {
         cloud: &dyn CloudProvider,
         cluster: &dyn ClusterApi,
         now: Timestamp,
+        capture: bool,
         timer: &mut DecideTimer<'_>,
         outcome: &mut LoopOutcome,
         events: &mut Vec<Event>,
@@ -534,6 +572,9 @@ impl Autoscaler {
         .await;
         outcome.node_groups = gathered.views.clone();
         outcome.gather_failures = gathered.failures.clone();
+        if capture {
+            outcome.capture = Some(Arc::new(gathered.capture(now, &self.options)));
+        }
 
         // Actionable-cluster check (docs/behaviour.md LOOP-108) (only without scale-up from zero).
         if !self.options.scale_up_from_zero {

@@ -66,6 +66,9 @@ pub struct ScenarioNodeGroup {
     /// capacity and allocatable default to each other; it is Ready unless the template says
     /// otherwise. The hostname label is left to whoever instantiates nodes.
     pub template: Node,
+    /// Node objects of `objects:`, by name, that are instances of this group at time 0 (besides
+    /// the `initial_size` empty ones): a live cluster's nodes keep their names, pods and state.
+    pub nodes: Vec<String>,
 }
 
 /// Cloud provider calls a failure window can make fail.
@@ -380,6 +383,7 @@ impl Validator<'_> {
         let mut warnings = Vec::new();
         let objects = self.objects(&raw.objects, &raw.events, &mut warnings)?;
         self.check_object_totals(&objects.objects, group_nodes, created_pods)?;
+        self.check_group_members(&node_groups, &objects.objects)?;
 
         let mut expect = Vec::new();
         for (i, expectation) in raw.expect.into_iter().enumerate() {
@@ -538,6 +542,40 @@ impl Validator<'_> {
                     group_digits(self.limits.pods as u64)
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// Every node a group names under `nodes:` is a Node object of `objects:`, in one group only.
+    fn check_group_members(
+        &self,
+        groups: &[ScenarioNodeGroup],
+        objects: &[K8sObject],
+    ) -> Result<(), ScenarioError> {
+        let nodes: std::collections::HashSet<&str> = objects
+            .iter()
+            .filter_map(|o| match o {
+                K8sObject::Node(n) => Some(n.name.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut owner: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        for (i, group) in groups.iter().enumerate() {
+            for (j, name) in group.nodes.iter().enumerate() {
+                let field = format!("nodeGroups[{i}].nodes[{j}]");
+                if !nodes.contains(name.as_str()) {
+                    return Err(self.error(
+                        field,
+                        format!("no Node object named {name:?} in `objects:`"),
+                    ));
+                }
+                if let Some(other) = owner.insert(name, &group.id) {
+                    return Err(self.error(
+                        field,
+                        format!("node {name:?} is already an instance of group {other:?}"),
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -708,6 +746,7 @@ impl Validator<'_> {
             failures,
             price_per_hour: raw.price_per_hour,
             template,
+            nodes: raw.nodes,
         })
     }
 
