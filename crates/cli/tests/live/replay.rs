@@ -47,7 +47,8 @@ async fn a_live_dry_run_loop_replays_as_a_scenario_with_the_same_decisions() {
     let mut builder = cluster.start_autoscaler("builder", &[]);
     wait_for_first_status(&cluster).await;
     let nodes = two_nodes_with_one_small_pod_each(&cluster, &[], &[]).await;
-    builder.terminate();
+    // Killed, not stopped: a clean shutdown's provider Cleanup would delete the kwok nodes.
+    builder.crash();
     cluster.delete_app("big").await;
     wait_until("the big pods to be gone", async || {
         cluster.running_pods("big").await.is_empty()
@@ -77,11 +78,13 @@ async fn a_live_dry_run_loop_replays_as_a_scenario_with_the_same_decisions() {
         .find_map(|line| line.strip_prefix(DECIDED_PREFIX))
         .expect("the live loop's decisions in the header")
         .to_string();
-    // The live loop wanted two nodes for the wide pods and found the small pods' nodes unneeded.
+    // The live loop wanted two nodes for the wide pods and found one of the small pods' nodes
+    // unneeded (its pod fits beside the other's).
     assert!(decided.contains("general 2 → 4"), "{decided}");
-    for node in &nodes {
-        assert!(decided.contains(node.as_str()), "{decided}");
-    }
+    assert!(
+        nodes.iter().any(|node| decided.contains(node.as_str())),
+        "{decided}"
+    );
 
     // Upstream's debugging snapshot of a later loop: every node with its pods, the templates.
     let snapshot = live.http_get("/snapshotz").expect("/snapshotz answers");
