@@ -13,6 +13,7 @@
 
 mod debug_snapshot;
 mod flags;
+mod profiling;
 mod run;
 mod serve_provider;
 mod source;

@@ -32,6 +32,7 @@ use tokio::sync::Notify;
 
 use crate::debug_snapshot::{SNAPSHOT_PATH, Snapshots};
 use crate::flags::{CloudProviderKind, LoopTiming, RunFlags};
+use crate::profiling::{CPU_PROFILE_PATH, Profiling};
 
 /// The longest the leader's shutdown clean-up (status ConfigMap, provider `Cleanup`) may take:
 /// well inside Kubernetes' default termination grace period of 30 s, after an iteration in
@@ -112,6 +113,10 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     extra_routes.add(SNAPSHOT_PATH, snapshots.route());
     if flags.debugging.snapshot_enabled {
         tracing::info!(address = %flags.address, "serving the debugging snapshot on {SNAPSHOT_PATH}");
+    }
+    Profiling::new(flags.debugging.profiling).add_routes(&mut extra_routes);
+    if flags.debugging.profiling {
+        tracing::info!(address = %flags.address, "serving CPU profiles on {CPU_PROFILE_PATH}");
     }
     let server = tokio::spawn(ferroscale_metrics::serve_with(
         listener,
