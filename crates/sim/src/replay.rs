@@ -697,6 +697,8 @@ pub fn scenario_yaml(
                 "id": group.id,
                 "minSize": group.min_size,
                 "maxSize": group.max_size,
+                // The group's nodes are the live ones (`nodes:`), not new empty ones.
+                "initialSize": 0,
                 "template": template,
             });
             if !members.is_empty() {
@@ -1073,6 +1075,29 @@ mod tests {
             _ => None,
         });
         assert_eq!(web_1.map(|p| p.creation_time), Some(Timestamp(0)));
+    }
+
+    #[test]
+    fn a_replayed_groups_nodes_join_it_as_they_are() {
+        let text = scenario_yaml(&capture(), &[], DEFAULT_REPLAY_DURATION, None).unwrap();
+        let scenario = parse_scenario(&text, "replay.yaml", std::path::Path::new(".")).unwrap();
+        let options = crate::runner::options_for(&scenario, &[]).unwrap();
+        let simulation = crate::runner::Simulation::new(&scenario, options);
+        let member = simulation.cluster().node("pool-a-0").expect("pool-a-0");
+        assert_eq!(member.group.as_deref(), Some("pool-a"));
+        assert_eq!(member.node.provider_id, "sim://pool-a/pool-a-0");
+        let outside = simulation
+            .cluster()
+            .node("control-plane")
+            .expect("control-plane");
+        assert_eq!(outside.group, None);
+        let group = simulation.cloud().group("pool-a").expect("group pool-a");
+        let target = futures::executor::block_on(ferroscale_core::cloud::NodeGroup::target_size(
+            group.as_ref(),
+        ));
+        assert_eq!(target, Ok(1));
+        // A new instance does not take a replayed node's name.
+        assert_eq!(group.node_name(0), "pool-a-0");
     }
 
     #[test]

@@ -258,6 +258,8 @@ pub struct Autoscaler {
     started_at: Option<Timestamp>,
     /// The next iteration copies what it gathers into [`LoopOutcome::capture`].
     capture_next: bool,
+    /// This iteration does (taken from `capture_next` when it starts).
+    capturing: bool,
 }
 
 /// What the scale-down steps read besides the snapshot.
@@ -316,6 +318,7 @@ impl Autoscaler {
             iterations: 0,
             started_at: None,
             capture_next: false,
+            capturing: false,
         }
     }
 
@@ -446,17 +449,9 @@ impl Autoscaler {
         self.started_at.get_or_insert(now);
         // One request, one iteration: an iteration that stops before gathering answers it
         // without a capture.
-        let capture = std::mem::take(&mut self.capture_next);
+        self.capturing = std::mem::take(&mut self.capture_next);
         let result = self
-            .iterate(
-                cloud,
-                cluster,
-                now,
-                capture,
-                &mut timer,
-                &mut outcome,
-                &mut events,
-            )
+            .iterate(cloud, cluster, now, &mut timer, &mut outcome, &mut events)
             .await;
         if let Err(error) = result {
             outcome.error = Some(error);
@@ -524,7 +519,6 @@ impl Autoscaler {
         cloud: &dyn CloudProvider,
         cluster: &dyn ClusterApi,
         now: Timestamp,
-        capture: bool,
         timer: &mut DecideTimer<'_>,
         outcome: &mut LoopOutcome,
         events: &mut Vec<Event>,
@@ -572,7 +566,7 @@ impl Autoscaler {
         .await;
         outcome.node_groups = gathered.views.clone();
         outcome.gather_failures = gathered.failures.clone();
-        if capture {
+        if self.capturing {
             outcome.capture = Some(Arc::new(gathered.capture(now, &self.options)));
         }
 

@@ -665,11 +665,15 @@ impl Validator<'_> {
                 format!("maxSize {max_size} is smaller than minSize {min_size}"),
             ));
         }
+        // Existing nodes (`nodes:`) count towards the minimum; a replayed live group may be
+        // below it (or above its maximum) as it was, so only empty nodes are checked.
+        let existing = raw.nodes.len();
         let initial_size = match raw.initial_size {
-            None => min_size,
+            None => min_size.saturating_sub(existing),
             Some(n) => size("initialSize", n)?,
         };
-        if !(min_size..=max_size).contains(&initial_size) {
+        let lowest = if existing > 0 { 0 } else { min_size };
+        if !(lowest..=max_size).contains(&initial_size) {
             return Err(self.error(
                 at("initialSize"),
                 format!(
