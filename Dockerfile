@@ -8,7 +8,7 @@ WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p ferroscale
 # The shipped binary carries no debug info (the release profile keeps it for benchmarks and
-# profiling): 216 MiB become about 41 MiB. Its symbol table stays, so a panic's backtrace still
+# profiling): about 220 MiB become about 42 MiB. Its symbol table stays, so a panic's backtrace still
 # names the functions. crates/cli/tests/image.rs runs this step against a test build.
 RUN mkdir /out \
     && strip --strip-debug -o /out/ferroscale target/release/ferroscale \
