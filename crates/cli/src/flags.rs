@@ -64,6 +64,19 @@ impl Default for LoopTiming {
     }
 }
 
+// Debugging endpoints and the replay file.
+/// `--debugging-snapshot-enabled`, `--profiling` (upstream, both default false) and
+/// `--snapshot-scenario` (Ferroscale).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DebuggingFlags {
+    /// Serve the next loop's snapshot on `/snapshotz` (docs/operations.md).
+    pub snapshot_enabled: bool,
+    /// Serve CPU and heap profiles on `/debug/pprof/`.
+    pub profiling: bool,
+    /// Write the first loop's snapshot to this file as a scenario for `ferroscale simulate`.
+    pub snapshot_scenario: Option<PathBuf>,
+}
+
 /// One static group of `--nodes=<min>:<max>:<name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StaticNodeGroup {
@@ -209,6 +222,10 @@ pub struct RunFlags {
     /// Flags of other cloud providers that were given; `run` warns about each once.
     pub ignored_flags: Vec<IgnoredFlag>,
     pub api_access: ApiAccessFlags,
+    pub debugging: DebuggingFlags,
+    /// The engine flags given, by upstream name, in command-line order: a replay scenario's
+    /// `options:`.
+    pub engine_flags: Vec<(String, String)>,
 }
 
 /// What the command line asked for.
@@ -371,6 +388,8 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     let mut cache_sync_timeout = Duration::from_secs(300);
     let mut api_access = ApiAccessFlags::default();
     let mut ignored_flags = Vec::new();
+    let mut debugging = DebuggingFlags::default();
+    let mut engine_flags = Vec::new();
 
     for (flag, value) in &pairs {
         let Some(spec) = flag_catalogue::lookup(flag) else {
@@ -469,12 +488,27 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
                 }
                 Err(e) => errors.push(e),
             },
+            // Debugging endpoints and the replay file.
+            "debugging-snapshot-enabled" | "profiling" => match parse_bool(value) {
+                Some(enabled) if flag == "profiling" => debugging.profiling = enabled,
+                Some(enabled) => debugging.snapshot_enabled = enabled,
+                None => errors.push(format!(
+                    "invalid value {value:?} for flag --{flag}: expected true or false"
+                )),
+            },
+            "snapshot-scenario" => {
+                if value.is_empty() {
+                    errors.push("--snapshot-scenario needs a file name".to_string());
+                } else {
+                    debugging.snapshot_scenario = Some(PathBuf::from(value));
+                }
+            }
             // A process flag of the catalogue without an arm above: the catalogue test catches it.
             other if spec.scope == Scope::Process => {
                 errors.push(format!("--{other} is listed but not parsed (a Ferroscale bug)"))
             }
             other => match options.set(other, value) {
-                Ok(()) => {}
+                Ok(()) => engine_flags.push((other.to_string(), value.clone())),
                 Err(OptionError::UnknownFlag { flag }) => unknown.push(format!("--{flag}")),
                 Err(e) => errors.push(e.to_string()),
             },
@@ -552,6 +586,8 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
             cache_sync_timeout,
             ignored_flags,
             api_access,
+            debugging,
+            engine_flags,
         }))),
         _ => Err(errors.join("\n")),
     }
@@ -623,6 +659,42 @@ mod tests {
                 name: "pool-a".into()
             }]
         );
+    }
+
+    #[test]
+    fn debugging_flags_and_the_replay_file() {
+        let flags = parse(&["--cloud-provider=kwok"]).unwrap();
+        assert_eq!(flags.debugging, DebuggingFlags::default());
+        let flags = parse(&[
+            "--cloud-provider=kwok",
+            "--debugging-snapshot-enabled",
+            "--profiling=true",
+            "--snapshot-scenario",
+            "replay.yaml",
+            "--expander=least-waste",
+            "--scan-interval",
+            "5s",
+        ])
+        .unwrap();
+        assert_eq!(
+            flags.debugging,
+            DebuggingFlags {
+                snapshot_enabled: true,
+                profiling: true,
+                snapshot_scenario: Some(PathBuf::from("replay.yaml")),
+            }
+        );
+        // The engine flags, as given, for the replay scenario's options.
+        assert_eq!(
+            flags.engine_flags,
+            vec![
+                ("cloud-provider".to_string(), "kwok".to_string()),
+                ("expander".to_string(), "least-waste".to_string()),
+                ("scan-interval".to_string(), "5s".to_string()),
+            ]
+        );
+        let err = parse(&["--cloud-provider=kwok", "--profiling=maybe"]).unwrap_err();
+        assert!(err.contains("--profiling"), "{err}");
     }
 
     #[test]

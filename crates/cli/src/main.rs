@@ -11,9 +11,11 @@
 //! container arguments. `ferroscale` alone still asks for a subcommand. `serve-provider` serves a
 //! built-in provider over the externalgrpc protocol (`serve_provider.rs`).
 
+mod debug_snapshot;
 mod flag_docs;
 mod flags;
 mod logging;
+mod profiling;
 mod run;
 mod serve_provider;
 mod source;

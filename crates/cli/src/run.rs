@@ -30,7 +30,9 @@ use ferroscale_provider_externalgrpc::{ExternalGrpcProvider, NodeGroupDefaults};
 use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use tokio::sync::Notify;
 
+use crate::debug_snapshot::{SNAPSHOT_PATH, Snapshots};
 use crate::flags::{CloudProviderKind, LoopTiming, RunFlags};
+use crate::profiling::{CPU_PROFILE_PATH, Profiling};
 
 /// The longest the leader's shutdown clean-up (status ConfigMap, provider `Cleanup`) may take:
 /// well inside Kubernetes' default termination grace period of 30 s, after an iteration in
@@ -88,11 +90,28 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     let health = Arc::new(Mutex::new(HealthCheck::new(flags.health)));
     let listener = ferroscale_metrics::bind(flags.address).await?;
     tracing::info!(address = %flags.address, "serving /metrics and /health-check");
-    let server = tokio::spawn(ferroscale_metrics::serve(
+    // Debugging endpoints and the replay file.
+    let snapshots = Snapshots::new(
+        flags.debugging.snapshot_enabled,
+        options.scan_interval,
+        flags.engine_flags.clone(),
+        flags.debugging.snapshot_scenario.clone(),
+    );
+    let mut extra_routes = ferroscale_metrics::ExtraRoutes::new();
+    extra_routes.add(SNAPSHOT_PATH, snapshots.route());
+    if flags.debugging.snapshot_enabled {
+        tracing::info!(address = %flags.address, "serving the debugging snapshot on {SNAPSHOT_PATH}");
+    }
+    Profiling::new(flags.debugging.profiling).add_routes(&mut extra_routes);
+    if flags.debugging.profiling {
+        tracing::info!(address = %flags.address, "serving CPU profiles on {CPU_PROFILE_PATH}");
+    }
+    let server = tokio::spawn(ferroscale_metrics::serve_with(
         listener,
         metrics.clone(),
         Arc::clone(&health),
         Arc::new(system_now),
+        extra_routes,
     ));
 
     let shutdown = Arc::new(Notify::new());
@@ -141,6 +160,7 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
         health: &health,
         shutdown: &shutdown,
         stopping: &stopping,
+        snapshots: &snapshots,
     };
     let result = if flags.leader_election.enabled {
         let mut election = LeaderElectionConfig::new(&options.namespace);
@@ -444,6 +464,8 @@ struct Loop<'a> {
     health: &'a Mutex<HealthCheck>,
     shutdown: &'a Notify,
     stopping: &'a AtomicBool,
+    /// Debugging snapshots asked for (`/snapshotz`, `--snapshot-scenario`).
+    snapshots: &'a Snapshots,
 }
 
 /// The main loop (docs/behaviour.md LOOP-103–LOOP-105): one iteration per `--scan-interval`,
@@ -468,6 +490,11 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
         let started = Instant::now();
         let now = system_now();
         lock_health().record_activity(now);
+        // Only a loop somebody asked a snapshot of copies what it gathers.
+        let capture = context.snapshots.wants_capture();
+        if capture {
+            autoscaler.capture_next_loop();
+        }
         let outcome = autoscaler
             .run_once(
                 context.provider,
@@ -477,6 +504,9 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
             )
             .await;
         let took = started.elapsed();
+        if capture {
+            context.snapshots.deliver(&outcome, system_now());
+        }
         context
             .metrics
             .record_loop(&outcome, autoscaler.options(), took);

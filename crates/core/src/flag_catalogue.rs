@@ -513,9 +513,14 @@ pub const FLAGS: &[Flag] = &[
         "JSON format with split streams: how much of the info stream may be buffered.")
         .note("As --log-text-info-buffer-size."),
     process("debugging-snapshot-enabled", Bool, "false", Diagnostics,
-        "Serve the next loop's cluster snapshot as JSON at /snapshotz.").pending(),
+        "Serve /snapshotz: a request waits for the next loop, which answers with its cluster snapshot as JSON.")
+        .note("The wait is bounded (504 after max(2 scan intervals, 60 s)); one request at a time (429). ?format=scenario answers with the same loop as a scenario file for ferroscale simulate, a Ferroscale extension."),
     process("profiling", Bool, "false", Diagnostics,
-        "Serve CPU and heap profiles in pprof format under /debug/pprof/.").pending(),
+        "Serve CPU profiles in pprof format at /debug/pprof/profile?seconds=N.")
+        .note("Heap profiles (/debug/pprof/heap) are not available yet: the endpoint answers 501."),
+    process("snapshot-scenario", Text, "", Diagnostics,
+        "Write the first loop that gathered the cluster to this file as a scenario, so ferroscale simulate and explain replay what the live loop saw (use with --dry-run).")
+        .ferroscale(),
     engine("scheduler-config-file", Text, "", Loop,
         "A KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) whose single profile the simulated scheduler filters follow.")
         .note("Read once at start, at most 1 MiB. Disabled Filter plugins, PodTopologySpread default constraints and NodeResourcesFit ignored resources are honoured; anything else (scoring included, which upstream ignores) is refused by field path and value. Default spread constraints count the pods of the pod's controller, since Services are not read (docs/behaviour.md SCHED-101 to SCHED-105)."),

@@ -298,3 +298,42 @@ fn a_gpu_node_whose_gpus_have_not_appeared_is_resource_unready() {
     let counts = outcome.cluster_state.group("pool").expect("pool").counts;
     assert_eq!((counts.ready, counts.resource_unready), (1, 1));
 }
+
+/// The debugging snapshot's hook: only the iteration after `capture_next_loop` hands out what it
+/// gathered (nodes with their groups, the groups with their bounds), and only once.
+#[test]
+fn only_the_loop_asked_for_hands_out_what_it_gathered() {
+    let (_log, cloud, cluster) = cluster_with(2, 0);
+    let outside = node("outside", 4000, 16 << 30);
+    cluster.add_node(outside);
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    assert!(
+        run(&mut autoscaler, &cloud, &cluster, t(10_000))
+            .capture
+            .is_none()
+    );
+
+    autoscaler.capture_next_loop();
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(10_010));
+    let capture = outcome.capture.expect("the asked-for loop's capture");
+    assert_eq!(capture.now, t(10_010));
+    assert_eq!(capture.objects.nodes.len(), 3);
+    assert_eq!(
+        capture.group_of_node.iter().collect::<Vec<_>>(),
+        [
+            (&"n0".to_string(), &"pool".to_string()),
+            (&"n1".to_string(), &"pool".to_string())
+        ]
+    );
+    let group = &capture.node_groups[0];
+    assert_eq!(
+        (group.id.as_str(), group.min_size, group.max_size),
+        ("pool", 0, 10)
+    );
+
+    assert!(
+        run(&mut autoscaler, &cloud, &cluster, t(10_020))
+            .capture
+            .is_none()
+    );
+}

@@ -13,4 +13,6 @@ pub mod server;
 
 pub use health::{HealthCheck, HealthLimits, HealthStatus};
 pub use registry::{AutoscalerMetrics, MetricsError};
-pub use server::{ServerError, bind, parse_address, serve};
+pub use server::{
+    ExtraRoutes, RouteAnswer, RouteHandler, ServerError, bind, parse_address, serve, serve_with,
+};

@@ -1,9 +1,12 @@
 //! The HTTP endpoint of a live autoscaler (docs/behaviour.md LOOP-101): `/metrics` in the
-//! Prometheus text format and `/health-check` (200 `OK`, or 500 with the reason). Plain HTTP/1 on
-//! hyper, one task per connection; nothing else is served.
+//! Prometheus text format and `/health-check` (200 `OK`, or 500 with the reason), plus the
+//! routes the binary adds ([`ExtraRoutes`]: the debugging snapshot, profiles). Plain HTTP/1 on
+//! hyper, one task per connection.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use ferroscale_model::Timestamp;
@@ -58,8 +61,60 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener, ServerError> {
 /// The clock the health check is read with; the binary passes the system clock.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
-fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
+/// What an extra route answers.
+#[derive(Debug, Clone)]
+pub struct RouteAnswer {
+    /// The HTTP status code (an invalid one is answered as 500).
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+}
+
+impl RouteAnswer {
+    /// A plain-text answer.
+    pub fn text(status: u16, body: impl Into<String>) -> RouteAnswer {
+        RouteAnswer {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.into().into_bytes(),
+        }
+    }
+}
+
+/// An extra route: called with the request's query string (without `?`), answers when ready.
+pub type RouteHandler =
+    Arc<dyn Fn(Option<String>) -> Pin<Box<dyn Future<Output = RouteAnswer> + Send>> + Send + Sync>;
+
+/// Routes served besides `/metrics` and `/health-check`, by exact path.
+#[derive(Clone, Default)]
+pub struct ExtraRoutes {
+    routes: Vec<(String, RouteHandler)>,
+}
+
+impl ExtraRoutes {
+    pub fn new() -> ExtraRoutes {
+        ExtraRoutes::default()
+    }
+
+    /// Serves `path` with `handler` (GET and HEAD).
+    pub fn add(&mut self, path: impl Into<String>, handler: RouteHandler) {
+        self.routes.push((path.into(), handler));
+    }
+
+    fn find(&self, path: &str) -> Option<&RouteHandler> {
+        self.routes
+            .iter()
+            .find(|(route, _)| route == path)
+            .map(|(_, handler)| handler)
+    }
+}
+
+fn respond(
+    status: StatusCode,
+    content_type: &str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
     if let Ok(value) = content_type.parse() {
         response
@@ -76,11 +131,7 @@ fn route(
     clock: &Clock,
 ) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
-        return respond(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "only GET\n".into(),
-        );
+        return respond(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "only GET\n");
     }
     match request.uri().path() {
         "/metrics" => respond(
@@ -94,7 +145,7 @@ fn route(
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .status(clock());
             match status {
-                HealthStatus::Healthy => respond(StatusCode::OK, "text/plain", "OK".into()),
+                HealthStatus::Healthy => respond(StatusCode::OK, "text/plain", "OK"),
                 HealthStatus::Unhealthy(reason) => respond(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "text/plain",
@@ -102,7 +153,7 @@ fn route(
                 ),
             }
         }
-        _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+        _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
     }
 }
 
@@ -112,6 +163,19 @@ pub async fn serve(
     metrics: AutoscalerMetrics,
     health: Arc<Mutex<HealthCheck>>,
     clock: Clock,
+) {
+    serve_with(listener, metrics, health, clock, ExtraRoutes::new()).await
+}
+
+/// [`serve`], with the binary's extra routes. An extra route's answer may take as long as its
+/// handler wants (the debugging snapshot waits for the next loop); the other routes of the
+/// connection's later requests wait behind it, those of other connections do not.
+pub async fn serve_with(
+    listener: TcpListener,
+    metrics: AutoscalerMetrics,
+    health: Arc<Mutex<HealthCheck>>,
+    clock: Clock,
+    extra: ExtraRoutes,
 ) {
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -124,10 +188,31 @@ pub async fn serve(
         let metrics = metrics.clone();
         let health = Arc::clone(&health);
         let clock = Arc::clone(&clock);
+        let extra = extra.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<Incoming>| {
-                let response = route(&request, &metrics, &health, &clock);
-                async move { Ok::<_, Infallible>(response) }
+                let handler = extra
+                    .find(request.uri().path())
+                    .filter(|_| matches!(*request.method(), Method::GET | Method::HEAD))
+                    .cloned();
+                let query = request.uri().query().map(str::to_string);
+                let response = match handler {
+                    Some(_) => None,
+                    None => Some(route(&request, &metrics, &health, &clock)),
+                };
+                async move {
+                    let response = match (response, handler) {
+                        (Some(response), _) => response,
+                        (None, Some(handler)) => {
+                            let answer = handler(query).await;
+                            let status = StatusCode::from_u16(answer.status)
+                                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                            respond(status, answer.content_type, answer.body)
+                        }
+                        (None, None) => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
+                    };
+                    Ok::<_, Infallible>(response)
+                }
             });
             if let Err(error) = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -206,6 +291,36 @@ mod tests {
         assert!(response.starts_with("HTTP/1.1 500"), "{response}");
 
         let response = get(address, "/other").await;
+        assert!(response.starts_with("HTTP/1.1 404"), "{response}");
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn extra_routes_answer_with_their_query_and_leave_the_others_alone() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let metrics = AutoscalerMetrics::new().unwrap();
+        let health = Arc::new(Mutex::new(HealthCheck::new(HealthLimits::default())));
+        let clock: Clock = Arc::new(|| Timestamp::from_secs(0));
+        let mut extra = ExtraRoutes::new();
+        extra.add(
+            "/echo",
+            Arc::new(|query: Option<String>| {
+                Box::pin(async move { RouteAnswer::text(202, format!("query={query:?}")) })
+                    as Pin<Box<dyn Future<Output = RouteAnswer> + Send>>
+            }),
+        );
+        let server = tokio::spawn(serve_with(listener, metrics, health, clock, extra));
+
+        let response = get(address, "/echo?format=scenario").await;
+        assert!(response.starts_with("HTTP/1.1 202"), "{response}");
+        assert!(
+            response.ends_with("query=Some(\"format=scenario\")"),
+            "{response}"
+        );
+        let response = get(address, "/metrics").await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        let response = get(address, "/echo/more").await;
         assert!(response.starts_with("HTTP/1.1 404"), "{response}");
         server.abort();
     }

@@ -71,6 +71,9 @@ pub struct GroupSpec {
     /// The node every new instance of the group registers as (name, uid and provider id are
     /// replaced per instance).
     pub template: Node,
+    /// Nodes that are instances of the group at the start as they are (a replayed live
+    /// cluster's), besides the `initial_size` empty ones; their provider ids are replaced.
+    pub existing_nodes: Vec<Node>,
 }
 
 /// One machine of a simulated group.
@@ -158,6 +161,11 @@ impl SimulatedNodeGroup {
         }
     }
 
+    /// The provider id of this group's instance behind node `node_name`.
+    pub fn provider_id_of(&self, node_name: &str) -> String {
+        format!("{PROVIDER_ID_SCHEME}{}/{node_name}", self.spec.id)
+    }
+
     /// Name of the `index`-th node ever created in this group: `<group>-<index>`, counting from 0.
     pub fn node_name(&self, index: usize) -> String {
         format!("{}-{index}", self.spec.id)
@@ -169,8 +177,13 @@ impl SimulatedNodeGroup {
         now: Timestamp,
         ready_at: Timestamp,
     ) -> SimInstance {
-        let node_name = self.node_name(state.next_index);
+        // A replayed node may already carry a `<group>-<n>` name.
+        let mut node_name = self.node_name(state.next_index);
         state.next_index += 1;
+        while state.instances.iter().any(|i| i.node_name == node_name) {
+            node_name = self.node_name(state.next_index);
+            state.next_index += 1;
+        }
         let error = self
             .failure(FailingCall::InstanceCreation, now)
             .map(|w| InstanceErrorInfo {
@@ -182,7 +195,7 @@ impl SimulatedNodeGroup {
                 ),
             });
         SimInstance {
-            provider_id: format!("{PROVIDER_ID_SCHEME}{}/{node_name}", self.spec.id),
+            provider_id: self.provider_id_of(&node_name),
             node_name,
             state: InstanceState::Creating,
             error,
@@ -491,13 +504,25 @@ impl SimulatedCloud {
                 };
                 {
                     let mut state = group.state();
+                    for node in &group.spec.existing_nodes {
+                        // Registered already: the runner adds these nodes itself.
+                        state.instances.push(SimInstance {
+                            node_name: node.name.clone(),
+                            provider_id: group.provider_id_of(&node.name),
+                            state: InstanceState::Running,
+                            error: None,
+                            requested_at: now,
+                            ready_at: now,
+                            registered: true,
+                        });
+                    }
                     for _ in 0..group.spec.initial_size {
                         let mut instance = group.new_instance(&mut state, now, now);
                         // Initial nodes exist whatever the failure windows say.
                         instance.error = None;
                         state.instances.push(instance);
                     }
-                    state.target = group.spec.initial_size;
+                    state.target = state.instances.len();
                 }
                 Arc::new(group)
             })
@@ -743,6 +768,7 @@ mod tests {
             ],
             price_per_hour: 0.5,
             template: Node::new("t", Resources::new(4000, 16 << 30)),
+            existing_nodes: Vec::new(),
         }
     }
 

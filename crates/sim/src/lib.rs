@@ -7,6 +7,7 @@ pub mod cloud;
 pub mod cluster;
 pub mod explain;
 pub mod record;
+pub mod replay;
 pub mod report;
 pub mod runner;
 pub mod scenario;

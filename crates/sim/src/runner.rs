@@ -364,11 +364,26 @@ fn seconds(t: Timestamp) -> f64 {
 
 /// The simulated cloud's view of the scenario's node groups, times relative to the start.
 pub fn group_specs(scenario: &Scenario) -> Vec<GroupSpec> {
-    scenario.node_groups.iter().map(group_spec).collect()
+    scenario
+        .node_groups
+        .iter()
+        .map(|group| group_spec(group, &scenario.objects))
+        .collect()
 }
 
-fn group_spec(group: &crate::scenario::ScenarioNodeGroup) -> GroupSpec {
+fn group_spec(group: &crate::scenario::ScenarioNodeGroup, objects: &[K8sObject]) -> GroupSpec {
+    let existing_nodes = group
+        .nodes
+        .iter()
+        .filter_map(|name| {
+            objects.iter().find_map(|o| match o {
+                K8sObject::Node(node) if &node.name == name => Some(node.clone()),
+                _ => None,
+            })
+        })
+        .collect();
     GroupSpec {
+        existing_nodes,
         id: group.id.clone(),
         min_size: group.min_size,
         max_size: group.max_size,
@@ -487,6 +502,16 @@ impl<'p> Simulation<'p> {
             })
             .collect();
 
+        // A replayed cluster's nodes join their groups as they are, with the group's provider ids.
+        for (i, group) in cloud.groups().iter().enumerate() {
+            for node in &group.spec().existing_nodes {
+                let mut node = node.clone();
+                node.provider_id = group.provider_id_of(&node.name);
+                stats[i].initial += 1;
+                stats[i].peak += 1;
+                cluster.add_node(node, Some(group.spec().id.clone()));
+            }
+        }
         for provisioned in cloud.provision(SIMULATION_START) {
             if let Some(i) = group_ids.iter().position(|g| *g == provisioned.group) {
                 stats[i].initial += 1;

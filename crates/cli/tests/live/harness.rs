@@ -479,6 +479,11 @@ impl Autoscaler {
         http_get(self.port, "/metrics")
     }
 
+    /// The body of a 200 answer to `GET path` on the process's `--address`, or `None`.
+    pub fn http_get(&self, path: &str) -> Option<String> {
+        http_get(self.port, path)
+    }
+
     /// Sum of every sample of `name` (all label sets) in `/metrics`; 0 when absent.
     pub fn metric_sum(&self, name: &str) -> f64 {
         self.metrics()
@@ -734,7 +739,10 @@ fn free_port() -> u16 {
 
 fn http_get(port: u16, path: &str) -> Option<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    // The debugging snapshot answers after the next loop (scan interval 2 s).
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
     write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;

@@ -11,6 +11,7 @@ mod chart_arguments;
 mod clusterapi;
 mod exoscale;
 mod harness;
+mod replay;
 mod scheduler_paused;
 mod shutdown;
 mod unreachable;

@@ -147,6 +147,25 @@ impl Gathered {
             .collect()
     }
 
+    /// A copy of what was gathered, for [`super::LoopCapture`].
+    pub(super) fn capture(
+        &self,
+        now: Timestamp,
+        options: &AutoscalingOptions,
+    ) -> super::LoopCapture {
+        super::LoopCapture {
+            now,
+            objects: self.objects.clone(),
+            node_groups: self.views.clone(),
+            group_of_node: self
+                .group_of_node
+                .iter()
+                .filter_map(|(node, i)| Some((node.clone(), self.groups.get(*i)?.id().to_string())))
+                .collect(),
+            options: options.clone(),
+        }
+    }
+
     /// What cluster-state needs of each group: its view, its instances (when `Nodes()`
     /// answered) and its registered nodes.
     pub(super) fn observations(&self) -> Vec<GroupObservation> {

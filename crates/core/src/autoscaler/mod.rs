@@ -187,6 +187,23 @@ pub struct LoopOutcome {
     /// Groups backed off from scale-up at the end of the iteration, with the backoff's error code
     /// (for `node_group_backoff_status`, docs/behaviour.md OBS-122).
     pub node_group_backoffs: BTreeMap<String, String>,
+    /// What the iteration gathered, when [`Autoscaler::capture_next_loop`] asked for it and the
+    /// iteration got as far as gathering.
+    pub capture: Option<Arc<LoopCapture>>,
+}
+
+/// What one iteration gathered, handed out only on request (the debugging snapshot, and the
+/// scenario a live loop is replayed from): the cluster objects, the node groups with their
+/// bounds, target sizes and templates, which group each node belongs to, and the options.
+#[derive(Debug, Clone)]
+pub struct LoopCapture {
+    pub now: Timestamp,
+    pub objects: ClusterObjects,
+    /// In provider order.
+    pub node_groups: Vec<NodeGroupView>,
+    /// Node name → id of the group it belongs to; nodes of no group are absent.
+    pub group_of_node: BTreeMap<String, String>,
+    pub options: AutoscalingOptions,
 }
 
 impl LoopOutcome {
@@ -252,6 +269,10 @@ pub struct Autoscaler {
     iterations: u64,
     /// When the first iteration ran (for the "no ready nodes" grace of docs/behaviour.md LOOP-108).
     started_at: Option<Timestamp>,
+    /// The next iteration copies what it gathers into [`LoopOutcome::capture`].
+    capture_next: bool,
+    /// This iteration does (taken from `capture_next` when it starts).
+    capturing: bool,
 }
 
 /// What the scale-down steps read besides the snapshot.
@@ -310,7 +331,15 @@ impl Autoscaler {
             first_loop_done: false,
             iterations: 0,
             started_at: None,
+            capture_next: false,
+            capturing: false,
         }
+    }
+
+    /// Asks the next iteration to hand out what it gathers ([`LoopOutcome::capture`]). Copying
+    /// is cheap (nodes and pods are shared), and only a loop that was asked pays for it.
+    pub fn capture_next_loop(&mut self) {
+        self.capture_next = true;
     }
 
     pub fn options(&self) -> &AutoscalingOptions {
@@ -432,6 +461,9 @@ impl Autoscaler {
         };
         let mut events: Vec<Event> = Vec::new();
         self.started_at.get_or_insert(now);
+        // One request, one iteration: an iteration that stops before gathering answers it
+        // without a capture.
+        self.capturing = std::mem::take(&mut self.capture_next);
         let result = self
             .iterate(cloud, cluster, now, &mut timer, &mut outcome, &mut events)
             .await;
@@ -556,6 +588,9 @@ impl Autoscaler {
         .await;
         outcome.node_groups = gathered.views.clone();
         outcome.gather_failures = gathered.failures.clone();
+        if self.capturing {
+            outcome.capture = Some(Arc::new(gathered.capture(now, &self.options)));
+        }
 
         // Actionable-cluster check (docs/behaviour.md LOOP-108) (only without scale-up from zero).
         if !self.options.scale_up_from_zero {

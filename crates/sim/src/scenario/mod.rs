@@ -66,6 +66,9 @@ pub struct ScenarioNodeGroup {
     /// capacity and allocatable default to each other; it is Ready unless the template says
     /// otherwise. The hostname label is left to whoever instantiates nodes.
     pub template: Node,
+    /// Node objects of `objects:`, by name, that are instances of this group at time 0 (besides
+    /// the `initial_size` empty ones): a live cluster's nodes keep their names, pods and state.
+    pub nodes: Vec<String>,
 }
 
 /// Cloud provider calls a failure window can make fail.
@@ -380,6 +383,7 @@ impl Validator<'_> {
         let mut warnings = Vec::new();
         let objects = self.objects(&raw.objects, &raw.events, &mut warnings)?;
         self.check_object_totals(&objects.objects, group_nodes, created_pods)?;
+        self.check_group_members(&node_groups, &objects.objects)?;
 
         let mut expect = Vec::new();
         for (i, expectation) in raw.expect.into_iter().enumerate() {
@@ -542,6 +546,40 @@ impl Validator<'_> {
         Ok(())
     }
 
+    /// Every node a group names under `nodes:` is a Node object of `objects:`, in one group only.
+    fn check_group_members(
+        &self,
+        groups: &[ScenarioNodeGroup],
+        objects: &[K8sObject],
+    ) -> Result<(), ScenarioError> {
+        let nodes: std::collections::HashSet<&str> = objects
+            .iter()
+            .filter_map(|o| match o {
+                K8sObject::Node(n) => Some(n.name.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut owner: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        for (i, group) in groups.iter().enumerate() {
+            for (j, name) in group.nodes.iter().enumerate() {
+                let field = format!("nodeGroups[{i}].nodes[{j}]");
+                if !nodes.contains(name.as_str()) {
+                    return Err(self.error(
+                        field,
+                        format!("no Node object named {name:?} in `objects:`"),
+                    ));
+                }
+                if let Some(other) = owner.insert(name, &group.id) {
+                    return Err(self.error(
+                        field,
+                        format!("node {name:?} is already an instance of group {other:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Node templates and event pods are read strictly, like the objects files: a field the
     /// Kubernetes type does not have is refused instead of silently dropped.
     fn check_known_fields(&self, raw: &raw::RawScenario) -> Result<(), ScenarioError> {
@@ -634,11 +672,15 @@ impl Validator<'_> {
                 format!("maxSize {max_size} is smaller than minSize {min_size}"),
             ));
         }
+        // Existing nodes (`nodes:`) count towards the minimum; a replayed live group may be
+        // below it (or above its maximum) as it was, so only empty nodes are checked.
+        let existing = raw.nodes.len();
         let initial_size = match raw.initial_size {
-            None => min_size,
+            None => min_size.saturating_sub(existing),
             Some(n) => size("initialSize", n)?,
         };
-        if !(min_size..=max_size).contains(&initial_size) {
+        let lowest = if existing > 0 { 0 } else { min_size };
+        if !(lowest..=max_size).contains(&initial_size) {
             return Err(self.error(
                 at("initialSize"),
                 format!(
@@ -715,6 +757,7 @@ impl Validator<'_> {
             failures,
             price_per_hour: raw.price_per_hour,
             template,
+            nodes: raw.nodes,
         })
     }
 

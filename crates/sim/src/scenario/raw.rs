@@ -46,6 +46,9 @@ pub(super) struct RawNodeGroup {
     pub failures: RawFailures,
     pub price_per_hour: Option<f64>,
     pub template: Box<core::Node>,
+    /// Node objects of `objects:`, by name, that are instances of this group at time 0.
+    #[serde(default)]
+    pub nodes: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
