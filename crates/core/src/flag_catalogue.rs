@@ -159,13 +159,6 @@ impl Flag {
         self
     }
 
-    /// Implemented later in this work: refused by name until then.
-    const fn pending(mut self) -> Flag {
-        self.support = Support::NotYet("not implemented yet");
-        self.group = NotYet;
-        self
-    }
-
     const fn ferroscale(mut self) -> Flag {
         self.support = Support::Ferroscale;
         self.group = Group::FerroscaleOnly;
