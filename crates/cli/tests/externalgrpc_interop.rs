@@ -570,6 +570,7 @@ fn certificate_authority(name: &str) -> Result<CertifiedIssuer<'static, KeyPair>
     CertifiedIssuer::self_signed(params, KeyPair::generate()?)
 }
 
+#[derive(Clone, Copy)]
 enum Security {
     MutualTls,
     Insecure,
@@ -584,7 +585,21 @@ struct FerroscaleServer {
 }
 
 impl FerroscaleServer {
+    /// Starts the server on a free port. Another test can take the port between the moment it
+    /// is found free and the moment the server binds it; then the server exits naming the
+    /// address in use, and it is started again on another port.
     fn start(pki: &Pki, security: Security) -> FerroscaleServer {
+        for _ in 0..5 {
+            match FerroscaleServer::start_once(pki, security) {
+                Ok(server) => return server,
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("serve-provider exited:\n{log}"),
+            }
+        }
+        panic!("serve-provider found no free port in 5 attempts");
+    }
+
+    fn start_once(pki: &Pki, security: Security) -> Result<FerroscaleServer, String> {
         let dir = TempDir::new().expect("temporary directory");
         let scenario = dir.path().join("interop-scenario.yaml");
         std::fs::write(&scenario, SCENARIO).expect("write the scenario");
@@ -622,15 +637,25 @@ impl FerroscaleServer {
             log_path,
             _dir: dir,
         };
-        server.wait_until_listening();
-        server
+        server.wait_until_listening()?;
+        Ok(server)
     }
 
-    fn wait_until_listening(&mut self) {
+    /// Ok once the port answers and the server is still running (a connection could reach
+    /// another test's listener on the same port); Err with the log when the server exited.
+    fn wait_until_listening(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
-        while TcpStream::connect(self.address).is_err() {
+        loop {
+            let answered = TcpStream::connect(self.address).is_ok();
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("serve-provider exited ({status}):\n{}", self.log());
+                return Err(format!("exit {status}:\n{}", self.log()));
+            }
+            if answered {
+                thread::sleep(Duration::from_millis(200));
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    return Err(format!("exit {status}:\n{}", self.log()));
+                }
+                return Ok(());
             }
             assert!(
                 Instant::now() < deadline,
