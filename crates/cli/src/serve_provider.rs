@@ -285,9 +285,10 @@ async fn build(provider: &ServedProvider) -> anyhow::Result<Arc<dyn CloudProvide
         } => {
             let environment = KwokEnvironment::from_process();
             let client_config = environment.client_config(kubeconfig.as_deref()).await?;
-            // The same constructor as `run`'s, with upstream's defaults (5 requests per second,
-            // bursts of 10): upstream's example server has no API-access flags.
-            let client = ApiAccess::default()
+            // The same constructor as `run`'s, without a client-side rate limit: serve-provider
+            // has no API-access flags, and one IncreaseSize of hundreds of kwok nodes must not
+            // queue its Node creations at client-go's 5 per second.
+            let client = unlimited_access()
                 .server(client_config)?
                 .client()
                 .context("building the Kubernetes client")?;
@@ -331,7 +332,7 @@ async fn build(provider: &ServedProvider) -> anyhow::Result<Arc<dyn CloudProvide
                 *authoritative,
             );
             let environment = KwokEnvironment::from_process();
-            let access = ApiAccess::default();
+            let access = unlimited_access();
             let workload =
                 access.server(environment.client_config(paths.workload.as_deref()).await?)?;
             Arc::new(
@@ -344,6 +345,15 @@ async fn build(provider: &ServedProvider) -> anyhow::Result<Arc<dyn CloudProvide
                 .context("building the exoscale cloud provider")?,
         ),
     })
+}
+
+/// API access for serve-provider's clients: `run`'s defaults without the rate limit (a negative
+/// rate means no limit, as in client-go).
+fn unlimited_access() -> ApiAccess {
+    ApiAccess {
+        qps: -1.0,
+        ..ApiAccess::default()
+    }
 }
 
 #[cfg(test)]

@@ -147,7 +147,7 @@ async fn the_kubernetes_flag_names_the_api_server() {
     wait_for_first_status(&cluster).await;
     let log = autoscaler.log();
     assert!(
-        log.contains(&format!("api_server={server}")),
+        log.contains(&format!("api_server=\"{server}")),
         "the log names the URL's server:\n{log}"
     );
 }

@@ -111,6 +111,11 @@ impl Cluster {
             "--leader-elect=false".to_string(),
             "--scan-interval=2s".to_string(),
             "--v=4".to_string(),
+            // client-go's default of 5 requests per second makes a loop that writes events and
+            // status wait seconds after its resize; the tests read metrics as soon as pods run.
+            // The limit itself is tested with its own flags (api_access.rs).
+            "--kube-client-qps=200".to_string(),
+            "--kube-client-burst=400".to_string(),
         ];
         arguments.extend(flags.iter().map(|flag| flag.to_string()));
         self.spawn_ferroscale(name, &arguments, port, log_filter, env)

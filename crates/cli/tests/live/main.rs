@@ -178,7 +178,9 @@ async fn a_new_unschedulable_pod_wakes_the_loop_before_the_scan_interval() {
     cluster.wait_pool_ready(2).await;
     assert_eq!(
         autoscaler.metric_sum("cluster_autoscaler_scaled_up_nodes_total"),
-        2.0
+        2.0,
+        "{}",
+        autoscaler.log()
     );
 }
 
