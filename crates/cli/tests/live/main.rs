@@ -37,6 +37,15 @@ fn quick_scale_down_and(extra: &[&'static str]) -> Vec<&'static str> {
     QUICK_SCALE_DOWN.iter().chain(extra).copied().collect()
 }
 
+/// Metrics are published when the iteration that acted ends, which can be after its nodes
+/// appeared or went: wait for the value rather than read it once.
+async fn wait_for_metric(autoscaler: &harness::Autoscaler, name: &str, value: f64) {
+    wait_until(&format!("{name} to reach {value}"), async || {
+        autoscaler.metric_sum(name) == value
+    })
+    .await;
+}
+
 async fn wait_for_first_status(cluster: &Cluster) {
     wait_until("the status ConfigMap of the first iteration", async || {
         cluster.status().await.is_some()
@@ -76,10 +85,7 @@ async fn pending_pods_grow_the_group_and_idle_nodes_are_removed() {
             .await
             .contains(&"TriggeredScaleUp".to_string())
     );
-    assert_eq!(
-        autoscaler.metric_sum("cluster_autoscaler_scaled_up_nodes_total"),
-        3.0
-    );
+    wait_for_metric(&autoscaler, "cluster_autoscaler_scaled_up_nodes_total", 3.0).await;
     let status = cluster.status().await.expect("status ConfigMap");
     let status: serde_yaml_ng::Value = serde_yaml_ng::from_str(&status).expect("status is YAML");
     assert_eq!(
@@ -118,10 +124,12 @@ async fn pending_pods_grow_the_group_and_idle_nodes_are_removed() {
             .any(|reason| reason == "ScaleDownEmpty"),
         "a ScaleDownEmpty event is recorded on the status ConfigMap"
     );
-    assert_eq!(
-        autoscaler.metric_sum("cluster_autoscaler_scaled_down_nodes_total"),
-        3.0
-    );
+    wait_for_metric(
+        &autoscaler,
+        "cluster_autoscaler_scaled_down_nodes_total",
+        3.0,
+    )
+    .await;
 }
 
 /// `ferroscale run --cloud-provider=externalgrpc` driving `ferroscale serve-provider
@@ -148,10 +156,7 @@ async fn externalgrpc_to_a_served_kwok_provider_scales_like_kwok() {
         running.values().all(|node| nodes.contains(node)),
         "{running:?}"
     );
-    assert_eq!(
-        autoscaler.metric_sum("cluster_autoscaler_scaled_up_nodes_total"),
-        3.0
-    );
+    wait_for_metric(&autoscaler, "cluster_autoscaler_scaled_up_nodes_total", 3.0).await;
 
     cluster.scale_app("demo", 0).await;
     wait_until("the idle pool to be removed", async || {
@@ -176,12 +181,7 @@ async fn a_new_unschedulable_pod_wakes_the_loop_before_the_scan_interval() {
     cluster.create_app(App::new("burst", 2, "3")).await;
     cluster.wait_running("burst", 2).await;
     cluster.wait_pool_ready(2).await;
-    assert_eq!(
-        autoscaler.metric_sum("cluster_autoscaler_scaled_up_nodes_total"),
-        2.0,
-        "{}",
-        autoscaler.log()
-    );
+    wait_for_metric(&autoscaler, "cluster_autoscaler_scaled_up_nodes_total", 2.0).await;
 }
 
 /// Two nodes each run one small pod after a big workload leaves. Both are underutilized; the
@@ -322,10 +322,7 @@ async fn two_replicas_act_once_and_the_standby_takes_over() {
     cluster.wait_running("one", 2).await;
     cluster.wait_pool_ready(2).await;
     let standby = &replicas[1 - leader];
-    assert_eq!(
-        standby.metric_sum("cluster_autoscaler_scaled_up_nodes_total"),
-        1.0
-    );
+    wait_for_metric(&standby, "cluster_autoscaler_scaled_up_nodes_total", 1.0).await;
     let new_holder = leases
         .get("cluster-autoscaler")
         .await
