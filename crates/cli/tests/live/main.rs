@@ -322,7 +322,7 @@ async fn two_replicas_act_once_and_the_standby_takes_over() {
     cluster.wait_running("one", 2).await;
     cluster.wait_pool_ready(2).await;
     let standby = &replicas[1 - leader];
-    wait_for_metric(&standby, "cluster_autoscaler_scaled_up_nodes_total", 1.0).await;
+    wait_for_metric(standby, "cluster_autoscaler_scaled_up_nodes_total", 1.0).await;
     let new_holder = leases
         .get("cluster-autoscaler")
         .await
