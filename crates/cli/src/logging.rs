@@ -32,6 +32,8 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
+use ferroscale_core::flag_catalogue;
+
 use crate::flags::{duration, parse_bool};
 
 /// klog's severities, lowest first.
@@ -255,40 +257,17 @@ impl Default for LoggingFlags {
     }
 }
 
-/// The logging flags and whether each is a boolean, in their dashed form. klog spells most of
-/// them with underscores (`--log_dir`); upstream's flag set normalises `_` to `-`, and so does
-/// [`canonical_flag`].
-const FLAGS: &[(&str, bool)] = &[
-    ("v", false),
-    ("vmodule", false),
-    ("logtostderr", true),
-    ("alsologtostderr", true),
-    ("alsologtostderrthreshold", false),
-    ("stderrthreshold", false),
-    ("legacy-stderr-threshold-behavior", true),
-    ("log-dir", false),
-    ("log-file", false),
-    ("log-file-max-size", false),
-    ("skip-headers", true),
-    ("skip-log-headers", true),
-    ("add-dir-header", true),
-    ("one-output", true),
-    ("log-flush-frequency", false),
-    ("log-backtrace-at", false),
-    ("logging-format", false),
-    ("log-text-split-stream", true),
-    ("log-json-split-stream", true),
-    ("log-text-info-buffer-size", false),
-    ("log-json-info-buffer-size", false),
-];
-
-/// The dashed name of a logging flag given in either spelling, or None for other flags.
+/// The dashed name of a logging flag given in either spelling (`--log_dir` is `--log-dir`, as
+/// upstream's flag set normalises it), or None for other flags. The names are the flag
+/// catalogue's process flags of the logging group, so the list exists once.
 pub fn canonical_flag(flag: &str) -> Option<&'static str> {
-    let dashed = flag.replace('_', "-");
-    FLAGS
-        .iter()
-        .find(|(name, _)| *name == dashed)
-        .map(|(name, _)| *name)
+    logging_spec(flag).map(|spec| spec.name)
+}
+
+fn logging_spec(flag: &str) -> Option<&'static flag_catalogue::Flag> {
+    flag_catalogue::lookup(flag).filter(|spec| {
+        spec.group == flag_catalogue::Group::Logging && spec.scope == flag_catalogue::Scope::Process
+    })
 }
 
 /// Whether `flag` is a logging flag.
@@ -298,9 +277,7 @@ pub fn is_flag(flag: &str) -> bool {
 
 /// Whether `flag` is a boolean logging flag (a bare `--flag` means true).
 pub fn is_boolean(flag: &str) -> bool {
-    canonical_flag(flag)
-        .and_then(|name| FLAGS.iter().find(|(n, _)| *n == name))
-        .is_some_and(|(_, boolean)| *boolean)
+    logging_spec(flag).is_some_and(|spec| spec.value == flag_catalogue::ValueType::Bool)
 }
 
 impl LoggingFlags {
