@@ -35,6 +35,12 @@ use ferroscale_sim::runner::{Progress, Simulation};
 
 use crate::source::{Invalid, load};
 
+/// jemalloc, for every subcommand: it can record where memory is allocated, which `--profiling`
+/// serves as heap profiles (`profiling.rs`, which also sets jemalloc's options: no sampling
+/// unless the flag is given). The library crates leave the allocator to the binary.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Exit status when an expectation of the scenario does not hold.
 const EXIT_EXPECTATION_FAILED: u8 = 1;
 /// Exit status for an invalid scenario, invalid flags, or any other error.

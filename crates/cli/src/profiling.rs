@@ -1,12 +1,20 @@
-//! `--profiling` (upstream, default false): CPU profiles over HTTP at upstream's path,
-//! `/debug/pprof/profile?seconds=N`, in the pprof format Go's tools read (a gzip-compressed
-//! `perftools.profiles.Profile` protobuf), sampled by the `pprof` crate at 100 Hz for N seconds
+//! `--profiling` (upstream, default false): CPU and heap profiles over HTTP at upstream's paths,
+//! in the pprof format Go's tools read (a gzip-compressed `perftools.profiles.Profile` protobuf).
+//!
+//! CPU: `/debug/pprof/profile?seconds=N`, sampled by the `pprof` crate at 100 Hz for N seconds
 //! (default 30, as Go's handler).
 //!
-//! Heap profiles (`/debug/pprof/heap`) need an allocator that records allocation sites
-//! (jemalloc's profiling); Ferroscale keeps the system allocator, so that path answers 501 and
-//! says so. Disabled, every `/debug/pprof/` path answers 404 naming the flag.
+//! Heap: `/debug/pprof/heap`, the memory in use right now by allocation site, from jemalloc's
+//! sampling heap profiler. jemalloc is the binary's allocator (`main.rs`), built with its profiler
+//! and configured here (`MALLOC_CONF`) to record nothing until `--profiling` activates it, so a
+//! process without the flag pays no sampling cost. Active, it records the stack of one allocation
+//! per 512 KiB allocated on average (Go samples one per 512 KiB too), and a request dumps
+//! jemalloc's profile into an in-memory file (the container's root filesystem is read-only),
+//! converts it to pprof with function names resolved in the process, and answers it.
+//!
+//! Disabled, every `/debug/pprof/` path answers 404 naming the flag.
 
+use std::ffi::c_char;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,18 +34,47 @@ const MAX_SECONDS: u64 = 600;
 /// Samples per second, as Go's runtime profiler.
 const FREQUENCY: i32 = 100;
 
+/// jemalloc's start-up options, read by jemalloc itself (under the name its `_rjem_` symbol prefix
+/// gives `malloc_conf`) before the first allocation: the heap profiler is built and ready
+/// (`prof:true`) but records nothing (`prof_active:false`) until [`activate_heap_sampling`] turns
+/// it on; once on, it samples one allocation per 2^19 bytes (512 KiB) on average, Go's
+/// `MemProfileRate` too, which keeps the cost of `--profiling` small.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: MallocConf =
+    MallocConf(c"prof:true,prof_active:false,lg_prof_sample:19".as_ptr());
+
+/// A C string pointer as jemalloc declares `malloc_conf` (`const char *`): one machine word.
+#[repr(transparent)]
+struct MallocConf(*const c_char);
+
+// SAFETY: the pointer is to a string literal, immutable and alive for the whole process.
+unsafe impl Sync for MallocConf {}
+
 /// The profiling endpoints.
 pub struct Profiling {
     enabled: bool,
     /// One CPU profile at a time: the sampler is process-wide.
     running: AtomicBool,
+    /// One heap dump at a time: resolving function names is the expensive part.
+    dumping: AtomicBool,
 }
 
 impl Profiling {
+    /// The endpoints; enabled, jemalloc's heap sampling starts now (a failure is logged and
+    /// answered by `/debug/pprof/heap`; CPU profiles do not need it).
     pub fn new(enabled: bool) -> Arc<Profiling> {
+        if enabled {
+            match activate_heap_sampling() {
+                Ok(()) => tracing::info!(
+                    "heap profiling active: serving heap profiles on {HEAP_PROFILE_PATH}"
+                ),
+                Err(error) => tracing::warn!("heap profiles are not available: {error}"),
+            }
+        }
         Arc::new(Profiling {
             enabled,
             running: AtomicBool::new(false),
+            dumping: AtomicBool::new(false),
         })
     }
 
@@ -50,9 +87,9 @@ impl Profiling {
         });
         routes.add(CPU_PROFILE_PATH, handler);
         let heap = Arc::clone(self);
-        let handler: RouteHandler = Arc::new(move |_| {
+        let handler: RouteHandler = Arc::new(move |query| {
             let heap = Arc::clone(&heap);
-            Box::pin(async move { heap.heap_profile() })
+            Box::pin(async move { heap.heap_profile(query.as_deref()).await })
         });
         routes.add(HEAP_PROFILE_PATH, handler);
     }
@@ -64,15 +101,47 @@ impl Profiling {
         )
     }
 
-    fn heap_profile(&self) -> RouteAnswer {
+    async fn heap_profile(&self, query: Option<&str>) -> RouteAnswer {
         if !self.enabled {
             return Profiling::disabled();
         }
-        RouteAnswer::text(
-            501,
-            "heap profiles are not available: Ferroscale runs on the system allocator, which \
-             does not record allocation sites; CPU profiles are on /debug/pprof/profile\n",
-        )
+        if let Err(message) = heap_query(query) {
+            return RouteAnswer::text(400, message + "\n");
+        }
+        match heap_sampling_active() {
+            Ok(true) => {}
+            Ok(false) => {
+                return RouteAnswer::text(
+                    503,
+                    "heap profiling is not active: jemalloc's sampling did not start (see the \
+                     log at start-up); CPU profiles are on /debug/pprof/profile\n",
+                );
+            }
+            Err(error) => {
+                return RouteAnswer::text(
+                    500,
+                    format!("reading jemalloc's profiler state: {error}\n"),
+                );
+            }
+        }
+        if self.dumping.swap(true, Ordering::SeqCst) {
+            return RouteAnswer::text(
+                429,
+                "a heap profile is already being taken; one at a time\n",
+            );
+        }
+        // Writing the dump and resolving function names block: off the async workers.
+        let profile = tokio::task::spawn_blocking(dump_heap_profile).await;
+        self.dumping.store(false, Ordering::SeqCst);
+        match profile {
+            Ok(Ok(body)) => RouteAnswer {
+                status: 200,
+                content_type: "application/octet-stream",
+                body,
+            },
+            Ok(Err(error)) => RouteAnswer::text(500, format!("taking the heap profile: {error}\n")),
+            Err(error) => RouteAnswer::text(500, format!("taking the heap profile: {error}\n")),
+        }
     }
 
     async fn cpu_profile(&self, query: Option<&str>) -> RouteAnswer {
@@ -116,6 +185,89 @@ fn seconds(query: Option<&str>) -> Result<u64, String> {
     Ok(seconds)
 }
 
+/// Go's heap handler parameters: `gc` is accepted (there is no collector to run first: the profile
+/// is what is live now); `debug=N` (N > 0, Go's text form) and `seconds` (a delta profile) ask for
+/// answers Ferroscale does not produce, and are refused rather than answered with something else.
+fn heap_query(query: Option<&str>) -> Result<(), String> {
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "debug" if value != "0" => {
+                return Err(format!(
+                    "invalid debug={value:?}: only the pprof protobuf form (debug=0) is served"
+                ));
+            }
+            "seconds" => {
+                return Err(format!(
+                    "invalid seconds={value:?}: delta heap profiles are not served; take two \
+                     profiles and compare them with go tool pprof -diff_base"
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Turns jemalloc's heap sampling on (`prof.active`).
+fn activate_heap_sampling() -> Result<(), String> {
+    // Built without its profiler, or started without `prof:true`, jemalloc cannot sample.
+    let built = tikv_jemalloc_ctl::profiling::prof::read()
+        .map_err(|e| format!("jemalloc has no heap profiler (opt.prof: {e})"))?;
+    if !built {
+        return Err("jemalloc was started with its heap profiler off (opt.prof=false)".into());
+    }
+    // SAFETY: `prof.active` is a writable bool (jemalloc's mallctl documentation).
+    unsafe { tikv_jemalloc_ctl::raw::write(b"prof.active\0", true) }
+        .map_err(|e| format!("setting jemalloc's prof.active: {e}"))
+}
+
+/// Whether jemalloc is sampling allocations now.
+fn heap_sampling_active() -> Result<bool, tikv_jemalloc_ctl::Error> {
+    // SAFETY: `prof.active` is a readable bool (jemalloc's mallctl documentation).
+    unsafe { tikv_jemalloc_ctl::raw::read(b"prof.active\0") }
+}
+
+/// Dumps jemalloc's heap profile and returns it as a gzip-compressed pprof protobuf: one sample
+/// per allocation stack, its value the bytes in use (`inuse_space`), scaled up from the sampled
+/// allocations as jemalloc's own `jeprof` does.
+#[cfg(target_os = "linux")]
+fn dump_heap_profile() -> Result<Vec<u8>, String> {
+    use std::ffi::CString;
+    use std::fs::File;
+    use std::io::{BufReader, Seek, SeekFrom};
+    use std::os::fd::{AsRawFd, FromRawFd};
+
+    // jemalloc writes its dump to a path; an anonymous in-memory file reached through /proc is
+    // one that needs no writable directory.
+    // SAFETY: a valid C string and flags; the returned descriptor is checked before use.
+    let fd = unsafe { libc::memfd_create(c"ferroscale-heap-profile".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(format!(
+            "creating the in-memory dump file: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    let mut file = unsafe { File::from_raw_fd(fd) };
+    let path = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(|e| format!("the dump file's path: {e}"))?;
+    // SAFETY: `prof.dump` takes a NUL-terminated path (`const char *`); `path` outlives the call.
+    unsafe { tikv_jemalloc_ctl::raw::write(b"prof.dump\0", path.as_ptr()) }
+        .map_err(|e| format!("jemalloc's prof.dump to {}: {e}", path.to_string_lossy()))?;
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| format!("reading the dump back: {e}"))?;
+    let profile = pprof_util::parse_jeheap(BufReader::new(file), mappings::MAPPINGS.as_deref())
+        .map_err(|e| format!("reading jemalloc's dump: {e:#}"))?;
+    Ok(profile.to_pprof(("inuse_space", "bytes"), ("space", "bytes"), None))
+}
+
+/// The in-memory dump file is Linux's (`memfd_create`); Ferroscale ships for Linux.
+#[cfg(not(target_os = "linux"))]
+fn dump_heap_profile() -> Result<Vec<u8>, String> {
+    Err("heap profiles are served on Linux only".into())
+}
+
 /// Samples every thread for `seconds` and returns the gzip-compressed pprof protobuf.
 fn take_profile(seconds: u64) -> Result<Vec<u8>, String> {
     use pprof::protos::Message;
@@ -157,7 +309,34 @@ mod tests {
         let answer = profiling.cpu_profile(Some("seconds=1")).await;
         assert_eq!(answer.status, 404);
         assert!(text(&answer).contains("--profiling"));
-        assert_eq!(profiling.heap_profile().status, 404);
+        let answer = profiling.heap_profile(None).await;
+        assert_eq!(answer.status, 404);
+        assert!(text(&answer).contains("--profiling"));
+    }
+
+    #[test]
+    fn jemalloc_starts_with_its_profiler_ready_but_not_sampling() {
+        // The start-up options (`opt.*`), which later activation does not change: they show that
+        // jemalloc read MALLOC_CONF under its exported name.
+        assert_eq!(tikv_jemalloc_ctl::profiling::prof::read(), Ok(true));
+        // SAFETY: `opt.prof_active` is a readable bool (jemalloc's mallctl documentation).
+        let active: Result<bool, _> = unsafe { tikv_jemalloc_ctl::raw::read(b"opt.prof_active\0") };
+        assert_eq!(active, Ok(false));
+        assert_eq!(tikv_jemalloc_ctl::profiling::lg_prof_sample::read(), Ok(19));
+    }
+
+    #[test]
+    fn heap_parameters_for_answers_not_served_are_refused() {
+        assert_eq!(heap_query(None), Ok(()));
+        assert_eq!(heap_query(Some("gc=1&debug=0")), Ok(()));
+        for (query, named) in [
+            ("debug=1", "debug=\"1\""),
+            ("seconds=30", "seconds=\"30\""),
+            ("gc=1&debug=2", "debug=\"2\""),
+        ] {
+            let error = heap_query(Some(query)).unwrap_err();
+            assert!(error.contains(named), "{query}: {error}");
+        }
     }
 
     #[tokio::test]
@@ -171,7 +350,6 @@ mod tests {
             );
         }
         assert_eq!(seconds(None), Ok(30));
-        assert_eq!(profiling.heap_profile().status, 501);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,225 @@
+//! `--profiling` heap profiles as an operator takes them: `GET /debug/pprof/heap` on the metrics
+//! port answers a gzip-compressed pprof protobuf (what `go tool pprof` reads) with the bytes in use
+//! by allocation site, function names resolved; without the flag the path is not served.
+//!
+//! No control plane is needed: `run` is pointed at a loopback port where nothing listens and
+//! serves its HTTP endpoints while it waits for its caches; the test stops it.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pprof::protos::{Message, Profile};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// A kubeconfig for `server` with a token (no client certificate to make up).
+fn write_kubeconfig(path: &Path, server: &str) {
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "away", "cluster": {
+            "server": server,
+            "insecure-skip-tls-verify": true,
+        }}],
+        "users": [{"name": "ferroscale", "user": {"token": "not-a-real-token"}}],
+        "contexts": [{"name": "away", "context": {"cluster": "away", "user": "ferroscale"}}],
+        "current-context": "away",
+    });
+    std::fs::write(
+        path,
+        serde_yaml_ng::to_string(&kubeconfig).expect("kubeconfig YAML"),
+    )
+    .expect("write the kubeconfig");
+}
+
+/// A running `ferroscale run`, stopped when dropped.
+struct Running {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `ferroscale run --cloud-provider=externalgrpc` (which needs nothing from the API server
+/// to start) against a refusing API server with `extra` flags, and waits until its HTTP server
+/// answers.
+fn start(extra: &[&str], env: &[(&str, &str)]) -> Running {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let kubeconfig = dir.path().join("kubeconfig");
+    write_kubeconfig(&kubeconfig, &format!("https://127.0.0.1:{}", free_port()));
+    let cloud_config = dir.path().join("cloud-config.yaml");
+    std::fs::write(
+        &cloud_config,
+        format!("address: \"127.0.0.1:{}\"\n", free_port()),
+    )
+    .expect("write the cloud config");
+    let port = free_port();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ferroscale"));
+    command
+        .args([
+            "run".to_string(),
+            "--cloud-provider=externalgrpc".to_string(),
+            format!("--cloud-config={}", cloud_config.display()),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--address=127.0.0.1:{port}"),
+            // Alive for the whole test; the test stops it.
+            "--cache-sync-timeout=10m".to_string(),
+        ])
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let child = command.spawn().expect("start the ferroscale binary");
+    let mut running = Running {
+        child,
+        port,
+        _dir: dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while get(port, "/health-check").is_none() {
+        if let Ok(Some(status)) = running.child.try_wait() {
+            panic!("ferroscale exited before serving HTTP: {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ferroscale serves /health-check within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    running
+}
+
+/// An HTTP answer: status, Content-Type, body.
+struct Answer {
+    status: u16,
+    content_type: String,
+    body: Vec<u8>,
+}
+
+fn get(port: u16, path: &str) -> Option<Answer> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).ok()?;
+    let end = response.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&response[..end]).into_owned();
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    let content_type = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_default();
+    Some(Answer {
+        status,
+        content_type,
+        body: response[end + 4..].to_vec(),
+    })
+}
+
+#[test]
+fn a_heap_profile_is_a_gzipped_pprof_protobuf_naming_ferroscales_functions() {
+    let running = start(
+        &["--profiling=true"],
+        &[
+            // The default rate (one sample per 512 KiB allocated) leaves an idle process's profile
+            // to chance; one per 4 KiB makes the assertions below certain. jemalloc reads this
+            // after the binary's own options, which it overrides only in the rate.
+            ("_RJEM_MALLOC_CONF", "lg_prof_sample:12"),
+            // The dump needs no writable temporary directory (the image's root is read-only).
+            ("TMPDIR", "/nonexistent-ferroscale-tmp"),
+        ],
+    );
+    let answer = get(running.port, "/debug/pprof/heap").expect("/debug/pprof/heap answers");
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    assert_eq!(answer.content_type, "application/octet-stream");
+    let mut decoded = Vec::new();
+    flate2::read::GzDecoder::new(answer.body.as_slice())
+        .read_to_end(&mut decoded)
+        .expect("a gzip body");
+    let profile = Profile::decode(decoded.as_slice()).expect("a pprof Profile protobuf");
+
+    let string = |index: i64| {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| profile.string_table.get(i))
+            .map(String::as_str)
+            .unwrap_or("")
+    };
+    let types: Vec<(&str, &str)> = profile
+        .sample_type
+        .iter()
+        .map(|t| (string(t.ty), string(t.unit)))
+        .collect();
+    assert_eq!(types, [("inuse_space", "bytes")]);
+    assert!(
+        profile.sample.iter().any(|s| s.value.first() > Some(&0)),
+        "some memory is in use: {} samples",
+        profile.sample.len()
+    );
+
+    // A sample whose stack passes through Ferroscale's own code, named.
+    let function_names = |sample: &pprof::protos::Sample| -> Vec<String> {
+        sample
+            .location_id
+            .iter()
+            .filter_map(|id| profile.location.iter().find(|l| l.id == *id))
+            .flat_map(|location| &location.line)
+            .filter_map(|line| profile.function.iter().find(|f| f.id == line.function_id))
+            .map(|function| string(function.name).to_string())
+            .collect()
+    };
+    let named = profile.sample.iter().find(|sample| {
+        function_names(sample)
+            .iter()
+            .any(|name| name.starts_with("ferroscale"))
+    });
+    assert!(
+        named.is_some(),
+        "a sample in Ferroscale's code among {} samples; first stacks: {:?}",
+        profile.sample.len(),
+        profile
+            .sample
+            .iter()
+            .take(3)
+            .map(function_names)
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn without_profiling_the_heap_profile_is_not_served() {
+    let running = start(&[], &[]);
+    let answer = get(running.port, "/debug/pprof/heap").expect("/debug/pprof/heap answers");
+    assert_eq!(answer.status, 404);
+    let text = String::from_utf8_lossy(&answer.body);
+    assert!(text.contains("--profiling"), "names the flag: {text}");
+}
