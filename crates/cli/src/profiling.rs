@@ -131,7 +131,12 @@ impl Profiling {
             );
         }
         // Writing the dump and resolving function names block: off the async workers.
-        let profile = tokio::task::spawn_blocking(dump_heap_profile).await;
+        let profile = tokio::task::spawn_blocking(|| {
+            let profile = dump_heap_profile();
+            forget_symbols();
+            profile
+        })
+        .await;
         self.dumping.store(false, Ordering::SeqCst);
         match profile {
             Ok(Ok(body)) => RouteAnswer {
@@ -156,7 +161,12 @@ impl Profiling {
             return RouteAnswer::text(429, "a CPU profile is already being taken; one at a time\n");
         }
         // The sampler's guard is not Send: it lives on a blocking thread for the whole profile.
-        let profile = tokio::task::spawn_blocking(move || take_profile(seconds)).await;
+        let profile = tokio::task::spawn_blocking(move || {
+            let profile = take_profile(seconds);
+            forget_symbols();
+            profile
+        })
+        .await;
         self.running.store(false, Ordering::SeqCst);
         match profile {
             Ok(Ok(body)) => RouteAnswer {
@@ -259,7 +269,33 @@ fn dump_heap_profile() -> Result<Vec<u8>, String> {
         .map_err(|e| format!("reading the dump back: {e}"))?;
     let profile = pprof_util::parse_jeheap(BufReader::new(file), mappings::MAPPINGS.as_deref())
         .map_err(|e| format!("reading jemalloc's dump: {e:#}"))?;
-    Ok(profile.to_pprof(("inuse_space", "bytes"), ("space", "bytes"), None))
+    let gzipped = profile.to_pprof(("inuse_space", "bytes"), ("space", "bytes"), None);
+    without_allocator_frames(&gzipped)
+}
+
+/// The allocator's own frames at the leaf of every stack (Rust's allocation functions, jemalloc's
+/// entry points and its sampler): pprof tools drop a frame matching this and everything it called,
+/// so a sample's leaf is the code that asked for the memory, as in Go's heap profiles.
+const ALLOCATOR_FRAMES: &str =
+    "alloc::alloc::.*|<alloc::alloc::Global.*|__rust_.*|__rdl_.*|<tikv_jemallocator::.*|_rjem_.*";
+
+/// Sets the profile's `drop_frames` to [`ALLOCATOR_FRAMES`] (the converter does not).
+#[cfg(target_os = "linux")]
+fn without_allocator_frames(gzipped: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+
+    use pprof::protos::{Message, Profile};
+
+    let mut encoded = Vec::new();
+    flate2::read::GzDecoder::new(gzipped)
+        .read_to_end(&mut encoded)
+        .map_err(|e| format!("reading the converted profile: {e}"))?;
+    let mut profile = Profile::decode(encoded.as_slice())
+        .map_err(|e| format!("reading the converted profile: {e}"))?;
+    profile.drop_frames = i64::try_from(profile.string_table.len())
+        .map_err(|e| format!("the profile's string table: {e}"))?;
+    profile.string_table.push(ALLOCATOR_FRAMES.to_string());
+    gzip_profile(&profile)
 }
 
 /// The in-memory dump file is Linux's (`memfd_create`); Ferroscale ships for Linux.
@@ -270,7 +306,6 @@ fn dump_heap_profile() -> Result<Vec<u8>, String> {
 
 /// Samples every thread for `seconds` and returns the gzip-compressed pprof protobuf.
 fn take_profile(seconds: u64) -> Result<Vec<u8>, String> {
-    use pprof::protos::Message;
     let guard = pprof::ProfilerGuardBuilder::default()
         .frequency(FREQUENCY)
         // Unwinding through these while they hold their own locks can deadlock (pprof's advice).
@@ -284,6 +319,20 @@ fn take_profile(seconds: u64) -> Result<Vec<u8>, String> {
         .and_then(|report| report.pprof())
         .map_err(|e| e.to_string())?;
     drop(guard);
+    gzip_profile(&profile)
+}
+
+/// Releases what resolving function names loaded: the binary's symbol table and, in builds
+/// that keep it, its debug information, which the resolver otherwise caches for the life of the
+/// process (about 50 MB for the shipped binary, 340 MB with debug information; see
+/// docs/benchmarks.md). The next profile loads them again.
+fn forget_symbols() {
+    backtrace::clear_symbol_cache();
+}
+
+/// The profile as Go's handlers answer it: the protobuf, gzip-compressed.
+fn gzip_profile(profile: &pprof::protos::Profile) -> Result<Vec<u8>, String> {
+    use pprof::protos::Message;
     let mut encoded = Vec::new();
     profile.encode(&mut encoded).map_err(|e| e.to_string())?;
     let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());

@@ -509,8 +509,8 @@ pub const FLAGS: &[Flag] = &[
         "Serve /snapshotz: a request waits for the next loop, which answers with its cluster snapshot as JSON.")
         .note("The wait is bounded (504 after max(2 scan intervals, 60 s)); one request at a time (429). ?format=scenario answers with the same loop as a scenario file for ferroscale simulate, a Ferroscale extension."),
     process("profiling", Bool, "false", Diagnostics,
-        "Serve CPU profiles in pprof format at /debug/pprof/profile?seconds=N.")
-        .note("Heap profiles (/debug/pprof/heap) are not available yet: the endpoint answers 501."),
+        "Serve CPU and heap profiles in pprof format at /debug/pprof/profile?seconds=N and /debug/pprof/heap.")
+        .note("Heap profiles come from jemalloc's sampling profiler (one sample per 512 KiB allocated), which records nothing without this flag; they report the bytes in use (inuse_space) only, not Go's alloc_space and object counts."),
     process("snapshot-scenario", Text, "", Diagnostics,
         "Write the first loop that gathered the cluster to this file as a scenario, so ferroscale simulate and explain replay what the live loop saw (use with --dry-run).")
         .ferroscale(),
