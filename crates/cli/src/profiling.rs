@@ -10,7 +10,7 @@
 //! process without the flag pays no sampling cost. Active, it records the stack of one allocation
 //! per 512 KiB allocated on average (Go samples one per 512 KiB too), and a request dumps
 //! jemalloc's profile into an in-memory file (the container's root filesystem is read-only),
-//! converts it to pprof with function names resolved in the process, and answers it.
+//! converts it to pprof with function names resolved in the process (`heap.rs`), and answers it.
 //!
 //! Disabled, every `/debug/pprof/` path answers 404 naming the flag.
 
@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ferroscale_metrics::{ExtraRoutes, RouteAnswer, RouteHandler};
+
+mod heap;
 
 /// Upstream's CPU profile path.
 pub const CPU_PROFILE_PATH: &str = "/debug/pprof/profile";
@@ -132,7 +134,7 @@ impl Profiling {
         }
         // Writing the dump and resolving function names block: off the async workers.
         let profile = tokio::task::spawn_blocking(|| {
-            let profile = dump_heap_profile();
+            let profile = heap::dump().and_then(|profile| gzip_profile(&profile));
             forget_symbols();
             profile
         })
@@ -236,72 +238,6 @@ fn activate_heap_sampling() -> Result<(), String> {
 fn heap_sampling_active() -> Result<bool, tikv_jemalloc_ctl::Error> {
     // SAFETY: `prof.active` is a readable bool (jemalloc's mallctl documentation).
     unsafe { tikv_jemalloc_ctl::raw::read(b"prof.active\0") }
-}
-
-/// Dumps jemalloc's heap profile and returns it as a gzip-compressed pprof protobuf: one sample
-/// per allocation stack, its value the bytes in use (`inuse_space`), scaled up from the sampled
-/// allocations as jemalloc's own `jeprof` does.
-#[cfg(target_os = "linux")]
-fn dump_heap_profile() -> Result<Vec<u8>, String> {
-    use std::ffi::CString;
-    use std::fs::File;
-    use std::io::{BufReader, Seek, SeekFrom};
-    use std::os::fd::{AsRawFd, FromRawFd};
-
-    // jemalloc writes its dump to a path; an anonymous in-memory file reached through /proc is
-    // one that needs no writable directory.
-    // SAFETY: a valid C string and flags; the returned descriptor is checked before use.
-    let fd = unsafe { libc::memfd_create(c"ferroscale-heap-profile".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(format!(
-            "creating the in-memory dump file: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: `fd` was just opened and nothing else owns it.
-    let mut file = unsafe { File::from_raw_fd(fd) };
-    let path = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
-        .map_err(|e| format!("the dump file's path: {e}"))?;
-    // SAFETY: `prof.dump` takes a NUL-terminated path (`const char *`); `path` outlives the call.
-    unsafe { tikv_jemalloc_ctl::raw::write(b"prof.dump\0", path.as_ptr()) }
-        .map_err(|e| format!("jemalloc's prof.dump to {}: {e}", path.to_string_lossy()))?;
-    file.seek(SeekFrom::Start(0))
-        .map_err(|e| format!("reading the dump back: {e}"))?;
-    let profile = pprof_util::parse_jeheap(BufReader::new(file), mappings::MAPPINGS.as_deref())
-        .map_err(|e| format!("reading jemalloc's dump: {e:#}"))?;
-    let gzipped = profile.to_pprof(("inuse_space", "bytes"), ("space", "bytes"), None);
-    without_allocator_frames(&gzipped)
-}
-
-/// The allocator's own frames at the leaf of every stack (Rust's allocation functions, jemalloc's
-/// entry points and its sampler): pprof tools drop a frame matching this and everything it called,
-/// so a sample's leaf is the code that asked for the memory, as in Go's heap profiles.
-const ALLOCATOR_FRAMES: &str =
-    "alloc::alloc::.*|<alloc::alloc::Global.*|__rust_.*|__rdl_.*|<tikv_jemallocator::.*|_rjem_.*";
-
-/// Sets the profile's `drop_frames` to [`ALLOCATOR_FRAMES`] (the converter does not).
-#[cfg(target_os = "linux")]
-fn without_allocator_frames(gzipped: &[u8]) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-
-    use pprof::protos::{Message, Profile};
-
-    let mut encoded = Vec::new();
-    flate2::read::GzDecoder::new(gzipped)
-        .read_to_end(&mut encoded)
-        .map_err(|e| format!("reading the converted profile: {e}"))?;
-    let mut profile = Profile::decode(encoded.as_slice())
-        .map_err(|e| format!("reading the converted profile: {e}"))?;
-    profile.drop_frames = i64::try_from(profile.string_table.len())
-        .map_err(|e| format!("the profile's string table: {e}"))?;
-    profile.string_table.push(ALLOCATOR_FRAMES.to_string());
-    gzip_profile(&profile)
-}
-
-/// The in-memory dump file is Linux's (`memfd_create`); Ferroscale ships for Linux.
-#[cfg(not(target_os = "linux"))]
-fn dump_heap_profile() -> Result<Vec<u8>, String> {
-    Err("heap profiles are served on Linux only".into())
 }
 
 /// Samples every thread for `seconds` and returns the gzip-compressed pprof protobuf.
