@@ -163,6 +163,8 @@ pub struct Snapshot {
     volumes: Arc<VolumeCatalogue>,
     /// CSINodes of nodes that exist only in the simulation (template copies, placeholders).
     simulated_csi_nodes: HashMap<String, Arc<CsiNode>>,
+    /// `false` when CSINodes are ignored (`--enable-csi-node-aware-scheduling=false`).
+    ignore_csi_nodes: bool,
     /// Namespace → claim name → how many placed pods use the claim (ReadWriteOncePod).
     claim_users: HashMap<String, HashMap<String, u32>>,
 }
@@ -213,8 +215,17 @@ impl Snapshot {
             .insert(csi_node.node_name.clone(), Arc::new(csi_node));
     }
 
+    /// Whether NodeVolumeLimits reads CSINodes at all; without them no node has volume limits,
+    /// as upstream's simulation without `--enable-csi-node-aware-scheduling`.
+    pub fn set_csi_node_limits(&mut self, enabled: bool) {
+        self.ignore_csi_nodes = !enabled;
+    }
+
     /// The CSINode of a node: the cluster's, or the one recorded for a simulated node.
     pub fn csi_node(&self, node_name: &str) -> Option<&CsiNode> {
+        if self.ignore_csi_nodes {
+            return None;
+        }
         self.simulated_csi_nodes
             .get(node_name)
             .or_else(|| self.volumes.csi_nodes.get(node_name))
