@@ -678,6 +678,7 @@ impl ClusterCaches {
                 .values()
                 .into_iter()
                 .find_map(|priorities| priorities),
+            volumes: Default::default(),
         }
     }
 

@@ -16,8 +16,13 @@
 //! 5. **NodePorts** — no requested host port may conflict with one in use.
 //! 6. **NodeResourcesFit** — pod count first, then cpu, memory, ephemeral storage and extended
 //!    resources (only those the pod requests).
-//! 7. **PodTopologySpread** — hard (`DoNotSchedule`) constraints only.
-//! 8. **InterPodAffinity** — required affinity, then required anti-affinity, then the placed pods'
+//! 7. **VolumeRestrictions**, **NodeVolumeLimits**, **VolumeBinding**, **VolumeZone** — see
+//!    [`crate::volumes`]. Their per-pod part runs before everything else, as PreFilter does in the
+//!    scheduler: a missing claim or an unbound `Immediate` claim rejects the pod on every node,
+//!    and nodes outside the set a bound local volume pins the pod to are rejected before any
+//!    filter runs. Pods without claims skip all of it.
+//! 8. **PodTopologySpread** — hard (`DoNotSchedule`) constraints only.
+//! 9. **InterPodAffinity** — required affinity, then required anti-affinity, then the placed pods'
 //!    anti-affinity against the incoming pod.
 //!
 //! The scheduler splits each plugin into PreFilter (work per pod) and Filter (work per node). Here
@@ -53,6 +58,7 @@ use crate::topology::{
     DomainCountsId, ExistingTermId, KeyId, NamespaceLabels, NodeEligibility, PodClause, PodMatcher,
     SpreadViewId, TopologyIndex,
 };
+use crate::volumes::{VolumePlan, VolumePlugin, VolumeSwitches, VolumeUnfit};
 
 /// Which filter rejected a pod; stable, for aggregation and counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -67,6 +73,10 @@ pub enum UnfitKind {
     PodAntiAffinity,
     ExistingPodAntiAffinity,
     TopologySpread,
+    VolumeRestrictions,
+    NodeVolumeLimits,
+    VolumeBinding,
+    VolumeZone,
     NodeMissing,
 }
 
@@ -93,6 +103,11 @@ pub enum Unfit {
     TopologySpreadMissingLabel {
         topology_key: String,
     },
+    /// One of the volume filters rejected the pod (see [`crate::volumes`]).
+    Volume {
+        reason: VolumeUnfit,
+        plugin: VolumePlugin,
+    },
     NodeMissing,
 }
 
@@ -111,12 +126,23 @@ impl Unfit {
             Unfit::TopologySpread { .. } | Unfit::TopologySpreadMissingLabel { .. } => {
                 UnfitKind::TopologySpread
             }
+            Unfit::Volume { plugin, .. } => match plugin {
+                VolumePlugin::VolumeRestrictions => UnfitKind::VolumeRestrictions,
+                VolumePlugin::NodeVolumeLimits => UnfitKind::NodeVolumeLimits,
+                VolumePlugin::VolumeBinding => UnfitKind::VolumeBinding,
+                VolumePlugin::VolumeZone => UnfitKind::VolumeZone,
+            },
             Unfit::NodeMissing => UnfitKind::NodeMissing,
         }
     }
 
-    /// Filters whose verdict cannot change by placing more pods on other nodes: resources, ports
-    /// and every node-only check. Affinity and spread verdicts depend on the rest of the cluster.
+    fn volume((reason, plugin): (VolumeUnfit, VolumePlugin)) -> Unfit {
+        Unfit::Volume { reason, plugin }
+    }
+
+    /// Filters whose verdict cannot change by placing more pods on other nodes: resources, ports,
+    /// volume limits and every node-only check. Affinity and spread verdicts depend on the rest
+    /// of the cluster, and so does a `ReadWriteOncePod` claim already used by a pod elsewhere.
     pub fn is_local_to_node(&self) -> bool {
         !matches!(
             self.kind(),
@@ -124,6 +150,7 @@ impl Unfit {
                 | UnfitKind::PodAntiAffinity
                 | UnfitKind::ExistingPodAntiAffinity
                 | UnfitKind::TopologySpread
+                | UnfitKind::VolumeRestrictions
         )
     }
 }
@@ -161,6 +188,7 @@ impl fmt::Display for Unfit {
                 f,
                 "node(s) didn't match pod topology spread constraints (missing required label {topology_key})"
             ),
+            Unfit::Volume { reason, .. } => reason.fmt(f),
             Unfit::NodeMissing => f.write_str("node not found in the snapshot"),
         }
     }
@@ -182,6 +210,7 @@ pub(crate) struct FilterSwitches {
     ignores_resources: bool,
     /// `PodTopologySpread` has `DoNotSchedule` default constraints (`defaultingType: List`).
     default_spread: bool,
+    pub(crate) volumes: VolumeSwitches,
 }
 
 impl FilterSwitches {
@@ -200,6 +229,12 @@ impl FilterSwitches {
                 || !profile.ignored_resource_groups.is_empty(),
             default_spread: profile.spread_defaulting == SpreadDefaulting::List
                 && profile.hard_default_constraints().next().is_some(),
+            volumes: VolumeSwitches {
+                restrictions: on(FilterPlugin::VolumeRestrictions),
+                limits: on(FilterPlugin::NodeVolumeLimits),
+                binding: on(FilterPlugin::VolumeBinding),
+                zone: on(FilterPlugin::VolumeZone),
+            },
         }
     }
 
@@ -227,15 +262,54 @@ impl Default for FilterSwitches {
 /// read the first time such a pod is checked; what it holds does not change.
 pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
     let switches = snapshot.filter_switches();
+    // Pods with claims take a separate path, so every other pod pays one test of its volume list.
+    if uses_volume_filters(switches, pod) {
+        return check_with_volumes(snapshot, pod, node, switches);
+    }
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
     check_node_local(pod, info, switches, snapshot.scheduler_profile())
         .map_err(Rejected::into_unfit)?;
+    check_inter_pod(snapshot, pod, node)
+}
+
+/// [`check`] for a pod the volume filters look at: their per-pod part first (it can reject the
+/// pod everywhere, or exclude the node before any filter runs, like the scheduler's PreFilter),
+/// their per-node part after NodeResourcesFit.
+#[inline(never)]
+fn check_with_volumes(
+    snapshot: &mut Snapshot,
+    pod: &Pod,
+    node: NodeId,
+    switches: FilterSwitches,
+) -> Result<(), Unfit> {
+    let volumes = VolumePlan::for_pod(snapshot, switches.volumes, pod).map_err(Unfit::volume)?;
+    let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
+    if volumes.excludes(&info.node.name) {
+        return Err(Unfit::volume((
+            VolumeUnfit::NodeNotEligible,
+            VolumePlugin::VolumeBinding,
+        )));
+    }
+    check_node_local(pod, info, switches, snapshot.scheduler_profile())
+        .map_err(Rejected::into_unfit)?;
+    volumes.check_node(snapshot, info).map_err(Unfit::volume)?;
+    check_inter_pod(snapshot, pod, node)
+}
+
+/// Filters 8 and 9 (PodTopologySpread, InterPodAffinity) for one node.
+fn check_inter_pod(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
     if !needs_inter_pod_filters(snapshot, pod) {
         return Ok(());
     }
     let plan = snapshot.inter_pod_plan(pod);
     plan.check(snapshot.topology(), node)
         .map_err(Rejected::into_unfit)
+}
+
+/// Whether the volume filters have anything to check for this pod.
+#[inline]
+fn uses_volume_filters(switches: FilterSwitches, pod: &Pod) -> bool {
+    !pod.volumes.is_empty() && switches.volumes.any() && pod.has_checked_volumes()
 }
 
 /// The first node, in handle order starting at `start` and wrapping around, on which `pod` fits.
@@ -246,6 +320,32 @@ pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unf
 /// per-node capacity summary rejects most full nodes without touching the node itself. The
 /// snapshot is borrowed mutably for the same reason as in [`check`].
 pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
+    if uses_volume_filters(snapshot.filter_switches(), pod) {
+        return find_node_with_volumes(snapshot, pod, start);
+    }
+    find_node_where(snapshot, pod, start, |_, _| true)
+}
+
+/// [`find_node`] for a pod the volume filters look at.
+#[inline(never)]
+fn find_node_with_volumes(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
+    // A pod the volume filters reject as a whole fits nowhere.
+    let volumes = VolumePlan::for_pod(snapshot, snapshot.filter_switches().volumes, pod).ok()?;
+    find_node_where(snapshot, pod, start, |snapshot, i| {
+        snapshot.node(NodeId(i as u32)).is_some_and(|info| {
+            !volumes.excludes(&info.node.name) && volumes.check_node(snapshot, info).is_ok()
+        })
+    })
+}
+
+/// The scan of [`find_node`], with `volumes_ok` as the per-node part of the volume filters.
+#[inline(always)]
+fn find_node_where(
+    snapshot: &mut Snapshot,
+    pod: &Pod,
+    start: usize,
+    volumes_ok: impl Fn(&Snapshot, usize) -> bool,
+) -> Option<NodeId> {
     let slots = snapshot.slot_count();
     if slots == 0 {
         return None;
@@ -274,10 +374,11 @@ pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<Nod
             return false;
         }
         // A "certainly yes" holds with any filter disabled: disabling only lets more nodes pass.
-        (unconstrained && summary.admits_unconstrained(&wants))
+        ((unconstrained && summary.admits_unconstrained(&wants))
             || snapshot
                 .node(NodeId(i as u32))
-                .is_some_and(|info| check_node_local(pod, info, switches, profile).is_ok())
+                .is_some_and(|info| check_node_local(pod, info, switches, profile).is_ok()))
+            && volumes_ok(snapshot, i)
     };
     let mut order = (start..slots).chain(0..start);
     let Some(plan) = plan else {

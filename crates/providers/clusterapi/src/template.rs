@@ -392,6 +392,7 @@ pub fn build_template(
         template: NodeTemplate {
             pods: vec![kube_proxy(&name, input.now)],
             node,
+            csi_node: None,
         },
         node_info,
         resource_slices,

@@ -306,6 +306,7 @@ pub fn template_node_info(template: &Node) -> Result<NodeTemplate, String> {
     Ok(NodeTemplate {
         node,
         pods: vec![kube_proxy],
+        csi_node: None,
     })
 }
 
