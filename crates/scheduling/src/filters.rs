@@ -161,16 +161,8 @@ impl fmt::Display for Unfit {
             Unfit::NodeUnschedulable => f.write_str("node(s) were unschedulable"),
             Unfit::NodeName => f.write_str("node(s) didn't match the requested node name"),
             Unfit::NodeAffinity => f.write_str("node(s) didn't match Pod's node affinity/selector"),
-            Unfit::UntoleratedTaint { key, value, effect } => {
-                if value.is_empty() {
-                    write!(f, "node(s) had untolerated taint {{{key}: }} ({effect})")
-                } else {
-                    write!(
-                        f,
-                        "node(s) had untolerated taint {{{key}: {value}}} ({effect})"
-                    )
-                }
-            }
+            // kube-scheduler v1.36 no longer names the taint; the variant keeps it for logs.
+            Unfit::UntoleratedTaint { .. } => f.write_str("node(s) had untolerated taint(s)"),
             Unfit::NodePorts => {
                 f.write_str("node(s) didn't have free ports for the requested pod ports")
             }
@@ -184,9 +176,8 @@ impl fmt::Display for Unfit {
             Unfit::TopologySpread { .. } => {
                 f.write_str("node(s) didn't match pod topology spread constraints")
             }
-            Unfit::TopologySpreadMissingLabel { topology_key } => write!(
-                f,
-                "node(s) didn't match pod topology spread constraints (missing required label {topology_key})"
+            Unfit::TopologySpreadMissingLabel { .. } => f.write_str(
+                "node(s) didn't match pod topology spread constraints (missing required label)",
             ),
             Unfit::Volume { reason, .. } => reason.fmt(f),
             Unfit::NodeMissing => f.write_str("node not found in the snapshot"),
@@ -273,8 +264,8 @@ pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unf
 }
 
 /// [`check`] for a pod the volume filters look at: their per-pod part first (it can reject the
-/// pod everywhere, or exclude the node before any filter runs, like the scheduler's PreFilter),
-/// their per-node part after NodeResourcesFit.
+/// pod everywhere, like the scheduler's PreFilter; as in kube-scheduler v1.36 it never narrows the
+/// nodes), their per-node part after NodeResourcesFit.
 #[inline(never)]
 fn check_with_volumes(
     snapshot: &mut Snapshot,
@@ -284,12 +275,6 @@ fn check_with_volumes(
 ) -> Result<(), Unfit> {
     let volumes = VolumePlan::for_pod(snapshot, switches.volumes, pod).map_err(Unfit::volume)?;
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
-    if volumes.excludes(&info.node.name) {
-        return Err(Unfit::volume((
-            VolumeUnfit::NodeNotEligible,
-            VolumePlugin::VolumeBinding,
-        )));
-    }
     check_node_local(pod, info, switches, snapshot.scheduler_profile())
         .map_err(Rejected::into_unfit)?;
     volumes.check_node(snapshot, info).map_err(Unfit::volume)?;
@@ -332,9 +317,9 @@ fn find_node_with_volumes(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> O
     // A pod the volume filters reject as a whole fits nowhere.
     let volumes = VolumePlan::for_pod(snapshot, snapshot.filter_switches().volumes, pod).ok()?;
     find_node_where(snapshot, pod, start, |snapshot, i| {
-        snapshot.node(NodeId(i as u32)).is_some_and(|info| {
-            !volumes.excludes(&info.node.name) && volumes.check_node(snapshot, info).is_ok()
-        })
+        snapshot
+            .node(NodeId(i as u32))
+            .is_some_and(|info| volumes.check_node(snapshot, info).is_ok())
     })
 }
 

@@ -12,6 +12,8 @@
 //! * `PodTopologySpread`'s `defaultConstraints` / `defaultingType`;
 //! * `NodeResourcesFit`'s `ignoredResources` / `ignoredResourceGroups`.
 //!
+//! The scheduler process's own settings (`clientConnection`, `leaderElection`, `parallelism`,
+//! backoff and profiling switches) are read and ignored: they change no verdict.
 //! Everything else (other plugins' arguments, scoring, `percentageOfNodesToScore`, extenders,
 //! plugins that are not in-tree, more than one profile, ...) is refused with its field path and
 //! value rather than silently ignored: a setting the simulation cannot honour would make it
@@ -28,6 +30,19 @@ use ferroscale_model::{
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 const API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
+
+/// Top-level fields that configure the kube-scheduler process rather than its verdicts; read
+/// and ignored, so the file a cluster's scheduler runs with can be given as it is.
+const PROCESS_SETTINGS: [&str; 8] = [
+    "clientConnection",
+    "leaderElection",
+    "parallelism",
+    "enableProfiling",
+    "enableContentionProfiling",
+    "podInitialBackoffSeconds",
+    "podMaxBackoffSeconds",
+    "delayCacheUntilActive",
+];
 const KIND: &str = "KubeSchedulerConfiguration";
 
 /// The kube-scheduler Filter plugins Ferroscale simulates, by their upstream names.
@@ -313,6 +328,9 @@ pub fn parse(text: &str) -> Result<SchedulerProfile, SchedulerConfigError> {
             "apiVersion" => api_version = Some(value),
             "kind" => kind = Some(value),
             "profiles" => profiles = Some(value),
+            // The scheduler process's own settings: a configuration written for kube-scheduler
+            // carries them, and none changes which nodes a pod fits.
+            key if PROCESS_SETTINGS.contains(&key) => {}
             other => {
                 return Err(unsupported(
                     other,

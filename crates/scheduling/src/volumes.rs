@@ -19,10 +19,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use ferroscale_model::labels::{HOSTNAME, REGION, REGION_BETA, ZONE, ZONE_BETA};
+use ferroscale_model::labels::{REGION, REGION_BETA, ZONE, ZONE_BETA};
 use ferroscale_model::{
-    AccessMode, ClaimPhase, CsiNode, Labels, NodeOperator, PersistentVolume, PersistentVolumeClaim,
-    Pod, StorageClass, VolumeBindingMode, VolumeObjects, VolumePhase, VolumeSource,
+    AccessMode, ClaimPhase, CsiNode, Labels, PersistentVolume, PersistentVolumeClaim, Pod,
+    StorageClass, VolumeBindingMode, VolumeObjects, VolumePhase, VolumeSource,
 };
 
 use crate::snapshot::{NodeInfo, Snapshot};
@@ -112,7 +112,6 @@ pub enum VolumeUnfit {
     VolumeWithoutName,
     StorageClassNotFound { class: String },
     PersistentVolumeNotFound { volume: String },
-    NodeNotEligible,
     NodeAffinityConflict,
     BindConflict,
     BoundVolumeMissing,
@@ -163,11 +162,8 @@ impl fmt::Display for VolumeUnfit {
             VolumeUnfit::PersistentVolumeNotFound { volume } => {
                 write!(f, "persistentvolume \"{volume}\" not found")
             }
-            VolumeUnfit::NodeNotEligible => {
-                f.write_str("node(s) didn't satisfy plugin(s) [VolumeBinding]")
-            }
             VolumeUnfit::NodeAffinityConflict => {
-                f.write_str("node(s) had volume node affinity conflict")
+                f.write_str("node(s) didn't match PersistentVolume's node affinity")
             }
             VolumeUnfit::BindConflict => {
                 f.write_str("node(s) didn't find available persistent volumes to bind")
@@ -177,7 +173,7 @@ impl fmt::Display for VolumeUnfit {
             ),
             VolumeUnfit::ZoneConflict => f.write_str("node(s) had no available volume zone"),
             VolumeUnfit::ReadWriteOncePodConflict => f.write_str(
-                "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode",
+                "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod",
             ),
             VolumeUnfit::MaxVolumeCount => f.write_str("node(s) exceed max volume count"),
         }
@@ -209,8 +205,6 @@ struct BoundClaim {
 #[derive(Debug)]
 pub(crate) struct VolumePlan {
     switches: VolumeSwitches,
-    /// VolumeBinding's node restriction: bound local volumes pin the pod to these node names.
-    eligible_nodes: Option<Vec<String>>,
     /// A `ReadWriteOncePod` claim of the pod is already used by a placed pod.
     read_write_once_pod_conflict: bool,
     bound: Vec<BoundClaim>,
@@ -239,35 +233,6 @@ fn ga_key(key: &str) -> &str {
 fn zone_set(value: &str) -> Option<Vec<String>> {
     let zones: Vec<String> = value.split("__").map(|z| z.trim().to_string()).collect();
     (!zones.iter().any(String::is_empty)).then_some(zones)
-}
-
-/// The node names a volume's required node affinity pins it to, when every term names nodes by
-/// `kubernetes.io/hostname In`; `None` when any term does not.
-fn pinned_node_names(volume: &PersistentVolume) -> Option<Vec<String>> {
-    let affinity = volume.node_affinity.as_ref()?;
-    let mut names: Vec<String> = Vec::new();
-    for term in &affinity.terms {
-        let mut term_names: Option<Vec<String>> = None;
-        for requirement in &term.match_expressions {
-            if requirement.key != HOSTNAME || requirement.operator != NodeOperator::In {
-                continue;
-            }
-            term_names = Some(match term_names {
-                None => requirement.values.clone(),
-                Some(previous) => previous
-                    .into_iter()
-                    .filter(|n| requirement.values.contains(n))
-                    .collect(),
-            });
-        }
-        names.extend(term_names?);
-    }
-    if affinity.terms.is_empty() {
-        return None;
-    }
-    names.sort();
-    names.dedup();
-    Some(names)
 }
 
 /// Whether a volume's required node affinity admits a node with these labels. The scheduler
@@ -340,7 +305,6 @@ impl VolumePlan {
         let catalogue = snapshot.volume_catalogue();
         let mut plan = VolumePlan {
             switches,
-            eligible_nodes: None,
             read_write_once_pod_conflict: false,
             bound: Vec::new(),
             delayed: Vec::new(),
@@ -431,18 +395,6 @@ impl VolumePlan {
                 return Err(reject(VolumeUnfit::UnboundImmediateClaims));
             }
             plan.delayed.sort_by_key(|c| c.requested_storage);
-            for bound in &plan.bound {
-                let Some(pinned) = bound.volume.as_deref().and_then(pinned_node_names) else {
-                    continue;
-                };
-                plan.eligible_nodes = Some(match plan.eligible_nodes.take() {
-                    None => pinned,
-                    Some(previous) => previous
-                        .into_iter()
-                        .filter(|n| pinned.contains(n))
-                        .collect(),
-                });
-            }
         }
 
         // VolumeZone: the zone and region labels of the bound volumes of `persistentVolumeClaim`
@@ -484,13 +436,6 @@ impl VolumePlan {
             }
         }
         Ok(plan)
-    }
-
-    /// VolumeBinding's PreFilter result: nodes outside the set are rejected before any filter.
-    pub(crate) fn excludes(&self, node_name: &str) -> bool {
-        self.eligible_nodes
-            .as_ref()
-            .is_some_and(|names| !names.iter().any(|n| n == node_name))
     }
 
     /// The Filter part of the four plugins for one node, in the scheduler's order.

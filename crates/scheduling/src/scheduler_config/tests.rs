@@ -30,6 +30,28 @@ fn a_file_without_profiles_is_the_default_profile() {
     assert!(FilterPlugin::ALL.iter().all(|f| p.is_enabled(*f)));
 }
 
+/// A kube-scheduler's own configuration file carries process settings; they are read and
+/// ignored, so the file can be shared with the cluster's scheduler (docs/behaviour.md SCHED-101).
+#[test]
+fn the_scheduler_process_settings_are_ignored() {
+    let text = format!(
+        "{HEAD}clientConnection:
+  kubeconfig: /etc/kubernetes/scheduler.conf
+  qps: 50
+leaderElection:
+  leaderElect: true
+parallelism: 16
+podInitialBackoffSeconds: 1
+profiles:
+- plugins:
+    filter:
+      disabled: [{{name: NodePorts}}]
+"
+    );
+    let p = parse(&text).unwrap();
+    assert!(!p.is_enabled(FilterPlugin::NodePorts));
+}
+
 #[test]
 fn disabled_filters_by_name_at_filter_and_multi_point() {
     let p = parse(&with_profile(
@@ -226,10 +248,6 @@ fn every_refusal_names_the_field_and_the_value() {
         (
             &format!("{HEAD}extenders:\n- urlPrefix: http://x\n"),
             "extenders: - urlPrefix: http://x: not supported",
-        ),
-        (
-            &format!("{HEAD}leaderElection: {{leaderElect: true}}\n"),
-            "leaderElection: leaderElect: true: not supported",
         ),
         (
             &with_profile("- schedulerName: a\n- schedulerName: b\n"),
