@@ -130,6 +130,14 @@ pub enum VolumeSource {
     PersistentVolumeClaim {
         claim_name: String,
     },
+    /// A generic ephemeral volume: the control plane creates its claim, named
+    /// `<pod name>-<volume name>` and owned by the pod (see [`Pod::ephemeral_claim_name`]).
+    Ephemeral,
+    /// An inline CSI volume (`spec.volumes[].csi`); NodeVolumeLimits counts it against the
+    /// driver's limit.
+    Csi {
+        driver: String,
+    },
     /// ConfigMap, Secret, projected, downward API and every other kind that is not local storage.
     Other,
 }
@@ -228,6 +236,24 @@ impl Pod {
     /// `namespace/name`, for messages.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The claim a generic ephemeral volume of this pod uses.
+    pub fn ephemeral_claim_name(&self, volume_name: &str) -> String {
+        format!("{}-{volume_name}", self.name)
+    }
+
+    /// Whether any volume refers to storage the volume filters check (a claim, an ephemeral claim
+    /// or an inline CSI volume). Pods without one skip the volume filters entirely.
+    pub fn has_checked_volumes(&self) -> bool {
+        self.volumes.iter().any(|v| {
+            matches!(
+                v.source,
+                VolumeSource::PersistentVolumeClaim { .. }
+                    | VolumeSource::Ephemeral
+                    | VolumeSource::Csi { .. }
+            )
+        })
     }
 
     pub fn requests_gpu(&self) -> bool {

@@ -465,7 +465,11 @@ impl NodeGroup for SimulatedNodeGroup {
             .filter(|ds| daemonset_runs_on(ds, &node))
             .map(|ds| daemonset_pod_for(ds, &node))
             .collect();
-        Ok(NodeTemplate { node, pods })
+        Ok(NodeTemplate {
+            node,
+            pods,
+            csi_node: None,
+        })
     }
 
     async fn get_options(&self) -> Result<Option<GroupOptions>, CloudError> {

@@ -89,7 +89,11 @@ fn sanitize(
         .cloned()
         .collect();
     rename_node(&mut node, &name);
-    NodeTemplate { node, pods }
+    NodeTemplate {
+        node,
+        pods,
+        csi_node: None,
+    }
 }
 
 fn rename_node(node: &mut Node, name: &str) {
@@ -192,6 +196,7 @@ mod tests {
         NodeTemplate {
             node,
             pods: vec![ds, app],
+            csi_node: None,
         }
     }
 

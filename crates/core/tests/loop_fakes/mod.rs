@@ -208,6 +208,7 @@ impl FakeCloud {
             template: NodeTemplate {
                 node: node(&format!("{id}-template"), 4000, 16 << 30),
                 pods: Vec::new(),
+                csi_node: None,
             },
             fail_delete: Mutex::new(false),
             failing: Mutex::default(),
