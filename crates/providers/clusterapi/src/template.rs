@@ -10,7 +10,8 @@ use ferroscale_core::cloud::NodeTemplate;
 use ferroscale_model::labels::{ARCH, HOSTNAME, INSTANCE_TYPE, OS, REGION, REGION_BETA, ZONE_BETA};
 use ferroscale_model::pod::MIRROR_POD;
 use ferroscale_model::{
-    ConditionStatus, CsiNode, CsiNodeDriver, Labels, Node, PodPhase, Resources, Taint, TaintEffect, Timestamp,
+    ConditionStatus, CsiNode, CsiNodeDriver, Labels, Node, PodPhase, Resources, Taint, TaintEffect,
+    Timestamp,
 };
 use ferroscale_model::{Pod, node::NodeConditions};
 use kube::api::DynamicObject;

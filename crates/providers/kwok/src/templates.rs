@@ -182,7 +182,9 @@ pub fn csi_drivers(origin: &str, node: &Node) -> Result<Vec<CsiNodeDriver>, Temp
             .map(|(n, c)| (n.trim(), c.trim()))
             .ok_or_else(|| invalid("expected <driver>=<count>"))?;
         if name.is_empty() {
-            return Err(invalid("expected <driver>=<count>: the driver name is empty"));
+            return Err(invalid(
+                "expected <driver>=<count>: the driver name is empty",
+            ));
         }
         let count: i32 = count
             .parse()
