@@ -133,8 +133,8 @@ pub enum VolumeSource {
     /// A generic ephemeral volume: the control plane creates its claim, named
     /// `<pod name>-<volume name>` and owned by the pod (see [`Pod::ephemeral_claim_name`]).
     Ephemeral,
-    /// An inline CSI volume (`spec.volumes[].csi`); NodeVolumeLimits counts it against the
-    /// driver's limit.
+    /// An inline CSI volume (`spec.volumes[].csi`). Kept for what the cluster shows; the
+    /// scheduler's NodeVolumeLimits does not count it (it is never attached to the node).
     Csi {
         driver: String,
     },
@@ -243,15 +243,15 @@ impl Pod {
         format!("{}-{volume_name}", self.name)
     }
 
-    /// Whether any volume refers to storage the volume filters check (a claim, an ephemeral claim
-    /// or an inline CSI volume). Pods without one skip the volume filters entirely.
+    /// Whether any volume refers to a claim (directly or as a generic ephemeral volume), the only
+    /// volumes the scheduler's volume filters look at: pods without one skip them entirely.
+    /// Inline CSI volumes are not attached through the attach/detach controller, so the scheduler
+    /// does not count them against a node's volume limits either.
     pub fn has_checked_volumes(&self) -> bool {
         self.volumes.iter().any(|v| {
             matches!(
                 v.source,
-                VolumeSource::PersistentVolumeClaim { .. }
-                    | VolumeSource::Ephemeral
-                    | VolumeSource::Csi { .. }
+                VolumeSource::PersistentVolumeClaim { .. } | VolumeSource::Ephemeral
             )
         })
     }
