@@ -40,11 +40,13 @@ fn is_bound(claim: &PersistentVolumeClaim) -> bool {
 
 /// The claims a pod's volumes name (generic ephemeral volumes included), in volume order.
 fn claim_names(pod: &Pod) -> impl Iterator<Item = (String, bool)> + '_ {
-    pod.volumes.iter().filter_map(|volume| match &volume.source {
-        VolumeSource::PersistentVolumeClaim { claim_name } => Some((claim_name.clone(), false)),
-        VolumeSource::Ephemeral => Some((pod.ephemeral_claim_name(&volume.name), true)),
-        _ => None,
-    })
+    pod.volumes
+        .iter()
+        .filter_map(|volume| match &volume.source {
+            VolumeSource::PersistentVolumeClaim { claim_name } => Some((claim_name.clone(), false)),
+            VolumeSource::Ephemeral => Some((pod.ephemeral_claim_name(&volume.name), true)),
+            _ => None,
+        })
 }
 
 impl ClusterStorage {
@@ -177,7 +179,10 @@ impl ClusterStorage {
                 && matches!(v.phase, VolumePhase::Available | VolumePhase::Pending)
                 && (v.claim_ref.is_none() || names_claim(v))
                 && v.capacity_storage >= claim.requested_storage
-                && claim.access_modes.iter().all(|m| v.access_modes.contains(m))
+                && claim
+                    .access_modes
+                    .iter()
+                    .all(|m| v.access_modes.contains(m))
                 && v.node_affinity
                     .as_ref()
                     .is_none_or(|a| a.matches(&node.name, &node.labels))
@@ -335,7 +340,10 @@ mod tests {
         assert_eq!(claim.phase, ClaimPhase::Bound);
         let volume = &storage.objects().volumes[2];
         assert_eq!(volume.phase, VolumePhase::Bound);
-        assert_eq!(volume.claim_ref.as_ref().map(|r| r.name.as_str()), Some("data-db-0"));
+        assert_eq!(
+            volume.claim_ref.as_ref().map(|r| r.name.as_str()),
+            Some("data-db-0")
+        );
         // Bound claims stay where they are.
         assert!(!storage.bind_claims(&pod_with_claim("data-db-0"), &node_in("n2", "zone-a")));
     }
@@ -349,8 +357,18 @@ mod tests {
         let volume = &storage.objects().volumes[0];
         assert_eq!(volume.csi_driver.as_deref(), Some("ebs.csi.aws.com"));
         assert_eq!(volume.capacity_storage, 10 << 30);
-        assert!(volume.node_affinity.as_ref().is_some_and(|a| a.matches("", &node_in("x", "zone-c").labels)));
-        assert!(!volume.node_affinity.as_ref().is_some_and(|a| a.matches("", &node_in("x", "zone-a").labels)));
+        assert!(
+            volume
+                .node_affinity
+                .as_ref()
+                .is_some_and(|a| a.matches("", &node_in("x", "zone-c").labels))
+        );
+        assert!(
+            !volume
+                .node_affinity
+                .as_ref()
+                .is_some_and(|a| a.matches("", &node_in("x", "zone-a").labels))
+        );
         assert_eq!(
             claim_of(&storage, "data-db-0").volume_name.as_deref(),
             Some(volume.name.as_str())
@@ -393,7 +411,10 @@ mod tests {
             source: VolumeSource::Ephemeral,
         });
         assert!(storage.adopt_ephemeral_claims(&pod));
-        assert_eq!(claim_of(&storage, "db-0-cache").owner_uids, vec![pod.uid.clone()]);
+        assert_eq!(
+            claim_of(&storage, "db-0-cache").owner_uids,
+            vec![pod.uid.clone()]
+        );
         assert!(!storage.adopt_ephemeral_claims(&pod));
     }
 }
