@@ -474,3 +474,67 @@ fn a_template_csi_node_limits_volumes_per_new_node() {
     );
     assert_eq!(increases(&log), vec!["cloud.increase_size pool 1"]);
 }
+
+/// docs/behaviour.md VOL-107: a template built from a real node of the group keeps that node's
+/// CSINode, so its volume limit applies to the new nodes too.
+#[test]
+fn a_template_from_a_real_node_keeps_its_csi_node_limits() {
+    let setup = |with_csi_node: bool| {
+        let log = CallLog::default();
+        let mut cloud = FakeCloud::new(log.clone());
+        cloud.add_group("pool", 0, 10);
+        let cluster = FakeCluster::new(log.clone());
+        let real = node("pool-1", 4000, 16 << 30);
+        cloud.add_instance("pool", &real);
+        cluster.add_node(real);
+        cluster.add_pod(pod_on("base", "pool-1", 4000));
+        let mut state = cluster.state();
+        if with_csi_node {
+            state.volumes.csi_nodes.push(Arc::new(CsiNode {
+                node_name: "pool-1".into(),
+                drivers: vec![CsiNodeDriver {
+                    name: DRIVER.into(),
+                    allocatable_count: Some(1),
+                    topology_keys: Vec::new(),
+                }],
+            }));
+        }
+        state.volumes.storage_classes.push(Arc::new(class(
+            VolumeBindingMode::WaitForFirstConsumer,
+            &[],
+        )));
+        for i in 0..2 {
+            let claim = format!("data-db-{i}");
+            state
+                .volumes
+                .claims
+                .push(Arc::new(unbound_claim(&claim, "zonal")));
+        }
+        drop(state);
+        for i in 0..2 {
+            cluster.add_pod(with_claim(
+                pending_pod(&format!("db-{i}"), 100, t(0)),
+                &format!("data-db-{i}"),
+            ));
+        }
+        (log, cloud, cluster)
+    };
+
+    let (log, cloud, cluster) = setup(false);
+    run(
+        &mut Autoscaler::new(options(&[]), 1),
+        &cloud,
+        &cluster,
+        t(100_000),
+    );
+    assert_eq!(increases(&log), vec!["cloud.increase_size pool 1"]);
+
+    let (log, cloud, cluster) = setup(true);
+    run(
+        &mut Autoscaler::new(options(&[]), 1),
+        &cloud,
+        &cluster,
+        t(100_000),
+    );
+    assert_eq!(increases(&log), vec!["cloud.increase_size pool 2"]);
+}

@@ -290,6 +290,14 @@ pub(super) async fn gather_groups(
         }
     }
     let pods_on = |node: &str| pods_by_node.get(node).cloned().unwrap_or_default();
+    let csi_node_of = |node: &str| {
+        objects
+            .volumes
+            .csi_nodes
+            .iter()
+            .find(|c| c.node_name == node)
+            .map(|c| (**c).clone())
+    };
     let ids: Vec<&str> = groups.iter().map(|g| g.id()).collect();
     template_cache.retain_groups(&ids);
 
@@ -308,6 +316,7 @@ pub(super) async fn gather_groups(
             group.as_ref(),
             &nodes,
             &pods_on,
+            &csi_node_of,
             &objects.daemonsets,
             template_cache,
             now,
