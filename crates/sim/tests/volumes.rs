@@ -12,7 +12,7 @@ use ferroscale_sim::report::render_html;
 use ferroscale_sim::runner::{Simulation, options_for};
 use ferroscale_sim::scenario::{Scenario, bundled, parse_scenario};
 
-const VOLUME_CONFLICT: &str = "node(s) had volume node affinity conflict";
+const VOLUME_CONFLICT: &str = "node(s) didn't match PersistentVolume's node affinity";
 
 fn zonal(text_change: impl Fn(String) -> String) -> Scenario {
     let text = bundled("zonal-volumes").expect("the bundled zonal-volumes scenario");
