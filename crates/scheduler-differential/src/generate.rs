@@ -121,11 +121,11 @@ impl Generator<'_> {
             .iter()
             .map(|app| replica_set(&ns_a, &format!("rs-{app}"), app))
             .collect();
-        let running_count = self.between(0, 5);
+        let running_count = self.between(1, 6);
         let running = (0..running_count)
             .map(|j| self.running_pod(j, &node_names))
             .collect();
-        let pending_count = self.between(1, 4);
+        let pending_count = self.between(2, 5);
         let pending = (0..pending_count)
             .map(|j| self.pending_pod(j, &node_names, settings))
             .collect();
@@ -172,7 +172,7 @@ impl Generator<'_> {
         let mut allocatable = capacity.clone();
         allocatable.insert("cpu".into(), format!("{}m", cpu_milli - reserved_milli));
         let mut taints: Vec<Taint> = Vec::new();
-        if self.chance(0.35) {
+        if self.chance(0.25) {
             for _ in 0..self.between(1, 2) {
                 let (key, value) = self.pick(&[
                     ("dedicated", "gpu"),
@@ -191,7 +191,7 @@ impl Generator<'_> {
                 }
             }
         }
-        let unschedulable = self.chance(0.12);
+        let unschedulable = self.chance(0.08);
         Node {
             metadata: ObjectMeta {
                 name: Some(name),
@@ -384,7 +384,7 @@ impl Generator<'_> {
             let tolerations = (0..self.between(1, 3)).map(|_| self.toleration()).collect();
             pod.spec.get_or_insert_with(PodSpec::default).tolerations = Some(tolerations);
         }
-        if self.chance(0.3) {
+        if self.chance(0.4) {
             let app = pod
                 .metadata
                 .labels
@@ -412,15 +412,16 @@ impl Generator<'_> {
         let cpu = self.pick(&[
             None,
             Some("100m"),
+            Some("250m"),
             Some("500m"),
             Some("1"),
             Some("1500m"),
             Some("3"),
         ]);
-        let memory = self.pick(&[None, Some("128Mi"), Some("1Gi"), Some("3Gi")]);
+        let memory = self.pick(&[None, Some("128Mi"), Some("512Mi"), Some("1Gi"), Some("3Gi")]);
         let storage = self.chance(0.15).then(|| self.pick(&["1Gi", "8Gi"]));
-        let gpu = self.chance(0.2).then(|| self.between(1, 3));
-        let ignored = self.chance(0.15).then(|| self.between(1, 2));
+        let gpu = self.chance(0.12).then(|| self.between(1, 3));
+        let ignored = self.chance(0.1).then(|| self.between(1, 2));
         let port = self.chance(0.2).then(|| self.host_port());
         let mut main = container("main", cpu, memory, storage, gpu, ignored, port);
         // Limits only: the API server copies them into the requests.
@@ -470,7 +471,7 @@ impl Generator<'_> {
     }
 
     fn node_requirement(&mut self) -> NodeSelectorRequirement {
-        let key = self.pick(&["disk", "gen", ZONE, "missing"]);
+        let key = self.pick(&["disk", "gen", ZONE, "disk", "gen", ZONE, "missing"]);
         let numeric = key == "gen" && self.chance(0.5);
         let operator = if numeric {
             self.pick(&["Gt", "Lt"])

@@ -21,7 +21,7 @@ use kube::{Api, Client};
 use crate::generate::{Case, GeneratorSettings, OWNER_ANNOTATION, RUNTIME_CLASS, owner_reference};
 use crate::verdict::{
     Disagreement, Observation, Outcome, Wording, compare, ferroscale_verdicts,
-    message_counts_all_nodes,
+    message_counts_all_nodes, parse_scheduler_message,
 };
 
 /// How long the scheduler may take to decide on one pod, or a deletion to be done.
@@ -119,6 +119,9 @@ pub struct Tally {
     /// Judged pods on which the two sides agree only once Ferroscale's known wording differences
     /// are read as the scheduler's words.
     pub reworded: Vec<Disagreement>,
+    /// How often kube-scheduler gave each reason (summed over nodes of unschedulable pods): which
+    /// filters the run exercised.
+    pub reasons: BTreeMap<String, usize>,
     pub disagreements: Vec<Disagreement>,
 }
 
@@ -130,6 +133,9 @@ impl Tally {
         self.unschedulable += other.unschedulable;
         self.races += other.races;
         self.reworded.extend(other.reworded);
+        for (reason, count) in other.reasons {
+            *self.reasons.entry(reason).or_default() += count;
+        }
         self.disagreements.extend(other.disagreements);
     }
 }
@@ -252,8 +258,14 @@ impl Runner {
             tally.pods += 1;
             match &outcome {
                 Outcome::Bound(_) => tally.bound += 1,
-                Outcome::Unschedulable(_) => {
+                Outcome::Unschedulable(message) => {
                     tally.unschedulable += 1;
+                    for (reason, count) in parse_scheduler_message(message)
+                        .map(|counts| counts.reasons)
+                        .unwrap_or_default()
+                    {
+                        *tally.reasons.entry(reason).or_default() += count;
+                    }
                     self.delete_pod(&api, &name).await?;
                 }
             }

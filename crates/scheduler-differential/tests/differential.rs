@@ -3,7 +3,7 @@
 //! cluster state. One family runs the scheduler's default profile, one a non-default
 //! KubeSchedulerConfiguration given to both sides.
 //!
-//! `FERROSCALE_DIFF_CASES` (cases per family, default 20) and `FERROSCALE_DIFF_SEED` (default
+//! `FERROSCALE_DIFF_CASES` (cases per family, default 30) and `FERROSCALE_DIFF_SEED` (default
 //! fixed, so CI is reproducible) size and seed the run; `scripts/differential.sh` sets both. A
 //! control plane that cannot start fails the test.
 
@@ -16,7 +16,7 @@ use ferroscale_testing_control_plane::{ControlPlane, Options};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
-const DEFAULT_CASES: u32 = 20;
+const DEFAULT_CASES: u32 = 30;
 const DEFAULT_SEED: u64 = 14;
 
 fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -75,6 +75,9 @@ async fn run_family(family: Family, cases: u32, seed: u64) -> Tally {
         tally.disagreements.len(),
         started.elapsed(),
     );
+    for (reason, count) in &tally.reasons {
+        eprintln!("  {count:5}  {reason}");
+    }
     control_plane.stop();
     tally
 }
