@@ -58,7 +58,7 @@ const UPSTREAM_FLAGS: &[(&str, Expect)] = &[
     ("drain-priority-config", Implemented),
     ("dynamic-node-delete-delay-after-taint-enabled", Implemented),
     ("emit-per-nodegroup-metrics", Implemented),
-    ("enable-csi-node-aware-scheduling", Refused),
+    ("enable-csi-node-aware-scheduling", Implemented),
     ("enable-dynamic-resource-allocation", Refused),
     ("enable-graceful-degradation", Implemented),
     ("enable-inter-pod-affinity-hostname-fast-path", Implemented),

@@ -129,6 +129,7 @@ fn node_groups(count: usize) -> Vec<NodeGroupView> {
             let template = NodeTemplate {
                 node: node("example", zone, cpu, cpu / 1000 * 4 * GIB),
                 pods: Vec::new(),
+                csi_node: None,
             };
             NodeGroupView::new(format!("group-{i}"), 0, 5000, 0, Some(template))
         })

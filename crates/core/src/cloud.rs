@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ferroscale_model::{Node, Pod, Timestamp};
+use ferroscale_model::{CsiNode, Node, Pod, Timestamp};
 use thiserror::Error;
 
 /// Errors a provider returns.
@@ -103,6 +103,9 @@ impl Instance {
 pub struct NodeTemplate {
     pub node: Node,
     pub pods: Vec<Pod>,
+    /// The CSINode a new node of the group would report (its per-driver volume limits), when the
+    /// provider knows it; `None` means no limits are simulated.
+    pub csi_node: Option<CsiNode>,
 }
 
 /// Per-group overrides of the autoscaling options (`GetOptions`). Fields left `None` keep the

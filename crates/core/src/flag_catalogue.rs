@@ -517,6 +517,9 @@ pub const FLAGS: &[Flag] = &[
     engine("scheduler-config-file", Text, "", Loop,
         "A KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) whose single profile the simulated scheduler filters follow.")
         .note("Read once at start, at most 1 MiB. Disabled Filter plugins, PodTopologySpread default constraints and NodeResourcesFit ignored resources are honoured; anything else (scoring included, which upstream ignores) is refused by field path and value. Default spread constraints count the pods of the pod's controller, since Services are not read (docs/behaviour.md SCHED-101 to SCHED-105)."),
+    engine("enable-csi-node-aware-scheduling", Bool, "true", Loop,
+        "Read CSINodes (the cluster's and the node-group templates') so the simulated NodeVolumeLimits filter limits CSI volumes per node.")
+        .note("Off, no node (real or template) has volume limits in the simulation; the other volume filters run either way (docs/behaviour.md VOL-6)."),
     engine("unready-nodes-scope", Text, "cluster", Loop,
         "Which nodes the unready check counts: cluster (every node) or autoscaled (nodes of node groups).")
         .note("autoscaled also counts nodes whose node-group lookup failed, as upstream; the status ConfigMap's totals stay cluster-wide (docs/behaviour.md CS-107)."),
@@ -599,7 +602,6 @@ pub const FLAGS: &[Flag] = &[
     other_provider("cloud-provider-gce-l7lb-src-cidrs", CommaList, "", "GCE"),
     // --- not yet ---
     not_yet("enable-dynamic-resource-allocation", Bool, "true", "dynamic resource allocation"),
-    not_yet("enable-csi-node-aware-scheduling", Bool, "true", "CSI-aware scheduling"),
     not_yet("enable-provisioning-requests", Bool, "false", "ProvisioningRequests"),
     not_yet("provisioning-request-initial-backoff-time", DUR, "1m0s", "ProvisioningRequests"),
     not_yet("provisioning-request-max-backoff-time", DUR, "10m0s", "ProvisioningRequests"),

@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferroscale_model::{DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, Taint, Timestamp};
+use ferroscale_model::{
+    DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, Taint, Timestamp, VolumeObjects,
+};
 use thiserror::Error;
 
 use crate::events::Event;
@@ -45,6 +47,8 @@ pub struct ClusterObjects {
     /// version of the ConfigMap (shared, so loops do not parse it again); `None` when it does not
     /// exist.
     pub priority_expander_config: Option<Arc<PriorityConfig>>,
+    /// Claims, volumes, storage classes and CSINodes the volume filters read.
+    pub volumes: VolumeObjects,
 }
 
 /// The status ConfigMap as it is written (docs/behaviour.md ST-101): `data.status` already rendered

@@ -213,6 +213,9 @@ pub struct AutoscalingOptions {
     pub parallel_scale_up: bool,
     pub scale_up_from_zero: bool,
     pub scale_from_unschedulable: bool,
+    /// `enable-csi-node-aware-scheduling`: the simulation reads CSINodes (the cluster's and the
+    /// templates') for the NodeVolumeLimits filter; off, no node has volume limits.
+    pub enable_csi_node_aware_scheduling: bool,
     pub force_ds: bool,
     /// `startup-taint` and its deprecated alias `ignore-taint` (repeatable).
     pub startup_taints: Vec<String>,
@@ -462,6 +465,7 @@ impl Default for AutoscalingOptions {
             parallel_scale_up: false,
             scale_up_from_zero: true,
             scale_from_unschedulable: false,
+            enable_csi_node_aware_scheduling: true,
             force_ds: false,
             startup_taints: Vec::new(),
             startup_taint_prefixes: Vec::new(),
@@ -805,6 +809,9 @@ impl AutoscalingOptions {
             "parallel-scale-up" => self.parallel_scale_up = parse_bool(f, v)?,
             "scale-up-from-zero" => self.scale_up_from_zero = parse_bool(f, v)?,
             "scale-from-unschedulable" => self.scale_from_unschedulable = parse_bool(f, v)?,
+            "enable-csi-node-aware-scheduling" => {
+                self.enable_csi_node_aware_scheduling = parse_bool(f, v)?
+            }
             "force-ds" => self.force_ds = parse_bool(f, v)?,
             "startup-taint" | "ignore-taint" => self.startup_taints.push(v.to_string()),
             "startup-taint-prefix" => self.startup_taint_prefixes.push(v.to_string()),

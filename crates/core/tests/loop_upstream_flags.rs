@@ -358,6 +358,7 @@ fn pods_for_two_groups() -> (CallLog, FakeCloud, FakeCluster) {
         template: ferroscale_core::cloud::NodeTemplate {
             node: template,
             pods: Vec::new(),
+            csi_node: None,
         },
         fail_delete: Default::default(),
         failing: Default::default(),

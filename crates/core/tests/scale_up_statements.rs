@@ -41,6 +41,7 @@ fn template(cpu: i64) -> NodeTemplate {
     NodeTemplate {
         node: node("example", cpu),
         pods: Vec::new(),
+        csi_node: None,
     }
 }
 

@@ -14,7 +14,7 @@
 //! A watch that fails is retried with kube-runtime's backoff. Its failure is logged naming the API
 //! server and the cause, once; identical failures of any watcher are then summed up once per
 //! [`REPEAT_WINDOW`](crate::repeated::REPEAT_WINDOW) (an API server that does not answer fails
-//! all eleven watchers together). While the first lists run, [`ClusterCaches::wait_until_ready`]
+//! every watcher together). While the first lists run, [`ClusterCaches::wait_until_ready`]
 //! reports which caches are synced and how many objects each has listed.
 
 use std::collections::BTreeMap;
@@ -25,11 +25,13 @@ use std::time::Duration;
 use ferroscale_core::kubernetes::{ClusterObjects, WorkloadController};
 use ferroscale_core::scale_up::PriorityConfig;
 use ferroscale_model::{
-    DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass, Timestamp,
+    CsiNode, DaemonSet, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    PodDisruptionBudget, PriorityClass, StorageClass, Timestamp, VolumeObjects,
 };
 use ferroscale_objects::{
-    ConvertError, PriorityClasses, daemonset_from_k8s, namespace_from_k8s, node_from_k8s,
-    pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
+    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, namespace_from_k8s,
+    node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s, pv_from_k8s, pvc_from_k8s,
+    storage_class_from_k8s,
 };
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1 as apps;
@@ -37,6 +39,7 @@ use k8s_openapi::api::batch::v1 as batch;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::scheduling::v1 as scheduling;
+use k8s_openapi::api::storage::v1 as storage;
 use kube::runtime::watcher as watch_stream;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -363,6 +366,12 @@ struct Stores {
     jobs: KindStore<WorkloadController>,
     replication_controllers: KindStore<WorkloadController>,
     namespaces: KindStore<Namespace>,
+    /// The storage objects the volume filters read: where a pod's claims and volumes can be
+    /// used, and how many volumes of each CSI driver a node can attach.
+    claims: KindStore<Arc<PersistentVolumeClaim>>,
+    volumes: KindStore<Arc<PersistentVolume>>,
+    storage_classes: KindStore<Arc<StorageClass>>,
+    csi_nodes: KindStore<Arc<CsiNode>>,
     priority_class_objects: KindStore<PriorityClass>,
     /// `data.priorities` of the priority expander's ConfigMap (`None` without that key), parsed
     /// once per version of the ConfigMap.
@@ -392,6 +401,10 @@ impl Stores {
             jobs: KindStore::new("Job"),
             replication_controllers: KindStore::new("ReplicationController"),
             namespaces: KindStore::new("Namespace"),
+            claims: KindStore::new("PersistentVolumeClaim"),
+            volumes: KindStore::new("PersistentVolume"),
+            storage_classes: KindStore::new("StorageClass"),
+            csi_nodes: KindStore::new("CSINode"),
             priority_class_objects: KindStore::new("PriorityClass"),
             priority_expander: KindStore::new("ConfigMap"),
             unschedulable_pod: tokio::sync::Notify::new(),
@@ -415,6 +428,10 @@ impl Stores {
             summary(&self.jobs),
             summary(&self.replication_controllers),
             summary(&self.namespaces),
+            summary(&self.claims),
+            summary(&self.volumes),
+            summary(&self.storage_classes),
+            summary(&self.csi_nodes),
             summary(&self.priority_class_objects),
             summary(&self.priority_expander),
         ]
@@ -431,6 +448,10 @@ impl Stores {
             self.jobs.progress(),
             self.replication_controllers.progress(),
             self.namespaces.progress(),
+            self.claims.progress(),
+            self.volumes.progress(),
+            self.storage_classes.progress(),
+            self.csi_nodes.progress(),
             self.priority_class_objects.progress(),
             self.priority_expander.progress(),
         ])
@@ -557,6 +578,34 @@ impl ClusterCaches {
             |s| &s.namespaces,
             |_, namespace| Ok(namespace_from_k8s(namespace)),
         ));
+        tasks.push(spawn_watch(
+            Api::<core::PersistentVolumeClaim>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.claims,
+            |_, claim| pvc_from_k8s(claim).map(Arc::new),
+        ));
+        tasks.push(spawn_watch(
+            Api::<core::PersistentVolume>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.volumes,
+            |_, volume| pv_from_k8s(volume).map(Arc::new),
+        ));
+        tasks.push(spawn_watch(
+            Api::<storage::StorageClass>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.storage_classes,
+            |_, class| storage_class_from_k8s(class).map(Arc::new),
+        ));
+        tasks.push(spawn_watch(
+            Api::<storage::CSINode>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.csi_nodes,
+            |_, csi_node| csi_node_from_k8s(csi_node).map(Arc::new),
+        ));
         tasks.push(spawn_watch_then(
             Api::<scheduling::PriorityClass>::all(client.clone()),
             all.clone(),
@@ -673,6 +722,12 @@ impl ClusterCaches {
             daemonsets,
             controllers,
             namespaces: stores.namespaces.values(),
+            volumes: VolumeObjects {
+                claims: stores.claims.values(),
+                volumes: stores.volumes.values(),
+                storage_classes: stores.storage_classes.values(),
+                csi_nodes: stores.csi_nodes.values(),
+            },
             priority_expander_config: stores
                 .priority_expander
                 .values()

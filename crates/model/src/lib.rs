@@ -11,6 +11,7 @@ pub mod quantity;
 pub mod resources;
 pub mod taints;
 pub mod time;
+pub mod volumes;
 pub mod workloads;
 
 pub use labels::{
@@ -27,6 +28,11 @@ pub use quantity::{Quantity, QuantityError};
 pub use resources::{ResourceName, Resources};
 pub use taints::{Taint, TaintEffect, Toleration, TolerationOperator};
 pub use time::{DurationError, Timestamp, parse_go_duration};
+pub use volumes::{
+    AccessMode, ClaimPhase, ClaimRef, CsiNode, CsiNodeDriver, PersistentVolume,
+    PersistentVolumeClaim, StorageClass, TopologyRequirement, TopologySelectorTerm,
+    VolumeBindingMode, VolumeObjects, VolumePhase,
+};
 pub use workloads::{
     DaemonSet, IntOrPercent, Namespace, PodDisruptionBudget, PreemptionPolicy, PriorityClass,
 };

@@ -130,6 +130,14 @@ pub enum VolumeSource {
     PersistentVolumeClaim {
         claim_name: String,
     },
+    /// A generic ephemeral volume: the control plane creates its claim, named
+    /// `<pod name>-<volume name>` and owned by the pod (see [`Pod::ephemeral_claim_name`]).
+    Ephemeral,
+    /// An inline CSI volume (`spec.volumes[].csi`). Kept for what the cluster shows; the
+    /// scheduler's NodeVolumeLimits does not count it (it is never attached to the node).
+    Csi {
+        driver: String,
+    },
     /// ConfigMap, Secret, projected, downward API and every other kind that is not local storage.
     Other,
 }
@@ -228,6 +236,24 @@ impl Pod {
     /// `namespace/name`, for messages.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The claim a generic ephemeral volume of this pod uses.
+    pub fn ephemeral_claim_name(&self, volume_name: &str) -> String {
+        format!("{}-{volume_name}", self.name)
+    }
+
+    /// Whether any volume refers to a claim (directly or as a generic ephemeral volume), the only
+    /// volumes the scheduler's volume filters look at: pods without one skip them entirely.
+    /// Inline CSI volumes are not attached through the attach/detach controller, so the scheduler
+    /// does not count them against a node's volume limits either.
+    pub fn has_checked_volumes(&self) -> bool {
+        self.volumes.iter().any(|v| {
+            matches!(
+                v.source,
+                VolumeSource::PersistentVolumeClaim { .. } | VolumeSource::Ephemeral
+            )
+        })
     }
 
     pub fn requests_gpu(&self) -> bool {

@@ -11,8 +11,7 @@ use ferroscale_model::{
     NodeOperator, NodeRequirement, NodeSelector, NodeSelectorTerm, OwnerRef, Pod, PodAffinityTerm,
     PodCondition, PodDisruptionBudget, PodPhase, PreemptionPolicy, PriorityClass, Protocol,
     Quantity, Resources, RestartPolicy, Taint, TaintEffect, Timestamp, Toleration,
-    TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction, Volume, VolumeSource,
-    effective_requests,
+    TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction, effective_requests,
 };
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
@@ -22,6 +21,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use thiserror::Error;
+
+mod volumes;
+
+use volumes::pod_volume;
+pub use volumes::{csi_node_from_k8s, pv_from_k8s, pvc_from_k8s, storage_class_from_k8s};
 
 /// A value inside an otherwise well-formed object that the model cannot accept.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -370,6 +374,32 @@ fn node_requirements(
     Ok(out)
 }
 
+/// A required node selector (a pod's node affinity, a volume's node affinity): its terms are
+/// ORed, each term's requirements ANDed. `field` is the path of the selector itself.
+fn node_selector(
+    ctx: &ObjectContext,
+    field: &str,
+    selector: &core::NodeSelector,
+) -> Result<NodeSelector, ConvertError> {
+    let mut terms = Vec::new();
+    for (i, term) in selector.node_selector_terms.iter().enumerate() {
+        let field = format!("{field}.nodeSelectorTerms[{i}]");
+        terms.push(NodeSelectorTerm {
+            match_expressions: node_requirements(
+                ctx,
+                &format!("{field}.matchExpressions"),
+                term.match_expressions.as_ref(),
+            )?,
+            match_fields: node_requirements(
+                ctx,
+                &format!("{field}.matchFields"),
+                term.match_fields.as_ref(),
+            )?,
+        });
+    }
+    Ok(NodeSelector { terms })
+}
+
 fn affinity_terms(
     ctx: &ObjectContext,
     field: &str,
@@ -556,35 +586,20 @@ fn pod_from_parts(
     let requests = effective_requests(&containers, &init_containers, overhead.as_ref());
 
     let affinity = spec.affinity.as_ref();
-    let required_node_affinity = match affinity.and_then(|a| a.node_affinity.as_ref()).and_then(
-        |n| {
+    let required_node_affinity = affinity
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
             n.required_during_scheduling_ignored_during_execution
                 .as_ref()
-        },
-    ) {
-        None => None,
-        Some(selector) => {
-            let mut terms = Vec::new();
-            for (i, term) in selector.node_selector_terms.iter().enumerate() {
-                let field = format!(
-                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
-                );
-                terms.push(NodeSelectorTerm {
-                    match_expressions: node_requirements(
-                        ctx,
-                        &format!("{field}.matchExpressions"),
-                        term.match_expressions.as_ref(),
-                    )?,
-                    match_fields: node_requirements(
-                        ctx,
-                        &format!("{field}.matchFields"),
-                        term.match_fields.as_ref(),
-                    )?,
-                });
-            }
-            Some(NodeSelector { terms })
-        }
-    };
+        })
+        .map(|selector| {
+            node_selector(
+                ctx,
+                "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+                selector,
+            )
+        })
+        .transpose()?;
     let pod_affinity = affinity_terms(
         ctx,
         "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
@@ -701,28 +716,9 @@ fn pod_from_parts(
         .volumes
         .iter()
         .flatten()
-        .map(|v| Volume {
-            name: v.name.clone(),
-            source: if v.host_path.is_some() {
-                VolumeSource::HostPath
-            } else if let Some(empty_dir) = &v.empty_dir {
-                VolumeSource::EmptyDir {
-                    memory_medium: empty_dir.medium.as_deref() == Some("Memory"),
-                }
-            } else if let Some(claim) = &v.persistent_volume_claim {
-                VolumeSource::PersistentVolumeClaim {
-                    claim_name: claim.claim_name.clone(),
-                }
-            } else if v.ephemeral.is_some() {
-                // A generic ephemeral volume is a PVC the control plane names after pod and volume.
-                VolumeSource::PersistentVolumeClaim {
-                    claim_name: format!("{pod_name}-{}", v.name),
-                }
-            } else {
-                VolumeSource::Other
-            },
-        })
-        .collect();
+        .enumerate()
+        .map(|(i, v)| pod_volume(ctx, &format!("spec.volumes[{i}]"), v))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let restart_policy = match spec.restart_policy.as_deref() {
         None | Some("Always") => RestartPolicy::Always,

@@ -13,6 +13,7 @@ use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::scheduling::v1 as scheduling;
+use k8s_openapi::api::storage::v1 as storage;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
@@ -20,8 +21,9 @@ use thiserror::Error;
 
 use crate::K8sObject;
 use crate::convert::{
-    ConvertError, PriorityClasses, daemonset_from_k8s, namespace_from_k8s, node_from_k8s,
-    pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
+    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, namespace_from_k8s,
+    node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s, pv_from_k8s, pvc_from_k8s,
+    storage_class_from_k8s,
 };
 use crate::locate::locate_field_line;
 use crate::strict::unknown_field;
@@ -47,6 +49,10 @@ pub enum RawObject {
     PodDisruptionBudget(Box<policy::PodDisruptionBudget>),
     PriorityClass(Box<scheduling::PriorityClass>),
     Namespace(Box<core::Namespace>),
+    PersistentVolumeClaim(Box<core::PersistentVolumeClaim>),
+    PersistentVolume(Box<core::PersistentVolume>),
+    StorageClass(Box<storage::StorageClass>),
+    CsiNode(Box<storage::CSINode>),
     List(Vec<RawObject>),
     /// A kind the engine does not use; kept only to be reported.
     Skipped {
@@ -154,6 +160,10 @@ impl RawObject {
             "PodDisruptionBudget" => RawObject::PodDisruptionBudget(typed(value, prefix)?),
             "PriorityClass" => RawObject::PriorityClass(typed(value, prefix)?),
             "Namespace" => RawObject::Namespace(typed(value, prefix)?),
+            "PersistentVolumeClaim" => RawObject::PersistentVolumeClaim(typed(value, prefix)?),
+            "PersistentVolume" => RawObject::PersistentVolume(typed(value, prefix)?),
+            "StorageClass" => RawObject::StorageClass(typed(value, prefix)?),
+            "CSINode" => RawObject::CsiNode(typed(value, prefix)?),
             _ => {
                 let metadata = value.get("metadata");
                 let name = metadata
@@ -207,6 +217,18 @@ impl RawObject {
                 out.push(K8sObject::PriorityClass(priority_class_from_k8s(class)?))
             }
             RawObject::Namespace(ns) => out.push(K8sObject::Namespace(namespace_from_k8s(ns))),
+            RawObject::PersistentVolumeClaim(claim) => {
+                out.push(K8sObject::PersistentVolumeClaim(pvc_from_k8s(claim)?))
+            }
+            RawObject::PersistentVolume(volume) => {
+                out.push(K8sObject::PersistentVolume(pv_from_k8s(volume)?))
+            }
+            RawObject::StorageClass(class) => {
+                out.push(K8sObject::StorageClass(storage_class_from_k8s(class)?))
+            }
+            RawObject::CsiNode(csi_node) => {
+                out.push(K8sObject::CsiNode(csi_node_from_k8s(csi_node)?))
+            }
             RawObject::List(items) => {
                 for (i, item) in items.iter().enumerate() {
                     item.convert(priorities, out, warnings)

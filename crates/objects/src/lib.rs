@@ -14,11 +14,15 @@ pub mod documents;
 pub mod locate;
 pub mod strict;
 
-use ferroscale_model::{DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, PriorityClass};
+use ferroscale_model::{
+    CsiNode, DaemonSet, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    PodDisruptionBudget, PriorityClass, StorageClass,
+};
 
 pub use convert::{
-    ConvertError, PriorityClasses, daemonset_from_k8s, namespace_from_k8s, node_from_k8s,
-    pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
+    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, namespace_from_k8s,
+    node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s, pv_from_k8s, pvc_from_k8s,
+    storage_class_from_k8s,
 };
 pub use documents::{
     Document, DocumentObject, ObjectsError, ParsedObjects, RawObject, RawObjectError,
@@ -39,6 +43,10 @@ pub enum K8sObject {
     PodDisruptionBudget(PodDisruptionBudget),
     PriorityClass(PriorityClass),
     Namespace(Namespace),
+    PersistentVolumeClaim(PersistentVolumeClaim),
+    PersistentVolume(PersistentVolume),
+    StorageClass(StorageClass),
+    CsiNode(CsiNode),
 }
 
 impl K8sObject {
@@ -53,6 +61,10 @@ impl K8sObject {
             }
             K8sObject::PriorityClass(c) => format!("PriorityClass {}", c.name),
             K8sObject::Namespace(n) => format!("Namespace {}", n.name),
+            K8sObject::PersistentVolumeClaim(c) => format!("PersistentVolumeClaim {}", c.key()),
+            K8sObject::PersistentVolume(v) => format!("PersistentVolume {}", v.name),
+            K8sObject::StorageClass(c) => format!("StorageClass {}", c.name),
+            K8sObject::CsiNode(c) => format!("CSINode {}", c.node_name),
         }
     }
 }

@@ -16,8 +16,13 @@
 //! 5. **NodePorts** — no requested host port may conflict with one in use.
 //! 6. **NodeResourcesFit** — pod count first, then cpu, memory, ephemeral storage and extended
 //!    resources (only those the pod requests).
-//! 7. **PodTopologySpread** — hard (`DoNotSchedule`) constraints only.
-//! 8. **InterPodAffinity** — required affinity, then required anti-affinity, then the placed pods'
+//! 7. **VolumeRestrictions**, **NodeVolumeLimits**, **VolumeBinding**, **VolumeZone** — see
+//!    [`crate::volumes`]. Their per-pod part runs before everything else, as PreFilter does in the
+//!    scheduler: a missing claim or an unbound `Immediate` claim rejects the pod on every node,
+//!    and nodes outside the set a bound local volume pins the pod to are rejected before any
+//!    filter runs. Pods without claims skip all of it.
+//! 8. **PodTopologySpread** — hard (`DoNotSchedule`) constraints only.
+//! 9. **InterPodAffinity** — required affinity, then required anti-affinity, then the placed pods'
 //!    anti-affinity against the incoming pod.
 //!
 //! The scheduler splits each plugin into PreFilter (work per pod) and Filter (work per node). Here
@@ -53,6 +58,7 @@ use crate::topology::{
     DomainCountsId, ExistingTermId, KeyId, NamespaceLabels, NodeEligibility, PodClause, PodMatcher,
     SpreadViewId, TopologyIndex,
 };
+use crate::volumes::{VolumePlan, VolumePlugin, VolumeSwitches, VolumeUnfit};
 
 /// Which filter rejected a pod; stable, for aggregation and counting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -67,6 +73,10 @@ pub enum UnfitKind {
     PodAntiAffinity,
     ExistingPodAntiAffinity,
     TopologySpread,
+    VolumeRestrictions,
+    NodeVolumeLimits,
+    VolumeBinding,
+    VolumeZone,
     NodeMissing,
 }
 
@@ -93,6 +103,11 @@ pub enum Unfit {
     TopologySpreadMissingLabel {
         topology_key: String,
     },
+    /// One of the volume filters rejected the pod (see [`crate::volumes`]).
+    Volume {
+        reason: VolumeUnfit,
+        plugin: VolumePlugin,
+    },
     NodeMissing,
 }
 
@@ -111,12 +126,23 @@ impl Unfit {
             Unfit::TopologySpread { .. } | Unfit::TopologySpreadMissingLabel { .. } => {
                 UnfitKind::TopologySpread
             }
+            Unfit::Volume { plugin, .. } => match plugin {
+                VolumePlugin::VolumeRestrictions => UnfitKind::VolumeRestrictions,
+                VolumePlugin::NodeVolumeLimits => UnfitKind::NodeVolumeLimits,
+                VolumePlugin::VolumeBinding => UnfitKind::VolumeBinding,
+                VolumePlugin::VolumeZone => UnfitKind::VolumeZone,
+            },
             Unfit::NodeMissing => UnfitKind::NodeMissing,
         }
     }
 
-    /// Filters whose verdict cannot change by placing more pods on other nodes: resources, ports
-    /// and every node-only check. Affinity and spread verdicts depend on the rest of the cluster.
+    fn volume((reason, plugin): (VolumeUnfit, VolumePlugin)) -> Unfit {
+        Unfit::Volume { reason, plugin }
+    }
+
+    /// Filters whose verdict cannot change by placing more pods on other nodes: resources, ports,
+    /// volume limits and every node-only check. Affinity and spread verdicts depend on the rest
+    /// of the cluster, and so does a `ReadWriteOncePod` claim already used by a pod elsewhere.
     pub fn is_local_to_node(&self) -> bool {
         !matches!(
             self.kind(),
@@ -124,6 +150,7 @@ impl Unfit {
                 | UnfitKind::PodAntiAffinity
                 | UnfitKind::ExistingPodAntiAffinity
                 | UnfitKind::TopologySpread
+                | UnfitKind::VolumeRestrictions
         )
     }
 }
@@ -161,6 +188,7 @@ impl fmt::Display for Unfit {
                 f,
                 "node(s) didn't match pod topology spread constraints (missing required label {topology_key})"
             ),
+            Unfit::Volume { reason, .. } => reason.fmt(f),
             Unfit::NodeMissing => f.write_str("node not found in the snapshot"),
         }
     }
@@ -182,6 +210,7 @@ pub(crate) struct FilterSwitches {
     ignores_resources: bool,
     /// `PodTopologySpread` has `DoNotSchedule` default constraints (`defaultingType: List`).
     default_spread: bool,
+    pub(crate) volumes: VolumeSwitches,
 }
 
 impl FilterSwitches {
@@ -200,6 +229,12 @@ impl FilterSwitches {
                 || !profile.ignored_resource_groups.is_empty(),
             default_spread: profile.spread_defaulting == SpreadDefaulting::List
                 && profile.hard_default_constraints().next().is_some(),
+            volumes: VolumeSwitches {
+                restrictions: on(FilterPlugin::VolumeRestrictions),
+                limits: on(FilterPlugin::NodeVolumeLimits),
+                binding: on(FilterPlugin::VolumeBinding),
+                zone: on(FilterPlugin::VolumeZone),
+            },
         }
     }
 
@@ -227,9 +262,21 @@ impl Default for FilterSwitches {
 /// read the first time such a pod is checked; what it holds does not change.
 pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
     let switches = snapshot.filter_switches();
+    let volumes = volume_plan(snapshot, switches, pod).map_err(Unfit::volume)?;
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
+    if let Some(plan) = &volumes
+        && plan.excludes(&info.node.name)
+    {
+        return Err(Unfit::volume((
+            VolumeUnfit::NodeNotEligible,
+            VolumePlugin::VolumeBinding,
+        )));
+    }
     check_node_local(pod, info, switches, snapshot.scheduler_profile())
         .map_err(Rejected::into_unfit)?;
+    if let Some(plan) = &volumes {
+        plan.check_node(snapshot, info).map_err(Unfit::volume)?;
+    }
     if !needs_inter_pod_filters(snapshot, pod) {
         return Ok(());
     }
@@ -253,6 +300,10 @@ pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<Nod
     let plan = needs_inter_pod_filters(snapshot, pod).then(|| snapshot.inter_pod_plan(pod));
     let snapshot = &*snapshot;
     let switches = snapshot.filter_switches();
+    // A pod the volume filters reject as a whole fits nowhere.
+    let Ok(volumes) = volume_plan(snapshot, switches, pod) else {
+        return None;
+    };
     let profile = snapshot.scheduler_profile();
     let start = start % slots;
     let wants = FitSummary::wanted_by(pod);
@@ -274,10 +325,16 @@ pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<Nod
             return false;
         }
         // A "certainly yes" holds with any filter disabled: disabling only lets more nodes pass.
-        (unconstrained && summary.admits_unconstrained(&wants))
+        let node_local = (unconstrained && summary.admits_unconstrained(&wants))
             || snapshot
                 .node(NodeId(i as u32))
-                .is_some_and(|info| check_node_local(pod, info, switches, profile).is_ok())
+                .is_some_and(|info| check_node_local(pod, info, switches, profile).is_ok());
+        node_local
+            && volumes.as_ref().is_none_or(|plan| {
+                snapshot.node(NodeId(i as u32)).is_some_and(|info| {
+                    !plan.excludes(&info.node.name) && plan.check_node(snapshot, info).is_ok()
+                })
+            })
     };
     let mut order = (start..slots).chain(0..start);
     let Some(plan) = plan else {
@@ -287,6 +344,19 @@ pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<Nod
     order
         .find(|i| local_ok(*i) && plan.check(topology, NodeId(*i as u32)).is_ok())
         .map(|i| NodeId(i as u32))
+}
+
+/// The volume filters' per-pod state, only for a pod with claims while some volume filter runs:
+/// every other pod pays one scan of its volume list.
+fn volume_plan(
+    snapshot: &Snapshot,
+    switches: FilterSwitches,
+    pod: &Pod,
+) -> Result<Option<VolumePlan>, (VolumeUnfit, VolumePlugin)> {
+    if !switches.volumes.any() || !pod.has_checked_volumes() {
+        return Ok(None);
+    }
+    VolumePlan::for_pod(snapshot, switches.volumes, pod).map(Some)
 }
 
 /// A rejection as the filters produce it: borrowed, so that scanning thousands of nodes allocates

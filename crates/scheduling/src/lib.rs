@@ -7,6 +7,8 @@
 //!   and [`Unfit`], the reason a node was rejected.
 //! * [`scheduler_config`] — the kube-scheduler profile (`--scheduler-config-file`) the filters
 //!   follow: disabled filters, default spread constraints, ignored resources.
+//! * [`volumes`] — the volume filters (VolumeRestrictions, NodeVolumeLimits, VolumeBinding,
+//!   VolumeZone) over the [`VolumeCatalogue`] the snapshot holds.
 //! * `topology` (internal) — the incremental per-topology-domain indexes that keep the affinity
 //!   and spread filters O(1) per node.
 //!
@@ -16,7 +18,9 @@ pub mod filters;
 pub mod scheduler_config;
 pub mod snapshot;
 mod topology;
+pub mod volumes;
 
 pub use filters::{Unfit, UnfitKind, check, find_node};
 pub use scheduler_config::{FilterPlugin, SchedulerConfigError, SchedulerProfile};
 pub use snapshot::{Branch, NodeId, NodeInfo, Snapshot};
+pub use volumes::{VolumeCatalogue, VolumePlugin, VolumeUnfit};

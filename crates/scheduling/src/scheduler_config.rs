@@ -39,18 +39,26 @@ pub enum FilterPlugin {
     NodeAffinity,
     NodePorts,
     NodeResourcesFit,
+    VolumeRestrictions,
+    NodeVolumeLimits,
+    VolumeBinding,
+    VolumeZone,
     PodTopologySpread,
     InterPodAffinity,
 }
 
 impl FilterPlugin {
-    pub const ALL: [FilterPlugin; 8] = [
+    pub const ALL: [FilterPlugin; 12] = [
         FilterPlugin::NodeUnschedulable,
         FilterPlugin::NodeName,
         FilterPlugin::TaintToleration,
         FilterPlugin::NodeAffinity,
         FilterPlugin::NodePorts,
         FilterPlugin::NodeResourcesFit,
+        FilterPlugin::VolumeRestrictions,
+        FilterPlugin::NodeVolumeLimits,
+        FilterPlugin::VolumeBinding,
+        FilterPlugin::VolumeZone,
         FilterPlugin::PodTopologySpread,
         FilterPlugin::InterPodAffinity,
     ];
@@ -63,6 +71,10 @@ impl FilterPlugin {
             FilterPlugin::NodeAffinity => "NodeAffinity",
             FilterPlugin::NodePorts => "NodePorts",
             FilterPlugin::NodeResourcesFit => "NodeResourcesFit",
+            FilterPlugin::VolumeRestrictions => "VolumeRestrictions",
+            FilterPlugin::NodeVolumeLimits => "NodeVolumeLimits",
+            FilterPlugin::VolumeBinding => "VolumeBinding",
+            FilterPlugin::VolumeZone => "VolumeZone",
             FilterPlugin::PodTopologySpread => "PodTopologySpread",
             FilterPlugin::InterPodAffinity => "InterPodAffinity",
         }
@@ -73,12 +85,14 @@ impl FilterPlugin {
     }
 
     /// The plugin's Filter reads what its PreFilter computed and fails every node without it.
-    /// (NodeAffinity recomputes it; the other three have no PreFilter.)
+    /// (NodeAffinity and VolumeZone recompute it; the others have no PreFilter.)
     fn filter_needs_pre_filter(self) -> bool {
         matches!(
             self,
             FilterPlugin::NodePorts
                 | FilterPlugin::NodeResourcesFit
+                | FilterPlugin::VolumeRestrictions
+                | FilterPlugin::VolumeBinding
                 | FilterPlugin::PodTopologySpread
                 | FilterPlugin::InterPodAffinity
         )
@@ -87,7 +101,7 @@ impl FilterPlugin {
 
 /// The plugins of upstream's default profile (v1, Kubernetes 1.36 with default feature gates),
 /// the only ones a profile may name in `enabled`. Those without a Filter that Ferroscale
-/// simulates (volumes, DRA, scoring, binding, ...) can be disabled without effect.
+/// simulates (DRA, scoring, binding, ...) can be disabled without effect.
 const IN_TREE_PLUGINS: [&str; 19] = [
     "SchedulingGates",
     "PrioritySort",

@@ -11,11 +11,14 @@ use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use ferroscale_model::{HostPort, Labels, Node, Pod, Resources, TaintEffect};
+use ferroscale_model::{
+    CsiNode, HostPort, Labels, Node, Pod, Resources, TaintEffect, VolumeSource,
+};
 
 use crate::filters::{FilterSwitches, InterPodPlan};
 use crate::scheduler_config::SchedulerProfile;
 use crate::topology::{NamespaceLabels, TopologyIndex};
+use crate::volumes::VolumeCatalogue;
 
 /// Stable handle of a node within one snapshot. Handles of removed nodes are never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -156,6 +159,14 @@ pub struct Snapshot {
     /// The scheduler profile the filters follow, and the switches resolved from it once.
     profile: Arc<SchedulerProfile>,
     switches: FilterSwitches,
+    /// Claims, volumes, classes and CSINodes of the cluster, for the volume filters.
+    volumes: Arc<VolumeCatalogue>,
+    /// CSINodes of nodes that exist only in the simulation (template copies, placeholders).
+    simulated_csi_nodes: HashMap<String, Arc<CsiNode>>,
+    /// `false` when CSINodes are ignored (`--enable-csi-node-aware-scheduling=false`).
+    ignore_csi_nodes: bool,
+    /// Namespace → claim name → how many placed pods use the claim (ReadWriteOncePod).
+    claim_users: HashMap<String, HashMap<String, u32>>,
 }
 
 impl Snapshot {
@@ -185,6 +196,48 @@ impl Snapshot {
 
     pub(crate) fn filter_switches(&self) -> FilterSwitches {
         self.switches
+    }
+
+    /// The storage objects the volume filters read from now on. Not part of what-if branches.
+    pub fn set_volume_catalogue(&mut self, catalogue: Arc<VolumeCatalogue>) {
+        self.volumes = catalogue;
+    }
+
+    pub fn volume_catalogue(&self) -> &VolumeCatalogue {
+        &self.volumes
+    }
+
+    /// Records the CSINode of a node that exists only in the simulation (a template copy): its
+    /// per-driver volume limits then apply to it. Not part of what-if branches; a later call for
+    /// the same node name replaces it.
+    pub fn set_simulated_csi_node(&mut self, csi_node: CsiNode) {
+        self.simulated_csi_nodes
+            .insert(csi_node.node_name.clone(), Arc::new(csi_node));
+    }
+
+    /// Whether NodeVolumeLimits reads CSINodes at all; without them no node has volume limits,
+    /// as upstream's simulation without `--enable-csi-node-aware-scheduling`.
+    pub fn set_csi_node_limits(&mut self, enabled: bool) {
+        self.ignore_csi_nodes = !enabled;
+    }
+
+    /// The CSINode of a node: the cluster's, or the one recorded for a simulated node.
+    pub fn csi_node(&self, node_name: &str) -> Option<&CsiNode> {
+        if self.ignore_csi_nodes {
+            return None;
+        }
+        self.simulated_csi_nodes
+            .get(node_name)
+            .or_else(|| self.volumes.csi_nodes.get(node_name))
+            .map(|c| &**c)
+    }
+
+    /// Whether a placed pod uses this claim (directly or as a generic ephemeral volume).
+    pub fn claim_in_use(&self, namespace: &str, claim: &str) -> bool {
+        self.claim_users
+            .get(namespace)
+            .and_then(|claims| claims.get(claim))
+            .is_some_and(|n| *n > 0)
     }
 
     /// Adds a node. A node with the same name replaces nothing: names must be unique, and adding a
@@ -415,6 +468,9 @@ impl Snapshot {
         if !pod.pod_anti_affinity.is_empty() {
             self.pods_with_anti_affinity += 1;
         }
+        if pod.has_checked_volumes() {
+            Self::count_claim_users(&mut self.claim_users, &pod, true);
+        }
         self.topology
             .pod_changed(id.index(), &pod, true, &self.slots, &self.namespace_labels);
     }
@@ -431,9 +487,36 @@ impl Snapshot {
         if !pod.pod_anti_affinity.is_empty() {
             self.pods_with_anti_affinity -= 1;
         }
+        if pod.has_checked_volumes() {
+            Self::count_claim_users(&mut self.claim_users, &pod, false);
+        }
         self.topology
             .pod_changed(id.index(), &pod, false, &self.slots, &self.namespace_labels);
         Some(pod)
+    }
+
+    fn count_claim_users(
+        users: &mut HashMap<String, HashMap<String, u32>>,
+        pod: &Pod,
+        adding: bool,
+    ) {
+        for volume in &pod.volumes {
+            let claim = match &volume.source {
+                VolumeSource::PersistentVolumeClaim { claim_name } => claim_name.clone(),
+                VolumeSource::Ephemeral => pod.ephemeral_claim_name(&volume.name),
+                _ => continue,
+            };
+            let count = users
+                .entry(pod.namespace.clone())
+                .or_default()
+                .entry(claim)
+                .or_default();
+            if adding {
+                *count += 1;
+            } else {
+                *count = count.saturating_sub(1);
+            }
+        }
     }
 
     fn account_pod(info: &mut NodeInfo, pod: &Pod, adding: bool) {

@@ -95,6 +95,7 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
         daemonsets: cluster.daemonsets().to_vec(),
         namespaces: cluster.namespaces().to_vec(),
         priority_expander_config: None,
+        volumes: cluster.storage().objects().clone(),
     }
 }
 

@@ -19,7 +19,8 @@ use ferroscale_core::cloud::{
 use ferroscale_model::labels::HOSTNAME;
 use ferroscale_model::taints::first_untolerated;
 use ferroscale_model::{
-    ConditionStatus, DaemonSet, Node, NodeConditions, Pod, PodPhase, Timestamp,
+    ConditionStatus, CsiNode, CsiNodeDriver, DaemonSet, Node, NodeConditions, Pod, PodPhase,
+    Timestamp,
 };
 
 /// Provider ids look like `sim://<group>/<node name>`, so the group of a node is known without a
@@ -74,6 +75,8 @@ pub struct GroupSpec {
     /// Nodes that are instances of the group at the start as they are (a replayed live
     /// cluster's), besides the `initial_size` empty ones; their provider ids are replaced.
     pub existing_nodes: Vec<Node>,
+    /// The CSI drivers (with volume limits) the group's nodes report in their CSINode.
+    pub csi_drivers: Vec<CsiNodeDriver>,
 }
 
 /// One machine of a simulated group.
@@ -465,7 +468,16 @@ impl NodeGroup for SimulatedNodeGroup {
             .filter(|ds| daemonset_runs_on(ds, &node))
             .map(|ds| daemonset_pod_for(ds, &node))
             .collect();
-        Ok(NodeTemplate { node, pods })
+        // The template reports the drivers its nodes will, so their volume limits are simulated.
+        let csi_node = (!self.spec.csi_drivers.is_empty()).then(|| CsiNode {
+            node_name: node.name.clone(),
+            drivers: self.spec.csi_drivers.clone(),
+        });
+        Ok(NodeTemplate {
+            node,
+            pods,
+            csi_node,
+        })
     }
 
     async fn get_options(&self) -> Result<Option<GroupOptions>, CloudError> {
@@ -747,6 +759,7 @@ mod tests {
 
     fn spec(id: &str) -> GroupSpec {
         GroupSpec {
+            csi_drivers: Vec::new(),
             id: id.to_string(),
             min_size: 0,
             max_size: 5,

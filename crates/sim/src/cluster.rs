@@ -18,12 +18,14 @@ use std::sync::Arc;
 
 use ferroscale_model::resources::PODS;
 use ferroscale_model::{
-    ConditionStatus, DaemonSet, LabelSelector, Namespace, Node, Pod, PodCondition,
+    ConditionStatus, CsiNodeDriver, DaemonSet, LabelSelector, Namespace, Node, Pod, PodCondition,
     PodDisruptionBudget, PodPhase, Taint, Timestamp,
 };
+use ferroscale_objects::K8sObject;
 use ferroscale_scheduling::{NodeId, SchedulerProfile, Snapshot, find_node};
 
 use crate::cloud::{daemonset_pod_for, daemonset_runs_on};
+use crate::storage::ClusterStorage;
 
 /// Index of a pod in [`Cluster::pods`]; stable for the whole run.
 pub type PodIndex = usize;
@@ -142,6 +144,8 @@ pub struct Cluster {
     daemonsets: Vec<DaemonSet>,
     pdbs: Vec<PodDisruptionBudget>,
     namespaces: Vec<Namespace>,
+    /// Claims, volumes, classes and CSINodes, with the controllers that change them.
+    storage: ClusterStorage,
     /// Live pods (not deleted) by `namespace/name`.
     live_by_key: HashMap<String, PodIndex>,
     /// Re-creations so far, for unique names of re-created pods.
@@ -202,6 +206,30 @@ impl Cluster {
 
     pub fn namespaces(&self) -> &[Namespace] {
         &self.namespaces
+    }
+
+    /// Keeps a claim, volume, storage class or CSINode; returns false for any other object.
+    pub fn add_storage_object(&mut self, object: &K8sObject) -> bool {
+        let added = self.storage.add(object);
+        if added {
+            self.storage_changed();
+        }
+        added
+    }
+
+    /// The CSI drivers (and their volume limits) every node of `group` reports once registered.
+    pub fn set_group_csi_drivers(&mut self, group: &str, drivers: Vec<CsiNodeDriver>) {
+        self.storage.set_group_drivers(group, drivers);
+    }
+
+    /// The storage objects as they are now (claims bound by the scheduler stand-in included).
+    pub fn storage(&self) -> &ClusterStorage {
+        &self.storage
+    }
+
+    /// The scheduler stand-in reads the storage objects as they are now.
+    fn storage_changed(&mut self) {
+        self.snapshot.set_volume_catalogue(self.storage.catalogue());
     }
 
     /// Deletes a workload controller, orphaning its pods.
@@ -320,6 +348,9 @@ impl Cluster {
         }
         let node = Arc::new(node);
         let id = self.snapshot.add_node(node.clone());
+        if self.storage.node_registered(&node.name, group.as_deref()) {
+            self.storage_changed();
+        }
         let daemon_pods: Vec<Pod> = self
             .daemonsets
             .iter()
@@ -349,6 +380,9 @@ impl Cluster {
             return 0;
         };
         self.node_order.retain(|n| n != name);
+        if self.storage.node_removed(name) {
+            self.storage_changed();
+        }
         let mut requeued = 0;
         for pod in self.snapshot.remove_node(entry.id) {
             let Some(index) = self.pod_by_uid.get(&pod.uid).copied() else {
@@ -574,7 +608,10 @@ impl Cluster {
         }
         let index = self.insert_pod(pod, now, shape);
         match target {
-            Some(id) => self.bind(index, id, now),
+            Some(id) => {
+                self.bind(index, id, now);
+                self.bind_claims(index, id);
+            }
             None => {
                 self.pending.push(index);
                 self.fresh.push(index);
@@ -612,6 +649,9 @@ impl Cluster {
         }
         self.pod_by_uid.insert(pod.uid.clone(), index);
         self.live_by_key.insert(pod.key(), index);
+        if pod.has_checked_volumes() && self.storage.adopt_ephemeral_claims(&pod) {
+            self.storage_changed();
+        }
         self.pods.push(PodRecord {
             pod: Arc::new(pod),
             pending_since: now,
@@ -642,6 +682,24 @@ impl Cluster {
         });
         record.bound_at = Some(now);
         self.snapshot.add_pod(node, record.pod.clone());
+    }
+
+    /// The volume binder's part of binding a pod: its unbound claims get volumes usable on the
+    /// node (see [`crate::storage`]).
+    fn bind_claims(&mut self, index: PodIndex, node: NodeId) {
+        let Some(record) = self.pods.get(index) else {
+            return;
+        };
+        if !record.pod.has_checked_volumes() {
+            return;
+        }
+        let pod = record.pod.clone();
+        let Some(node) = self.snapshot.node(node).map(|n| n.node.clone()) else {
+            return;
+        };
+        if self.storage.bind_claims(&pod, &node) {
+            self.storage_changed();
+        }
     }
 
     /// Deletes pods matching `selector` (all of them, or `count`), pending ones first, then the
@@ -731,6 +789,7 @@ impl Cluster {
                 Some(node) => {
                     self.round_robin = node.index() + 1;
                     self.bind(index, node, now);
+                    self.bind_claims(index, node);
                     self.pods[index].was_scheduled = true;
                     bound.insert(index);
                     outcome.bound += 1;

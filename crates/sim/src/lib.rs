@@ -12,3 +12,4 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod served;
+pub mod storage;

@@ -381,6 +381,10 @@ fn pod_spec(pod: &Pod) -> Map<String, Value> {
             VolumeSource::PersistentVolumeClaim { claim_name } => {
                 json!({"name": v.name, "persistentVolumeClaim": {"claimName": claim_name}})
             }
+            VolumeSource::Ephemeral => {
+                json!({"name": v.name, "ephemeral": {"volumeClaimTemplate": {"spec": {}}}})
+            }
+            VolumeSource::Csi { driver } => json!({"name": v.name, "csi": {"driver": driver}}),
             VolumeSource::Other => json!({"name": v.name, "configMap": {"name": v.name}}),
         })
         .collect();
@@ -1001,6 +1005,7 @@ mod tests {
         let template = NodeTemplate {
             node: Node::new("pool-a-template", Resources::new(4000, 16 << 30)),
             pods: Vec::new(),
+            csi_node: None,
         };
         LoopCapture {
             now: Timestamp::from_secs(1_700_000_000),

@@ -406,6 +406,7 @@ fn group_spec(group: &crate::scenario::ScenarioNodeGroup, objects: &[K8sObject])
             .collect(),
         price_per_hour: group.price_per_hour.unwrap_or(0.0),
         template: group.template.clone(),
+        csi_drivers: group.csi_drivers.clone(),
     }
 }
 
@@ -491,6 +492,10 @@ impl<'p> Simulation<'p> {
         ));
         let provider = SimulatedProvider::new(cloud.clone());
         let mut cluster = Cluster::new(daemonsets);
+        for group in cloud.groups() {
+            let spec = group.spec();
+            cluster.set_group_csi_drivers(&spec.id, spec.csi_drivers.clone());
+        }
         // The scheduler stand-in follows the same kube-scheduler profile the engine simulates.
         cluster.set_scheduler_profile(options.scheduler_profile());
         let mut stats: Vec<GroupStats> = specs_bounds
@@ -528,7 +533,9 @@ impl<'p> Simulation<'p> {
                 }
                 K8sObject::Namespace(ns) => cluster.add_namespace(ns.clone()),
                 K8sObject::PodDisruptionBudget(pdb) => pdbs.push(pdb.clone()),
-                _ => {}
+                other => {
+                    cluster.add_storage_object(other);
+                }
             }
         }
         cluster.set_pdbs(pdbs);

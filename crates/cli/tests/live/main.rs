@@ -15,6 +15,7 @@ mod replay;
 mod scheduler_paused;
 mod shutdown;
 mod unreachable;
+mod volumes;
 
 use std::time::Duration;
 

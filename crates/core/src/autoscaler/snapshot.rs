@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use ferroscale_model::Pod;
-use ferroscale_scheduling::Snapshot;
+use ferroscale_scheduling::{Snapshot, VolumeCatalogue};
 
 use crate::cluster_state::ClusterStateReport;
 use crate::kubernetes::ClusterObjects;
@@ -63,6 +63,10 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
     // The filters follow the scheduler profile of `--scheduler-config-file` (docs/behaviour.md
     // SCHED-101), resolved once here for the whole loop.
     let mut snapshot = Snapshot::with_scheduler_profile(options.scheduler_profile());
+    // The volume filters read the cluster's claims, volumes, classes and CSINodes
+    // (docs/behaviour.md VOL-1); placeholders and template copies carry their group's CSINode.
+    snapshot.set_volume_catalogue(Arc::new(VolumeCatalogue::new(&objects.volumes)));
+    snapshot.set_csi_node_limits(options.enable_csi_node_aware_scheduling);
     for ns in &objects.namespaces {
         snapshot.set_namespace_labels(ns.name.clone(), ns.labels.clone());
     }

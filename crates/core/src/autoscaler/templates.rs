@@ -118,6 +118,7 @@ pub async fn choose_template(
     let from_node = |node: &Node| NodeTemplate {
         node: node.clone(),
         pods: pods_on(&node.name).iter().map(|p| (**p).clone()).collect(),
+        csi_node: None,
     };
     if let Some(node) = nodes.iter().find(|n| good_example(n, now)) {
         let mut template = sanitize_template(&from_node(node), group.id(), "template", options);

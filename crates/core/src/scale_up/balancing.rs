@@ -151,6 +151,7 @@ mod tests {
         NodeTemplate {
             node,
             pods: Vec::new(),
+            csi_node: None,
         }
     }
 

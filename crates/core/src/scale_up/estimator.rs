@@ -311,6 +311,7 @@ mod tests {
         NodeTemplate {
             node,
             pods: Vec::new(),
+            csi_node: None,
         }
     }
 

@@ -229,6 +229,7 @@ mod tests {
         NodeTemplate {
             node: Node::new("t", Resources::new(cpu, memory_gib << 30)),
             pods: Vec::new(),
+            csi_node: None,
         }
     }
 

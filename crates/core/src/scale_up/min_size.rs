@@ -83,6 +83,7 @@ mod tests {
         let template = NodeTemplate {
             node: Node::new("t", Resources::new(4000, 16 << 30)),
             pods: vec![],
+            csi_node: None,
         };
         NodeGroupView::new(id, min, 10, target, Some(template))
     }

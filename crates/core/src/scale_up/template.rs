@@ -89,7 +89,12 @@ fn sanitize(
         .cloned()
         .collect();
     rename_node(&mut node, &name);
-    NodeTemplate { node, pods }
+    let csi_node = example.csi_node.as_ref().map(|c| c.renamed(&name));
+    NodeTemplate {
+        node,
+        pods,
+        csi_node,
+    }
 }
 
 fn rename_node(node: &mut Node, name: &str) {
@@ -131,6 +136,10 @@ pub(crate) fn add_template_copy(
             .insert(UPCOMING_NODE_ANNOTATION.to_string(), "true".to_string());
     }
     let id = snapshot.add_node(Arc::new(node));
+    // The copy's volume limits are its template's (NodeVolumeLimits).
+    if let Some(csi_node) = &template.csi_node {
+        snapshot.set_simulated_csi_node(csi_node.renamed(name));
+    }
     for pod in pods {
         snapshot.add_pod(id, pod);
     }
@@ -192,6 +201,7 @@ mod tests {
         NodeTemplate {
             node,
             pods: vec![ds, app],
+            csi_node: None,
         }
     }
 

@@ -208,6 +208,7 @@ impl FakeCloud {
             template: NodeTemplate {
                 node: node(&format!("{id}-template"), 4000, 16 << 30),
                 pods: Vec::new(),
+                csi_node: None,
             },
             fail_delete: Mutex::new(false),
             failing: Mutex::default(),
@@ -307,6 +308,8 @@ pub struct ClusterState {
     pub evictions_remove_pods: bool,
     /// Workload controllers `gather` reports as existing.
     pub controllers: Vec<WorkloadController>,
+    /// Claims, volumes, storage classes and CSINodes `gather` reports.
+    pub volumes: ferroscale_model::VolumeObjects,
 }
 
 pub struct FakeCluster {
@@ -359,6 +362,7 @@ impl ClusterApi for FakeCluster {
             nodes: state.nodes.values().cloned().map(Arc::new).collect(),
             pods: state.pods.values().cloned().map(Arc::new).collect(),
             controllers: state.controllers.clone(),
+            volumes: state.volumes.clone(),
             ..ClusterObjects::default()
         })
     }

@@ -471,10 +471,14 @@ fn volume_to_pb(volume: &Volume) -> pb::Volume {
             }),
             ..pb::VolumeSource::default()
         },
-        VolumeSource::Other => pb::VolumeSource {
-            downward_api: Some(pb::DownwardAPIVolumeSource::default()),
-            ..pb::VolumeSource::default()
-        },
+        // The wire form keeps only the kind of a volume; an ephemeral or inline CSI volume
+        // travels as "other" (the provider side never schedules by volumes).
+        VolumeSource::Ephemeral | VolumeSource::Csi { .. } | VolumeSource::Other => {
+            pb::VolumeSource {
+                downward_api: Some(pb::DownwardAPIVolumeSource::default()),
+                ..pb::VolumeSource::default()
+            }
+        }
     };
     pb::Volume {
         name: Some(volume.name.clone()),

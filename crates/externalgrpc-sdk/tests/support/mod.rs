@@ -191,6 +191,7 @@ impl NodeGroup for FakeGroup {
             Some(node) => Ok(NodeTemplate {
                 node: node.clone(),
                 pods: vec![Pod::new("kube-system", "daemonset-pod")],
+                csi_node: None,
             }),
             None => Err(CloudError::NotImplemented),
         }

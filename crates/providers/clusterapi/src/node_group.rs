@@ -544,8 +544,8 @@ impl NodeGroup for ClusterApiNodeGroup {
 }
 
 impl ClusterApiNodeGroup {
-    /// The whole scale-from-zero template (docs/clusterapi.md CAPI-44–CAPI-53), with the DRA and
-    /// CSI parts the engine's model does not use yet.
+    /// The whole scale-from-zero template (docs/clusterapi.md CAPI-44–CAPI-53), with the DRA
+    /// part the engine's model does not use yet (the CSINode is in the simulated template too).
     pub async fn scale_from_zero_template(
         &self,
     ) -> Result<Option<ScaleFromZeroTemplate>, CloudError> {

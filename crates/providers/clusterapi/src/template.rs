@@ -10,7 +10,8 @@ use ferroscale_core::cloud::NodeTemplate;
 use ferroscale_model::labels::{ARCH, HOSTNAME, INSTANCE_TYPE, OS, REGION, REGION_BETA, ZONE_BETA};
 use ferroscale_model::pod::MIRROR_POD;
 use ferroscale_model::{
-    ConditionStatus, Labels, Node, PodPhase, Resources, Taint, TaintEffect, Timestamp,
+    ConditionStatus, CsiNode, CsiNodeDriver, Labels, Node, PodPhase, Resources, Taint, TaintEffect,
+    Timestamp,
 };
 use ferroscale_model::{Pod, node::NodeConditions};
 use kube::api::DynamicObject;
@@ -97,6 +98,24 @@ pub struct CsiDriverTemplate {
 pub struct CsiNodeTemplate {
     pub node_name: String,
     pub drivers: Vec<CsiDriverTemplate>,
+}
+
+impl CsiNodeTemplate {
+    /// The CSINode as the engine's volume limits read it.
+    pub fn to_model(&self) -> CsiNode {
+        CsiNode {
+            node_name: self.node_name.clone(),
+            drivers: self
+                .drivers
+                .iter()
+                .map(|d| CsiNodeDriver {
+                    name: d.name.clone(),
+                    allocatable_count: d.allocatable_count,
+                    topology_keys: Vec::new(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The full scale-from-zero template.
@@ -392,6 +411,8 @@ pub fn build_template(
         template: NodeTemplate {
             pods: vec![kube_proxy(&name, input.now)],
             node,
+            // The engine simulates the per-driver volume limits of the same CSINode.
+            csi_node: csi_node.as_ref().map(CsiNodeTemplate::to_model),
         },
         node_info,
         resource_slices,
@@ -841,6 +862,21 @@ mod tests {
                 ],
             })
         );
+        // The template the engine simulates carries the same limits.
+        let simulated = built.template.csi_node.expect("the template's CSINode");
+        assert_eq!(simulated.node_name, "md-0-asg-42");
+        assert_eq!(
+            simulated
+                .drivers
+                .iter()
+                .map(|d| (d.name.as_str(), d.allocatable_count))
+                .collect::<Vec<_>>(),
+            vec![
+                ("ebs.csi.aws.com", Some(25)),
+                ("efs.csi.aws.com", Some(16)),
+                ("zero.csi", None)
+            ]
+        );
     }
 
     /// docs/clusterapi.md CAPI-53.
@@ -850,6 +886,7 @@ mod tests {
             CAPACITY_CSI_DRIVER: "noequals,=5,a=x,b=-1,c=99999999999"
         })));
         assert_eq!(built.csi_node, None);
+        assert_eq!(built.template.csi_node, None);
         assert_eq!(built.skipped_items.len(), 5);
         assert!(
             built

@@ -236,6 +236,7 @@ impl NodeGroup for ExternalGrpcNodeGroup {
         let template = NodeTemplate {
             node,
             pods: Vec::new(),
+            csi_node: None,
         };
         *cached = Some(template.clone());
         Ok(template)

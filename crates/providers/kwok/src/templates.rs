@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use ferroscale_core::cloud::NodeTemplate;
-use ferroscale_model::{Pod, PodPhase, Resources};
+use ferroscale_model::{CsiNode, CsiNodeDriver, Pod, PodPhase, Resources};
 use ferroscale_objects::node_from_k8s;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
 use thiserror::Error;
@@ -22,6 +22,9 @@ pub const GROUP_NAME_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/name"
 pub const MIN_COUNT_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/min-count";
 pub const MAX_COUNT_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/max-count";
 pub const DESIRED_COUNT_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/desired-count";
+/// The CSI drivers a group's nodes would report in their CSINode, with their volume limits:
+/// `<driver>=<count>` items separated by commas; a count of 0 means no limit.
+pub const CSI_DRIVERS_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/csi-drivers";
 pub const DEFAULT_MAX_COUNT: usize = 200;
 /// Keeps ordinary pods off the fake nodes unless they tolerate it (unless `nodes.skipTaint`).
 pub const KWOK_TAINT_KEY: &str = "kwok-provider";
@@ -154,6 +157,52 @@ fn count_annotation(
     })
 }
 
+/// The drivers of the [`CSI_DRIVERS_ANNOTATION`] of a template node (none without it). Every
+/// item must be `<driver>=<count>` with a non-empty driver and a count from 0 to 2^31-1.
+pub fn csi_drivers(origin: &str, node: &Node) -> Result<Vec<CsiNodeDriver>, TemplateError> {
+    let Some(value) = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CSI_DRIVERS_ANNOTATION))
+    else {
+        return Ok(Vec::new());
+    };
+    let mut drivers: Vec<CsiNodeDriver> = Vec::new();
+    for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let invalid = |reason: &str| TemplateError::Invalid {
+            origin: origin.to_string(),
+            node: node_name(node),
+            field: format!("metadata.annotations[{CSI_DRIVERS_ANNOTATION}]"),
+            value: item.to_string(),
+            reason: reason.to_string(),
+        };
+        let (name, count) = item
+            .split_once('=')
+            .map(|(n, c)| (n.trim(), c.trim()))
+            .ok_or_else(|| invalid("expected <driver>=<count>"))?;
+        if name.is_empty() {
+            return Err(invalid(
+                "expected <driver>=<count>: the driver name is empty",
+            ));
+        }
+        let count: i32 = count
+            .parse()
+            .ok()
+            .filter(|c: &i32| *c >= 0)
+            .ok_or_else(|| invalid("the count must be an integer from 0 to 2147483647"))?;
+        if drivers.iter().any(|d| d.name == name) {
+            return Err(invalid("the driver is listed twice"));
+        }
+        drivers.push(CsiNodeDriver {
+            name: name.to_string(),
+            allocatable_count: (count > 0).then_some(count),
+            topology_keys: Vec::new(),
+        });
+    }
+    Ok(drivers)
+}
+
 /// One group per distinct grouping value, in order of first appearance; the first node with a
 /// value is the group's template. Nodes without the grouping key are not templates.
 pub fn group_specs(
@@ -218,6 +267,7 @@ pub fn group_specs(
                 &format!("outside the bounds {min_size}:{max_size}"),
             ));
         }
+        csi_drivers(origin, node)?;
         groups.push(GroupSpec {
             id: group.to_string(),
             min_size,
@@ -291,9 +341,14 @@ pub fn node_from_template(template: &Node, name: &str) -> Node {
 }
 
 /// The template node info the engine simulates: the prepared node plus the kube-proxy mirror pod
-/// every kwok node is assumed to run (100m CPU).
+/// every kwok node is assumed to run (100m CPU), and the CSINode of its CSI drivers annotation.
 pub fn template_node_info(template: &Node) -> Result<NodeTemplate, String> {
     let node = node_from_k8s(template).map_err(|e| e.to_string())?;
+    let drivers = csi_drivers("template", template).map_err(|e| e.to_string())?;
+    let csi_node = (!drivers.is_empty()).then(|| CsiNode {
+        node_name: node.name.clone(),
+        drivers,
+    });
     let mut kube_proxy = Pod::new("kube-system", format!("kube-proxy-{}", node.name));
     kube_proxy.annotations.insert(
         ferroscale_model::pod::MIRROR_POD.to_string(),
@@ -306,6 +361,7 @@ pub fn template_node_info(template: &Node) -> Result<NodeTemplate, String> {
     Ok(NodeTemplate {
         node,
         pods: vec![kube_proxy],
+        csi_node,
     })
 }
 
@@ -534,5 +590,65 @@ items:
         )
         .unwrap_err();
         assert!(matches!(err, TemplateError::NoGroups { .. }), "{err}");
+    }
+
+    const ZONAL: &str = "kind: Node\nmetadata:\n  name: zonal\n  labels: {pool: zonal, topology.kubernetes.io/zone: zone-b}\n  annotations: {cluster-autoscaler.kwok.nodegroup/csi-drivers: \"ebs.csi.aws.com=25, efs.csi.aws.com=0\"}\nstatus: {allocatable: {cpu: \"4\"}}\n";
+
+    #[test]
+    fn csi_drivers_annotation_gives_the_template_a_csinode_and_the_zone_label_stays() {
+        let nodes = parse_template_nodes(ZONAL, "t").unwrap();
+        let groups = group_specs(
+            &nodes,
+            &config(GroupingKey::Label("pool".into()), false),
+            "t",
+        )
+        .unwrap();
+        let info = template_node_info(&groups[0].template).unwrap();
+        assert_eq!(
+            info.node.label("topology.kubernetes.io/zone"),
+            Some("zone-b")
+        );
+        let csi_node = info.csi_node.expect("a CSINode for the template");
+        assert_eq!(csi_node.node_name, info.node.name);
+        assert_eq!(
+            csi_node
+                .drivers
+                .iter()
+                .map(|d| (d.name.as_str(), d.allocatable_count))
+                .collect::<Vec<_>>(),
+            vec![("ebs.csi.aws.com", Some(25)), ("efs.csi.aws.com", None)]
+        );
+        // Without the annotation there is no CSINode, so no limit is simulated.
+        let plain = parse_template_nodes(LIST, "t").unwrap();
+        let info = template_node_info(&prepare_template(&plain[0], "small", false)).unwrap();
+        assert_eq!(info.csi_node, None);
+    }
+
+    #[test]
+    fn a_bad_csi_drivers_item_is_a_configuration_error_naming_it() {
+        for (value, expected) in [
+            ("ebs.csi.aws.com", "expected <driver>=<count>"),
+            ("=4", "driver name is empty"),
+            ("ebs.csi.aws.com=-1", "from 0 to"),
+            ("ebs.csi.aws.com=lots", "from 0 to"),
+            ("a=1,a=2", "listed twice"),
+        ] {
+            let text = ZONAL.replace("ebs.csi.aws.com=25, efs.csi.aws.com=0", value);
+            let nodes = parse_template_nodes(&text, "t").unwrap();
+            let err = group_specs(
+                &nodes,
+                &config(GroupingKey::Label("pool".into()), false),
+                "kwok-provider-templates",
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.contains("kwok-provider-templates")
+                    && err.contains("node zonal")
+                    && err.contains(CSI_DRIVERS_ANNOTATION)
+                    && err.contains(expected),
+                "{value:?}: {err}"
+            );
+        }
     }
 }

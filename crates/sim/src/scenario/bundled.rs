@@ -1,6 +1,6 @@
 //! Scenarios compiled into the binary: the default that `ferroscale simulate` runs without an
-//! argument, the upstream scalability scenarios (docs/behaviour.md SIM-101) and a full simulated
-//! day.
+//! argument, the upstream scalability scenarios (docs/behaviour.md SIM-101), a full simulated
+//! day, and a StatefulSet whose volumes pin it to one zone.
 
 use std::path::Path;
 
@@ -37,6 +37,10 @@ pub const BUNDLED: &[(&str, &str)] = &[
         include_str!("../../scenarios/upstream-6.yaml"),
     ),
     ("full-day", include_str!("../../scenarios/full-day.yaml")),
+    (
+        "zonal-volumes",
+        include_str!("../../scenarios/zonal-volumes.yaml"),
+    ),
 ];
 
 /// The text of a bundled scenario.

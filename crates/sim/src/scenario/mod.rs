@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ferroscale_core::cloud::ErrorClass;
 use ferroscale_model::time::format_duration;
-use ferroscale_model::{ConditionStatus, LabelSelector, Node, Pod};
+use ferroscale_model::{ConditionStatus, CsiNodeDriver, LabelSelector, Node, Pod};
 use ferroscale_objects::{
     ConvertError, K8sObject, ObjectsError, PriorityClasses, RawObject, locate_field_line,
     node_from_k8s, pod_from_k8s, read_documents, unknown_field,
@@ -69,6 +69,9 @@ pub struct ScenarioNodeGroup {
     /// Node objects of `objects:`, by name, that are instances of this group at time 0 (besides
     /// the `initial_size` empty ones): a live cluster's nodes keep their names, pods and state.
     pub nodes: Vec<String>,
+    /// `csiDrivers`: the CSI drivers the group's nodes report in their CSINode (and its
+    /// template with them), with their volume limits.
+    pub csi_drivers: Vec<CsiNodeDriver>,
 }
 
 /// Cloud provider calls a failure window can make fail.
@@ -737,6 +740,37 @@ impl Validator<'_> {
                 });
             }
         }
+        let mut csi_drivers: Vec<CsiNodeDriver> = Vec::new();
+        for (j, driver) in raw.csi_drivers.iter().enumerate() {
+            if driver.name.trim().is_empty() {
+                return Err(self.error(
+                    at(&format!("csiDrivers[{j}].name")),
+                    "a CSI driver needs a name",
+                ));
+            }
+            if csi_drivers.iter().any(|d| d.name == driver.name) {
+                return Err(self.error(
+                    at(&format!("csiDrivers[{j}].name")),
+                    format!("CSI driver {:?} is listed twice", driver.name),
+                ));
+            }
+            let allocatable_count = match driver.count {
+                None => None,
+                Some(count) => Some(i32::try_from(count).ok().filter(|c| *c >= 0).ok_or_else(
+                    || {
+                        self.error(
+                            at(&format!("csiDrivers[{j}].count")),
+                            format!("must be from 0 to 2147483647 (found {count})"),
+                        )
+                    },
+                )?),
+            };
+            csi_drivers.push(CsiNodeDriver {
+                name: driver.name.clone(),
+                allocatable_count,
+                topology_keys: Vec::new(),
+            });
+        }
         let mut template =
             node_from_k8s(&raw.template).map_err(|e| self.convert_error(&at("template"), e))?;
         if template.name.is_empty() {
@@ -758,6 +792,7 @@ impl Validator<'_> {
             price_per_hour: raw.price_per_hour,
             template,
             nodes: raw.nodes,
+            csi_drivers,
         })
     }
 

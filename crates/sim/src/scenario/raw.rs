@@ -49,6 +49,17 @@ pub(super) struct RawNodeGroup {
     /// Node objects of `objects:`, by name, that are instances of this group at time 0.
     #[serde(default)]
     pub nodes: Vec<String>,
+    /// CSI drivers the group's nodes report, with their volume limits.
+    #[serde(default)]
+    pub csi_drivers: Vec<RawCsiDriver>,
+}
+
+/// One CSI driver of a group's nodes: `count` volumes at most (no limit without one).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawCsiDriver {
+    pub name: String,
+    pub count: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
