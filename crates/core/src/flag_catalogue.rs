@@ -519,7 +519,7 @@ pub const FLAGS: &[Flag] = &[
         .note("Read once at start, at most 1 MiB. Disabled Filter plugins, PodTopologySpread default constraints and NodeResourcesFit ignored resources are honoured; anything else (scoring included, which upstream ignores) is refused by field path and value. Default spread constraints count the pods of the pod's controller, since Services are not read (docs/behaviour.md SCHED-101 to SCHED-105)."),
     engine("enable-csi-node-aware-scheduling", Bool, "true", Loop,
         "Read CSINodes (the cluster's and the node-group templates') so the simulated NodeVolumeLimits filter limits CSI volumes per node.")
-        .note("Off, no node (real or template) has volume limits in the simulation; the other volume filters run either way (docs/behaviour.md VOL-6)."),
+        .note("Off, no node (real or template) has volume limits in the simulation; the other volume filters run either way (docs/behaviour.md VOL-107)."),
     engine("unready-nodes-scope", Text, "cluster", Loop,
         "Which nodes the unready check counts: cluster (every node) or autoscaled (nodes of node groups).")
         .note("autoscaled also counts nodes whose node-group lookup failed, as upstream; the status ConfigMap's totals stay cluster-wide (docs/behaviour.md CS-107)."),

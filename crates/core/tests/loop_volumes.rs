@@ -1,5 +1,5 @@
 //! Volume-aware scheduling through `run_once` with the in-memory contracts (docs/behaviour.md
-//! VOL-1 to VOL-6): scale-up grows only groups where a pod's volumes can follow it, balancing
+//! VOL-101 to VOL-108): scale-up grows only groups where a pod's volumes can follow it, balancing
 //! respects that, an unbound `Immediate` claim triggers nothing, scale-down keeps nodes whose pods'
 //! volumes cannot move, and a template's CSINode limits how many volumes a new node takes.
 
@@ -158,7 +158,7 @@ fn increases(log: &CallLog) -> Vec<String> {
     calls
 }
 
-/// docs/behaviour.md VOL-1: a pending pod whose bound volume lives in zone-b grows the zone-b
+/// docs/behaviour.md VOL-102: a pending pod whose bound volume lives in zone-b grows the zone-b
 /// group, although the expander prefers the zone-a group (less waste) for a pod without volumes.
 #[test]
 fn a_pod_whose_volume_is_in_zone_b_grows_only_the_zone_b_group() {
@@ -204,7 +204,7 @@ fn a_pod_whose_volume_is_in_zone_b_grows_only_the_zone_b_group() {
     assert!(outcome.scale_up.is_some());
 }
 
-/// docs/behaviour.md VOL-1: with `--balance-similar-node-groups` the zone-a group, similar in every
+/// docs/behaviour.md VOL-102: with `--balance-similar-node-groups` the zone-a group, similar in every
 /// other way, does not take a share of pods whose volumes live in zone-b.
 #[test]
 fn balancing_does_not_spread_zone_b_volumes_to_zone_a() {
@@ -257,7 +257,7 @@ fn balancing_does_not_spread_zone_b_volumes_to_zone_a() {
     assert_eq!(increases(&log), vec!["cloud.increase_size zone-b 2"]);
 }
 
-/// docs/behaviour.md VOL-2: an unbound claim of a `WaitForFirstConsumer` class whose allowed
+/// docs/behaviour.md VOL-103: an unbound claim of a `WaitForFirstConsumer` class whose allowed
 /// topologies name zone-a grows the zone-a group, the expander's second choice.
 #[test]
 fn a_wait_for_first_consumer_claim_picks_the_zone_its_class_allows() {
@@ -289,7 +289,7 @@ fn a_wait_for_first_consumer_claim_picks_the_zone_its_class_allows() {
     assert_eq!(increases(&log), vec!["cloud.increase_size zone-a 1"]);
 }
 
-/// docs/behaviour.md VOL-3: a pod with an unbound claim of an `Immediate` class waits for the
+/// docs/behaviour.md VOL-104: a pod with an unbound claim of an `Immediate` class waits for the
 /// control plane to bind it; no node can help, so nothing is scaled up, and the pod's
 /// NotTriggerScaleUp reason says why.
 #[test]
@@ -364,7 +364,7 @@ fn n1_unneeded(outcome: &LoopOutcome) -> bool {
         .is_some_and(|plan| plan.unneeded.iter().any(|u| u.node == "n1"))
 }
 
-/// docs/behaviour.md VOL-4: scale-down simulates where a node's pods go with the volume filters,
+/// docs/behaviour.md VOL-108: scale-down simulates where a node's pods go with the volume filters,
 /// so a node whose pod's local volume is pinned to it stays, and a node whose pod's zonal volume
 /// can follow it to another node of the same zone can go.
 #[test]
@@ -402,7 +402,7 @@ fn scale_down_keeps_nodes_whose_pods_volumes_cannot_follow_them() {
     assert!(!n1_unneeded(&run_loop(&cloud, &cluster)));
 }
 
-/// docs/behaviour.md VOL-5, VOL-6: a template's CSINode limits how many CSI volumes binpacking
+/// docs/behaviour.md VOL-107: a template's CSINode limits how many CSI volumes binpacking
 /// puts on each new node; with `--enable-csi-node-aware-scheduling=false` it is ignored.
 #[test]
 fn a_template_csi_node_limits_volumes_per_new_node() {

@@ -64,7 +64,7 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
     // SCHED-101), resolved once here for the whole loop.
     let mut snapshot = Snapshot::with_scheduler_profile(options.scheduler_profile());
     // The volume filters read the cluster's claims, volumes, classes and CSINodes
-    // (docs/behaviour.md VOL-1); placeholders and template copies carry their group's CSINode.
+    // (docs/behaviour.md VOL-101–VOL-108); placeholders and template copies carry their group's CSINode.
     snapshot.set_volume_catalogue(Arc::new(VolumeCatalogue::new(&objects.volumes)));
     snapshot.set_csi_node_limits(options.enable_csi_node_aware_scheduling);
     for ns in &objects.namespaces {

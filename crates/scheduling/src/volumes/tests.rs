@@ -122,6 +122,7 @@ fn message(s: &mut Snapshot, p: &Pod, id: NodeId) -> Option<String> {
     check(s, p, id).err().map(|u| u.to_string())
 }
 
+/// docs/behaviour.md VOL-102.
 #[test]
 fn a_bound_claim_follows_its_volume_node_affinity() {
     let mut s = Snapshot::new();
@@ -146,6 +147,7 @@ fn a_bound_claim_follows_its_volume_node_affinity() {
     assert_eq!(find_node(&mut s, &p, 0), Some(b));
 }
 
+/// docs/behaviour.md VOL-102.
 #[test]
 fn a_volume_pinned_to_a_host_rejects_other_nodes_before_any_other_filter() {
     let mut s = Snapshot::new();
@@ -168,6 +170,7 @@ fn a_volume_pinned_to_a_host_rejects_other_nodes_before_any_other_filter() {
     assert_eq!(find_node(&mut s, &p, 0), Some(local));
 }
 
+/// docs/behaviour.md VOL-104, SCHED-102.
 #[test]
 fn unbound_immediate_claims_and_missing_classes_make_the_pod_unschedulable_everywhere() {
     let mut s = Snapshot::new();
@@ -222,6 +225,7 @@ fn unbound_immediate_claims_and_missing_classes_make_the_pod_unschedulable_every
     assert_eq!(find_node(&mut s, &p, 0), Some(a));
 }
 
+/// docs/behaviour.md VOL-101, VOL-104.
 #[test]
 fn missing_lost_deleting_and_foreign_claims_have_the_scheduler_messages() {
     let mut s = Snapshot::new();
@@ -282,6 +286,7 @@ fn missing_lost_deleting_and_foreign_claims_have_the_scheduler_messages() {
     assert_eq!(check(&mut s, &e, a), Ok(()));
 }
 
+/// docs/behaviour.md VOL-104, SCHED-102.
 #[test]
 fn bound_claims_to_missing_volumes_are_reported_by_volume_zone_first() {
     let mut s = Snapshot::new();
@@ -306,6 +311,7 @@ fn bound_claims_to_missing_volumes_are_reported_by_volume_zone_first() {
     );
 }
 
+/// docs/behaviour.md VOL-103.
 #[test]
 fn wait_for_first_consumer_claims_are_provisioned_only_where_the_class_allows() {
     let mut s = Snapshot::new();
@@ -342,6 +348,7 @@ fn wait_for_first_consumer_claims_are_provisioned_only_where_the_class_allows() 
     assert_eq!(check(&mut s, &p, b), Ok(()));
 }
 
+/// docs/behaviour.md VOL-103.
 #[test]
 fn a_class_without_provisioner_binds_only_to_an_available_static_volume() {
     let mut s = Snapshot::new();
@@ -382,6 +389,7 @@ fn a_class_without_provisioner_binds_only_to_an_available_static_volume() {
     assert!(check(&mut s, &p, b).is_err());
 }
 
+/// docs/behaviour.md VOL-105.
 #[test]
 fn volume_zone_labels_restrict_nodes_with_zone_labels_only() {
     let mut s = Snapshot::new();
@@ -409,6 +417,7 @@ fn volume_zone_labels_restrict_nodes_with_zone_labels_only() {
     assert_eq!(unfit.kind(), UnfitKind::VolumeZone);
 }
 
+/// docs/behaviour.md VOL-106.
 #[test]
 fn a_read_write_once_pod_claim_in_use_rejects_every_node() {
     let mut s = Snapshot::new();
@@ -440,6 +449,7 @@ fn a_read_write_once_pod_claim_in_use_rejects_every_node() {
     assert_eq!(find_node(&mut s, &p, 0), Some(a));
 }
 
+/// docs/behaviour.md VOL-107.
 #[test]
 fn csi_node_limits_count_unique_volumes_per_driver() {
     let mut s = Snapshot::new();
@@ -481,6 +491,7 @@ fn csi_node_limits_count_unique_volumes_per_driver() {
     );
 }
 
+/// docs/behaviour.md VOL-101.
 #[test]
 fn pods_without_claims_never_consult_the_volume_catalogue() {
     let mut s = Snapshot::new();
