@@ -12,10 +12,16 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, Namespace, Node, NodeAffinity, NodeCondition, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, NodeSpec, NodeStatus, Pod, PodAffinity,
-    PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, ResourceRequirements, Taint,
-    Toleration, TopologySpreadConstraint,
+    Affinity, CSIPersistentVolumeSource, Container, ContainerPort, LocalVolumeSource, Namespace,
+    Node, NodeAffinity, NodeCondition, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    NodeSpec, NodeStatus, ObjectReference, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, Pod,
+    PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec, PodTemplateSpec, ResourceRequirements,
+    Taint, Toleration, TopologySelectorLabelRequirement, TopologySelectorTerm,
+    TopologySpreadConstraint, Volume, VolumeNodeAffinity, VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::{
+    CSINode, CSINodeDriver, CSINodeSpec, StorageClass, VolumeNodeResources,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -46,15 +52,22 @@ pub struct GeneratorSettings {
     /// Probability that a pending pod is controlled by one of the case's ReplicaSets (which makes
     /// a profile's default spread constraints apply to it).
     pub owned_pod_probability: f64,
+    /// Whether the case has storage: classes, bound volume/claim pairs, CSINodes, and pods using
+    /// claims (bound, WaitForFirstConsumer, unbound Immediate, missing).
+    pub volumes: bool,
 }
 
 impl Default for GeneratorSettings {
     fn default() -> Self {
         GeneratorSettings {
             owned_pod_probability: 0.2,
+            volumes: false,
         }
     }
 }
+
+/// The CSI driver of every generated volume and storage class.
+pub const CSI_DRIVER: &str = "csi.example.com";
 
 /// One generated case: the objects to create, in order (namespaces, ReplicaSets, nodes, running
 /// pods), then the pending pods one at a time.
@@ -69,6 +82,20 @@ pub struct Case {
     pub running: Vec<Pod>,
     /// Pods for the scheduler, created one at a time.
     pub pending: Vec<Pod>,
+    pub storage: Storage,
+}
+
+/// A case's storage objects, created before its pods.
+#[derive(Debug, Clone, Default)]
+pub struct Storage {
+    pub classes: Vec<StorageClass>,
+    /// Volumes bound to [`Storage::claims`] (the runner marks both sides Bound, as the volume
+    /// controller would).
+    pub volumes: Vec<PersistentVolume>,
+    /// Claims: those with `volumeName` are bound, the others wait (WaitForFirstConsumer) or stay
+    /// unbound (Immediate, with no volume and no provisioner running).
+    pub claims: Vec<PersistentVolumeClaim>,
+    pub csi_nodes: Vec<CSINode>,
 }
 
 /// The case `index` of the run seeded with `seed`.
@@ -122,13 +149,27 @@ impl Generator<'_> {
             .map(|app| replica_set(&ns_a, &format!("rs-{app}"), app))
             .collect();
         let running_count = self.between(1, 6);
-        let running = (0..running_count)
+        let mut running: Vec<Pod> = (0..running_count)
             .map(|j| self.running_pod(j, &node_names))
             .collect();
         let pending_count = self.between(2, 5);
-        let pending = (0..pending_count)
+        let mut pending: Vec<Pod> = (0..pending_count)
             .map(|j| self.pending_pod(j, &node_names, settings))
             .collect();
+        let mut storage = Storage::default();
+        if settings.volumes {
+            storage = self.storage(&nodes);
+            for pod in &mut running {
+                if self.chance(0.35) {
+                    self.use_bound_claim(pod, &storage);
+                }
+            }
+            for pod in &mut pending {
+                if self.chance(0.6) {
+                    self.use_claims(pod, &mut storage);
+                }
+            }
+        }
         Case {
             seed,
             index,
@@ -137,6 +178,194 @@ impl Generator<'_> {
             nodes,
             running,
             pending,
+            storage,
+        }
+    }
+
+    fn storage(&mut self, nodes: &[Node]) -> Storage {
+        let mut storage = Storage::default();
+        let mut wffc = storage_class(&format!("{}-wffc", self.prefix), "WaitForFirstConsumer");
+        if self.chance(0.5) {
+            let mut zones = vec![self.pick(&ZONES).to_string()];
+            if self.chance(0.5) {
+                let other = self.pick(&ZONES).to_string();
+                if !zones.contains(&other) {
+                    zones.push(other);
+                }
+            }
+            wffc.allowed_topologies = Some(vec![TopologySelectorTerm {
+                match_label_expressions: Some(vec![TopologySelectorLabelRequirement {
+                    key: ZONE.into(),
+                    values: zones,
+                }]),
+            }]);
+        }
+        storage.classes.push(wffc);
+        storage.classes.push(storage_class(
+            &format!("{}-immediate", self.prefix),
+            "Immediate",
+        ));
+        for k in 0..self.between(1, 3) {
+            let namespace = self.any_namespace();
+            let volume_name = format!("{}-pv{k}", self.prefix);
+            let claim_name = format!("data-{k}");
+            let mode = self.pick(&[
+                "ReadWriteOnce",
+                "ReadWriteOnce",
+                "ReadWriteOncePod",
+                "ReadWriteMany",
+            ]);
+            let mut labels = BTreeMap::new();
+            if self.chance(0.4) {
+                labels.insert(ZONE.to_string(), self.pick(&ZONES).to_string());
+            }
+            // A volume pinned to one node is a local volume, as in practice.
+            let mut local = false;
+            let node_affinity = if self.chance(0.7) {
+                local = self.chance(0.3);
+                let (key, value) = if !local {
+                    (ZONE.to_string(), self.pick(&ZONES).to_string())
+                } else {
+                    let node = &nodes[self.rng.random_range(0..nodes.len())];
+                    (
+                        HOSTNAME.to_string(),
+                        node.metadata.name.clone().unwrap_or_default(),
+                    )
+                };
+                Some(VolumeNodeAffinity {
+                    required: Some(NodeSelector {
+                        node_selector_terms: vec![NodeSelectorTerm {
+                            match_expressions: Some(vec![NodeSelectorRequirement {
+                                key,
+                                operator: "In".into(),
+                                values: Some(vec![value]),
+                            }]),
+                            ..NodeSelectorTerm::default()
+                        }],
+                    }),
+                })
+            } else {
+                None
+            };
+            storage.volumes.push(PersistentVolume {
+                metadata: ObjectMeta {
+                    name: Some(volume_name.clone()),
+                    labels: (!labels.is_empty()).then_some(labels),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PersistentVolumeSpec {
+                    access_modes: Some(vec![mode.into()]),
+                    capacity: Some(BTreeMap::from([(
+                        "storage".to_string(),
+                        Quantity("1Gi".into()),
+                    )])),
+                    csi: (!local).then(|| CSIPersistentVolumeSource {
+                        driver: CSI_DRIVER.into(),
+                        volume_handle: volume_name.clone(),
+                        ..CSIPersistentVolumeSource::default()
+                    }),
+                    local: local.then(|| LocalVolumeSource {
+                        path: "/mnt/disks/data".into(),
+                        fs_type: None,
+                    }),
+                    claim_ref: Some(ObjectReference {
+                        kind: Some("PersistentVolumeClaim".into()),
+                        api_version: Some("v1".into()),
+                        namespace: Some(namespace.clone()),
+                        name: Some(claim_name.clone()),
+                        ..ObjectReference::default()
+                    }),
+                    node_affinity,
+                    storage_class_name: Some(String::new()),
+                    ..PersistentVolumeSpec::default()
+                }),
+                status: None,
+            });
+            let mut claim = claim(&namespace, &claim_name, "", mode);
+            claim.metadata.annotations = Some(BTreeMap::from([
+                (
+                    "pv.kubernetes.io/bind-completed".to_string(),
+                    "yes".to_string(),
+                ),
+                (
+                    "pv.kubernetes.io/bound-by-controller".to_string(),
+                    "yes".to_string(),
+                ),
+            ]));
+            if let Some(spec) = claim.spec.as_mut() {
+                spec.volume_name = Some(volume_name);
+            }
+            storage.claims.push(claim);
+        }
+        for node in nodes {
+            if self.chance(0.3) {
+                continue;
+            }
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let allocatable = self.chance(0.6).then(|| VolumeNodeResources {
+                count: Some(self.between(0, 2) as i32),
+            });
+            storage.csi_nodes.push(CSINode {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: CSINodeSpec {
+                    drivers: vec![CSINodeDriver {
+                        name: CSI_DRIVER.into(),
+                        node_id: name,
+                        allocatable,
+                        topology_keys: Some(vec![ZONE.into()]),
+                    }],
+                },
+            });
+        }
+        storage
+    }
+
+    /// Adds a volume for one of the bound claims of the pod's namespace, if there is one.
+    fn use_bound_claim(&mut self, pod: &mut Pod, storage: &Storage) {
+        let namespace = pod.metadata.namespace.clone();
+        let bound: Vec<String> = storage
+            .claims
+            .iter()
+            .filter(|c| c.metadata.namespace == namespace)
+            .filter(|c| c.spec.as_ref().is_some_and(|s| s.volume_name.is_some()))
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        if bound.is_empty() {
+            return;
+        }
+        let claim = bound[self.rng.random_range(0..bound.len())].clone();
+        add_claim_volume(pod, &claim);
+    }
+
+    /// Gives a pending pod one or two claims: a bound one, a new WaitForFirstConsumer claim of its
+    /// own, a new unbound Immediate claim, or a claim that does not exist.
+    fn use_claims(&mut self, pod: &mut Pod, storage: &mut Storage) {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        for n in 0..self.between(1, 2) {
+            match self.between(0, 5) {
+                0..=1 => self.use_bound_claim(pod, storage),
+                2..=3 => {
+                    let name = format!("{pod_name}-wffc{n}");
+                    let class = format!("{}-wffc", self.prefix);
+                    storage
+                        .claims
+                        .push(claim(&namespace, &name, &class, "ReadWriteOnce"));
+                    add_claim_volume(pod, &name);
+                }
+                4 => {
+                    let name = format!("{pod_name}-immediate{n}");
+                    let class = format!("{}-immediate", self.prefix);
+                    storage
+                        .claims
+                        .push(claim(&namespace, &name, &class, "ReadWriteOnce"));
+                    add_claim_volume(pod, &name);
+                }
+                _ => add_claim_volume(pod, "missing"),
+            }
         }
     }
 
@@ -624,6 +853,63 @@ impl Generator<'_> {
             match_label_keys: self.chance(0.2).then(|| vec!["tier".to_string()]),
         }
     }
+}
+
+fn storage_class(name: &str, binding_mode: &str) -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        provisioner: CSI_DRIVER.into(),
+        volume_binding_mode: Some(binding_mode.into()),
+        ..StorageClass::default()
+    }
+}
+
+fn claim(namespace: &str, name: &str, class: &str, mode: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec![mode.into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity("1Gi".into()),
+                )])),
+                ..VolumeResourceRequirements::default()
+            }),
+            storage_class_name: Some(class.into()),
+            ..PersistentVolumeClaimSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Mounts the claim in the pod (once: a pod naming the same claim twice is not generated).
+fn add_claim_volume(pod: &mut Pod, claim: &str) {
+    let spec = pod.spec.get_or_insert_with(PodSpec::default);
+    let volumes = spec.volumes.get_or_insert_with(Vec::new);
+    if volumes.iter().any(|v| {
+        v.persistent_volume_claim
+            .as_ref()
+            .is_some_and(|c| c.claim_name == claim)
+    }) {
+        return;
+    }
+    let name = format!("v{}", volumes.len());
+    volumes.push(Volume {
+        name,
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.into(),
+            read_only: None,
+        }),
+        ..Volume::default()
+    });
 }
 
 fn quantities(values: &BTreeMap<String, String>) -> BTreeMap<String, Quantity> {

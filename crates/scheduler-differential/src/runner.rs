@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::node::v1::{Overhead, RuntimeClass};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -20,7 +21,7 @@ use kube::{Api, Client};
 
 use crate::generate::{Case, GeneratorSettings, OWNER_ANNOTATION, RUNTIME_CLASS, owner_reference};
 use crate::verdict::{
-    Disagreement, Observation, Outcome, Wording, compare, ferroscale_verdicts,
+    Disagreement, Observation, Outcome, Wording, compare, ferroscale_verdicts, known_issue,
     message_counts_all_nodes, parse_scheduler_message,
 };
 
@@ -30,6 +31,8 @@ const DECISION_LIMIT: Duration = Duration::from_secs(60);
 /// pending pod (nodes and pods arrive on different watches).
 const SETTLE: Duration = Duration::from_millis(500);
 const POLL: Duration = Duration::from_millis(50);
+/// The claim annotation naming the node the scheduler chose for a WaitForFirstConsumer claim.
+const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
 /// A family of cases: one scheduler configuration given to both sides, and generator settings.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +50,19 @@ pub const DEFAULT_PROFILE: Family = Family {
     scheduler_config: None,
     settings: GeneratorSettings {
         owned_pod_probability: 0.2,
+        volumes: false,
+    },
+};
+
+/// The default profile with storage in every case: bound claims with zonal and node-local
+/// volumes, WaitForFirstConsumer classes with allowed topologies, unbound Immediate claims,
+/// missing claims, ReadWriteOncePod and per-node CSI volume limits.
+pub const VOLUMES: Family = Family {
+    name: "volumes",
+    scheduler_config: None,
+    settings: GeneratorSettings {
+        owned_pod_probability: 0.2,
+        volumes: true,
     },
 };
 
@@ -79,6 +95,7 @@ profiles:
     ),
     settings: GeneratorSettings {
         owned_pod_probability: 0.6,
+        volumes: false,
     },
 };
 
@@ -119,6 +136,8 @@ pub struct Tally {
     /// Judged pods on which the two sides agree only once Ferroscale's known wording differences
     /// are read as the scheduler's words.
     pub reworded: Vec<Disagreement>,
+    /// Disagreements that are known issues (regression cases), by regression case.
+    pub known: BTreeMap<&'static str, usize>,
     /// How often kube-scheduler gave each reason (summed over nodes of unschedulable pods): which
     /// filters the run exercised.
     pub reasons: BTreeMap<String, usize>,
@@ -133,6 +152,9 @@ impl Tally {
         self.unschedulable += other.unschedulable;
         self.races += other.races;
         self.reworded.extend(other.reworded);
+        for (issue, count) in other.known {
+            *self.known.entry(issue).or_default() += count;
+        }
         for (reason, count) in other.reasons {
             *self.reasons.entry(reason).or_default() += count;
         }
@@ -225,6 +247,7 @@ impl Runner {
                 .await
                 .map_err(api_error(format!("reset the taints of node {name}")))?;
         }
+        self.create_storage(case).await?;
         for pod in &case.running {
             let pod = with_owner(pod, &owners);
             self.pods(&pod)
@@ -246,18 +269,26 @@ impl Runner {
                 .await
                 .map_err(api_error("create a pending pod"))?;
             let name = stored.metadata.name.clone().unwrap_or_default();
-            let mut outcome = self.outcome(&api, &name).await?;
+            let claims = claim_names(&stored);
+            let mut outcome = self.outcome(&api, &name, &claims).await?;
             let mut observation = self.observe(case, stored.clone(), outcome.clone()).await?;
             // The scheduler counted fewer nodes than the case has: it decided before its informers
             // delivered the whole case. It retries when they do; give it the chance once.
             if !message_counts_all_nodes(&observation) {
                 tokio::time::sleep(Duration::from_secs(2)).await;
-                outcome = self.outcome(&api, &name).await?;
+                outcome = self.outcome(&api, &name, &claims).await?;
                 observation = self.observe(case, stored, outcome.clone()).await?;
             }
             tally.pods += 1;
             match &outcome {
-                Outcome::Bound(_) => tally.bound += 1,
+                Outcome::Bound(_) => {
+                    tally.bound += 1;
+                    // A pod whose claim waits for provisioning stays in the scheduler's PreBind
+                    // (no provisioner runs here) and is never bound: it goes, as if it had failed.
+                    if !claims.is_empty() && !self.is_bound(&api, &name).await? {
+                        self.delete_pod(&api, &name).await?;
+                    }
+                }
                 Outcome::Unschedulable(message) => {
                     tally.unschedulable += 1;
                     for (reason, count) in parse_scheduler_message(message)
@@ -287,11 +318,17 @@ impl Runner {
                 });
             }
             if let Err(problem) = compare(&observation, &verdicts, Wording::AllowKnownDifferences) {
-                tally.disagreements.push(Disagreement {
+                let found = Disagreement {
                     observation,
                     ferroscale: verdicts,
                     problem,
-                });
+                };
+                match known_issue(&found.observation, &found.ferroscale) {
+                    Some(issue) => {
+                        *tally.known.entry(issue).or_default() += 1;
+                    }
+                    None => tally.disagreements.push(found),
+                }
             }
         }
         Ok(tally)
@@ -302,9 +339,31 @@ impl Runner {
         Api::namespaced(self.client.clone(), ns)
     }
 
-    /// Waits until the pod is bound or marked unschedulable.
-    async fn outcome(&self, api: &Api<Pod>, name: &str) -> Result<Outcome, RunError> {
+    async fn is_bound(&self, api: &Api<Pod>, name: &str) -> Result<bool, RunError> {
+        let pod = api
+            .get(name)
+            .await
+            .map_err(api_error(format!("read pod {name}")))?;
+        Ok(pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some())
+    }
+
+    /// Waits until the pod is bound, one of its claims is given the scheduler's node to provision
+    /// for (`volume.kubernetes.io/selected-node`, set in PreBind once the node is chosen), or the
+    /// pod is marked unschedulable.
+    async fn outcome(
+        &self,
+        api: &Api<Pod>,
+        name: &str,
+        claims: &[String],
+    ) -> Result<Outcome, RunError> {
         let start = Instant::now();
+        let namespace = api.namespace().unwrap_or("default").to_string();
+        let claims_api: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &namespace);
         while start.elapsed() < DECISION_LIMIT {
             let pod = api
                 .get(name)
@@ -312,6 +371,17 @@ impl Runner {
                 .map_err(api_error(format!("read pod {name}")))?;
             if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
                 return Ok(Outcome::Bound(node));
+            }
+            for claim in claims {
+                let selected = claims_api
+                    .get_opt(claim)
+                    .await
+                    .map_err(api_error(format!("read claim {claim}")))?
+                    .and_then(|c| c.metadata.annotations)
+                    .and_then(|a| a.get(SELECTED_NODE).cloned());
+                if let Some(node) = selected {
+                    return Ok(Outcome::Bound(node));
+                }
             }
             let unschedulable = pod
                 .status
@@ -380,7 +450,48 @@ impl Runner {
                     && !(p.metadata.name == name && p.metadata.namespace == namespace)
             }));
         }
+        let prefix = format!("c{}-", case.index);
+        let ours = |name: &Option<String>| name.as_deref().is_some_and(|n| n.starts_with(&prefix));
+        let storage_classes = Api::<StorageClass>::all(self.client.clone())
+            .list(&lp)
+            .await
+            .map_err(api_error("list storage classes"))?
+            .items
+            .into_iter()
+            .filter(|c| ours(&c.metadata.name))
+            .collect();
+        let volumes = Api::<PersistentVolume>::all(self.client.clone())
+            .list(&lp)
+            .await
+            .map_err(api_error("list volumes"))?
+            .items
+            .into_iter()
+            .filter(|v| ours(&v.metadata.name))
+            .collect();
+        let csi_nodes = Api::<CSINode>::all(self.client.clone())
+            .list(&lp)
+            .await
+            .map_err(api_error("list CSINodes"))?
+            .items
+            .into_iter()
+            .filter(|c| ours(&c.metadata.name))
+            .collect();
+        let mut claims = Vec::new();
+        for ns in &case.namespaces {
+            let ns = ns.metadata.name.as_deref().unwrap_or_default();
+            claims.extend(
+                Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns)
+                    .list(&lp)
+                    .await
+                    .map_err(api_error("list claims"))?
+                    .items,
+            );
+        }
         Ok(Observation {
+            storage_classes,
+            volumes,
+            claims,
+            csi_nodes,
             seed: case.seed,
             case: case.index,
             family: self.family.name.to_string(),
@@ -409,6 +520,99 @@ impl Runner {
             }
         }
         Err(RunError::Timeout(format!("pod {name} was deleted")))
+    }
+
+    /// Creates the case's storage classes, volumes, claims and CSINodes, and marks each bound
+    /// volume/claim pair Bound as the volume controller (not running here) would.
+    async fn create_storage(&self, case: &Case) -> Result<(), RunError> {
+        let post = PostParams::default();
+        let storage = &case.storage;
+        let classes: Api<StorageClass> = Api::all(self.client.clone());
+        for class in &storage.classes {
+            classes
+                .create(&post, class)
+                .await
+                .map_err(api_error("create a storage class"))?;
+        }
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        for volume in &storage.volumes {
+            let name = volume.metadata.name.as_deref().unwrap_or_default();
+            volumes
+                .create(&post, volume)
+                .await
+                .map_err(api_error(format!("create volume {name}")))?;
+            let status = serde_json::json!({ "status": { "phase": "Bound" } });
+            volumes
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .map_err(api_error(format!("mark volume {name} Bound")))?;
+        }
+        for claim in &storage.claims {
+            let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+            let name = claim.metadata.name.as_deref().unwrap_or_default();
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+            api.create(&post, claim)
+                .await
+                .map_err(api_error(format!("create claim {ns}/{name}")))?;
+            let spec = claim.spec.as_ref();
+            if spec.and_then(|s| s.volume_name.as_ref()).is_some() {
+                let status = serde_json::json!({ "status": {
+                    "phase": "Bound",
+                    "accessModes": spec.and_then(|s| s.access_modes.clone()),
+                    "capacity": { "storage": "1Gi" },
+                } });
+                api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await
+                    .map_err(api_error(format!("mark claim {ns}/{name} Bound")))?;
+            }
+        }
+        let csi_nodes: Api<CSINode> = Api::all(self.client.clone());
+        for csi_node in &storage.csi_nodes {
+            csi_nodes
+                .create(&post, csi_node)
+                .await
+                .map_err(api_error("create a CSINode"))?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the case's storage; the protection finalizers (removed by controllers that do not
+    /// run here) are dropped first.
+    async fn delete_storage(&self, case: &Case) -> Result<(), RunError> {
+        let unprotect = serde_json::json!({ "metadata": { "finalizers": null } });
+        let patch = Patch::Merge(&unprotect);
+        let pp = PatchParams::default();
+        let dp = DeleteParams::default();
+        for claim in &case.storage.claims {
+            let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+            let name = claim.metadata.name.as_deref().unwrap_or_default();
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+            ignore_missing(api.patch(name, &pp, &patch).await)
+                .map_err(api_error(format!("unprotect claim {ns}/{name}")))?;
+            ignore_missing(api.delete(name, &dp).await)
+                .map_err(api_error(format!("delete claim {ns}/{name}")))?;
+        }
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        for volume in &case.storage.volumes {
+            let name = volume.metadata.name.as_deref().unwrap_or_default();
+            ignore_missing(volumes.patch(name, &pp, &patch).await)
+                .map_err(api_error(format!("unprotect volume {name}")))?;
+            ignore_missing(volumes.delete(name, &dp).await)
+                .map_err(api_error(format!("delete volume {name}")))?;
+        }
+        let classes: Api<StorageClass> = Api::all(self.client.clone());
+        for class in &case.storage.classes {
+            let name = class.metadata.name.as_deref().unwrap_or_default();
+            ignore_missing(classes.delete(name, &dp).await)
+                .map_err(api_error("delete a storage class"))?;
+        }
+        let csi_nodes: Api<CSINode> = Api::all(self.client.clone());
+        for csi_node in &case.storage.csi_nodes {
+            let name = csi_node.metadata.name.as_deref().unwrap_or_default();
+            ignore_missing(csi_nodes.delete(name, &dp).await)
+                .map_err(api_error("delete a CSINode"))?;
+        }
+        Ok(())
     }
 
     /// Deletes the case's pods and nodes (at once, no grace) and its ReplicaSets. Namespaces stay
@@ -443,6 +647,7 @@ impl Runner {
             ignore_missing(nodes.delete(name, &DeleteParams::default()).await)
                 .map_err(api_error("delete a node"))?;
         }
+        self.delete_storage(case).await?;
         // Let the scheduler's informers drop the case before the next one arrives.
         tokio::time::sleep(SETTLE).await;
         Ok(())
@@ -464,6 +669,16 @@ fn with_owner(pod: &Pod, owners: &BTreeMap<String, String>) -> Pod {
         pod.metadata.owner_references = Some(vec![owner_reference(&owner, &uid)]);
     }
     pod
+}
+
+/// The claims a pod's volumes name.
+fn claim_names(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.clone())
+        .collect()
 }
 
 fn ignore_missing<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error> {

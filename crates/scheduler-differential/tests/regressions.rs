@@ -6,7 +6,8 @@
 use std::path::Path;
 
 use ferroscale_scheduler_differential::{
-    Disagreement, Observation, WORDING_DIFFERENCES, Wording, compare, ferroscale_verdicts,
+    Disagreement, KNOWN_ISSUES, Observation, WORDING_DIFFERENCES, Wording, compare,
+    ferroscale_verdicts, known_issue,
 };
 
 fn regressions_dir() -> &'static Path {
@@ -42,6 +43,9 @@ fn every_regression_case_is_replayed() {
         "untolerated_taint_wording",
         "spread_missing_label_wording",
         "default_spread_counts_selected_pods",
+        "volume_binding_prefilter_does_not_narrow",
+        "volume_node_affinity_wording",
+        "read_write_once_pod_wording",
     ];
     let mut files: Vec<String> = std::fs::read_dir(regressions_dir())
         .expect("regressions/")
@@ -57,6 +61,13 @@ fn every_regression_case_is_replayed() {
         files, expected,
         "a regression file without its test, or the reverse"
     );
+    for issue in KNOWN_ISSUES {
+        assert!(
+            replayed.contains(&issue.regression),
+            "known issue {} has no regression case",
+            issue.regression
+        );
+    }
     for difference in WORDING_DIFFERENCES {
         assert!(
             replayed.contains(&difference.regression),
@@ -104,6 +115,65 @@ fn spread_missing_label_verdicts_agree() {
 fn default_spread_counts_selected_pods() {
     replay(
         "default_spread_counts_selected_pods",
+        Wording::AllowKnownDifferences,
+    );
+}
+
+#[test]
+#[ignore = "Ferroscale bug (crates/scheduling volumes.rs, VolumePlan eligible_nodes): \
+            kube-scheduler v1.36's VolumeBinding PreFilter narrows no nodes (it returns no node \
+            set); Ferroscale rejects nodes outside a bound volume's node names before any filter, \
+            so nodes the scheduler rejects by an earlier filter are reported as `didn't satisfy \
+            plugin(s) [VolumeBinding]`"]
+fn volume_binding_prefilter_does_not_narrow() {
+    replay(
+        "volume_binding_prefilter_does_not_narrow",
+        Wording::AllowKnownDifferences,
+    );
+}
+
+/// The random run tolerates this disagreement as a known issue, and only this one.
+#[test]
+fn volume_binding_prefilter_does_not_narrow_is_a_known_issue() {
+    let narrowed = observation("volume_binding_prefilter_does_not_narrow");
+    let ferroscale = ferroscale_verdicts(&narrowed).expect("Ferroscale judges the case");
+    assert_eq!(
+        known_issue(&narrowed, &ferroscale),
+        Some("volume_binding_prefilter_does_not_narrow")
+    );
+    let other = observation("volume_node_affinity_wording");
+    let ferroscale = ferroscale_verdicts(&other).expect("Ferroscale judges the case");
+    assert_eq!(known_issue(&other, &ferroscale), None);
+}
+
+#[test]
+#[ignore = "Ferroscale bug (crates/scheduling volumes.rs, VolumeUnfit::NodeAffinityConflict's \
+            Display): kube-scheduler v1.36 words it `node(s) didn't match PersistentVolume's node \
+            affinity`"]
+fn volume_node_affinity_wording() {
+    replay("volume_node_affinity_wording", Wording::Exact);
+}
+
+#[test]
+fn volume_node_affinity_verdicts_agree() {
+    replay(
+        "volume_node_affinity_wording",
+        Wording::AllowKnownDifferences,
+    );
+}
+
+#[test]
+#[ignore = "Ferroscale bug (crates/scheduling volumes.rs, VolumeUnfit::ReadWriteOncePodConflict's \
+            Display): kube-scheduler v1.36 words it `node(s) unavailable due to \
+            PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod`"]
+fn read_write_once_pod_wording() {
+    replay("read_write_once_pod_wording", Wording::Exact);
+}
+
+#[test]
+fn read_write_once_pod_verdicts_agree() {
+    replay(
+        "read_write_once_pod_wording",
         Wording::AllowKnownDifferences,
     );
 }
