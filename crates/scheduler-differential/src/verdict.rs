@@ -138,6 +138,8 @@ pub fn ferroscale_verdicts(observation: &Observation) -> Result<NodeVerdicts, Ve
 pub struct ReasonCounts {
     pub nodes: usize,
     pub reasons: BTreeMap<String, usize>,
+    /// A PreFilter rejected the pod for every node (its message has no counts).
+    pub pre_filter: bool,
 }
 
 /// Reads "0/N nodes are available: 2 reason, 1 other reason. preemption: ..." (or, when a
@@ -162,7 +164,11 @@ pub fn parse_scheduler_message(message: &str) -> Option<ReasonCounts> {
         // A PreFilter's message stands for every node.
         reasons.insert(filters.to_string(), nodes);
     }
-    Some(ReasonCounts { nodes, reasons })
+    Some(ReasonCounts {
+        nodes,
+        reasons,
+        pre_filter: !counted,
+    })
 }
 
 /// The scheduler's reason for nodes its NodeAffinity PreFilter left out (the pod's required node
@@ -425,7 +431,7 @@ pub fn compare(
             }
             let scheduler = parse_scheduler_message(message)
                 .ok_or_else(|| format!("the scheduler's message is not understood: {message}"))?;
-            let ours = ferroscale_reasons(observation, ferroscale, wording);
+            let ours = ferroscale_reasons(observation, ferroscale, wording, scheduler.pre_filter);
             compare_reasons(&scheduler.reasons, &ours)
         }
     }
@@ -437,8 +443,14 @@ fn ferroscale_reasons(
     observation: &Observation,
     ferroscale: &NodeVerdicts,
     wording: Wording,
+    rejected_in_pre_filter: bool,
 ) -> BTreeMap<String, usize> {
-    let pre_filtered = pre_filter_node_names(&observation.pod);
+    // A PreFilter that rejects the pod outright stops the cycle before any node is left out.
+    let pre_filtered = if rejected_in_pre_filter {
+        None
+    } else {
+        pre_filter_node_names(&observation.pod)
+    };
     let mut reasons = BTreeMap::new();
     for (node, verdict) in ferroscale {
         let Err(unfit) = verdict else { continue };

@@ -46,6 +46,7 @@ fn every_regression_case_is_replayed() {
         "volume_binding_prefilter_does_not_narrow",
         "volume_node_affinity_wording",
         "read_write_once_pod_wording",
+        "pre_filter_rejection_leaves_no_node_out",
     ];
     let mut files: Vec<String> = std::fs::read_dir(regressions_dir())
         .expect("regressions/")
@@ -174,6 +175,14 @@ fn read_write_once_pod_wording() {
 fn read_write_once_pod_verdicts_agree() {
     replay(
         "read_write_once_pod_wording",
+        Wording::AllowKnownDifferences,
+    );
+}
+
+#[test]
+fn pre_filter_rejection_leaves_no_node_out() {
+    replay(
+        "pre_filter_rejection_leaves_no_node_out",
         Wording::AllowKnownDifferences,
     );
 }
