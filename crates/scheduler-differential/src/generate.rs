@@ -49,8 +49,9 @@ const TIERS: [&str; 2] = ["front", "back"];
 /// What the generator may produce, per family of cases.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GeneratorSettings {
-    /// Probability that a pending pod is controlled by one of the case's ReplicaSets (which makes
-    /// a profile's default spread constraints apply to it).
+    /// Probability that a pending pod is put in the ReplicaSets' namespace, where every pod is
+    /// controlled by the ReplicaSet selecting it (which makes a profile's default spread
+    /// constraints apply to it); otherwise its namespace is either of the two.
     pub owned_pod_probability: f64,
     /// Whether the case has storage: classes, bound volume/claim pairs, CSINodes, and pods using
     /// claims (bound, WaitForFirstConsumer, unbound Immediate, missing).
@@ -527,13 +528,13 @@ impl Generator<'_> {
     fn pending_pod(&mut self, j: u32, nodes: &[String], settings: GeneratorSettings) -> Pod {
         let mut pod = self.pod_base(format!("p{j}"));
         if self.chance(settings.owned_pod_probability) {
-            // Owned pods live in the ReplicaSets' namespace and carry their selector's label.
-            let app = self.pick(&APPS);
             pod.metadata.namespace = Some(self.namespace_names()[0].clone());
-            pod.metadata
-                .labels
-                .get_or_insert_with(BTreeMap::new)
-                .insert("app".into(), app.into());
+        }
+        // Every pod of the ReplicaSets' namespace is controlled by the one that selects it, as in
+        // a real cluster (running pods alike).
+        if pod.metadata.namespace.as_deref() == Some(self.namespace_names()[0].as_str())
+            && let Some(app) = pod.metadata.labels.as_ref().and_then(|l| l.get("app"))
+        {
             pod.metadata.annotations = Some(BTreeMap::from([(
                 OWNER_ANNOTATION.to_string(),
                 format!("rs-{app}"),

@@ -47,6 +47,7 @@ fn every_regression_case_is_replayed() {
         "volume_node_affinity_wording",
         "read_write_once_pod_wording",
         "pre_filter_rejection_leaves_no_node_out",
+        "default_spread_counts_selected_pending_pods",
     ];
     let mut files: Vec<String> = std::fs::read_dir(regressions_dir())
         .expect("regressions/")
@@ -183,6 +184,17 @@ fn read_write_once_pod_verdicts_agree() {
 fn pre_filter_rejection_leaves_no_node_out() {
     replay(
         "pre_filter_rejection_leaves_no_node_out",
+        Wording::AllowKnownDifferences,
+    );
+}
+
+#[test]
+#[ignore = "Ferroscale divergence (crates/scheduling scheduler_config.rs default_spread_owner, \
+            docs/behaviour.md SCHED-103): as default_spread_counts_selected_pods, with the \
+            uncontrolled pod bound by the scheduler earlier in the case"]
+fn default_spread_counts_selected_pending_pods() {
+    replay(
+        "default_spread_counts_selected_pending_pods",
         Wording::AllowKnownDifferences,
     );
 }
