@@ -1,8 +1,8 @@
 //! `KubeCluster` against a real control plane (etcd, kube-apiserver, kube-controller-manager and
 //! kwok), one per test binary with sequential steps: the caches see objects come, change and go,
-//! converted; an object the model rejects does not stop the others; taints and cordoning
-//! round-trip; a PDB refuses an eviction that otherwise succeeds; events and the status ConfigMap
-//! land; the caches recover after the API server restarts.
+//! converted (storage objects included); an object the model rejects does not stop the others;
+//! taints and cordoning round-trip; a PDB refuses an eviction that otherwise succeeds; events and
+//! the status ConfigMap land; the caches recover after the API server restarts.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -13,17 +13,18 @@ use ferroscale_core::kubernetes::{
     ClusterApi, ClusterObjects, EvictionError, STATUS_LAST_UPDATED_ANNOTATION, StatusConfigMap,
 };
 use ferroscale_kube::{CacheConfig, ClusterCaches, KubeCluster, KubeClusterConfig};
-use ferroscale_model::{Taint, TaintEffect, Timestamp};
+use ferroscale_model::{AccessMode, Taint, TaintEffect, Timestamp, VolumeBindingMode};
 use ferroscale_testing_control_plane::{
     ControlPlane, FAKE_NODE_ANNOTATION_KEY, FAKE_NODE_ANNOTATION_VALUE, Options,
 };
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, Namespace, Node, NodeStatus, Pod, PodSpec, PodTemplateSpec,
-    ResourceRequirements,
+    ConfigMap, Container, Namespace, Node, NodeStatus, PersistentVolume, PersistentVolumeClaim,
+    Pod, PodSpec, PodTemplateSpec, ResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -187,6 +188,8 @@ async fn live_cluster_caches_and_actuation() {
     let step = |name: &str| eprintln!("[{:>6.1?}] {name}", started.elapsed());
     step("caches follow the cluster");
     caches_follow_the_cluster(&fixture).await;
+    step("storage objects");
+    caches_hold_storage_objects(&fixture).await;
     step("taint and cordon");
     taint_and_cordon_round_trip(&fixture).await;
     step("evictions");
@@ -196,6 +199,117 @@ async fn live_cluster_caches_and_actuation() {
     step("API server restart");
     caches_recover_after_apiserver_restart(&fixture).await;
     step("done");
+}
+
+/// Claims, volumes, classes and CSINodes are watched and converted for the volume filters, and a
+/// deleted claim leaves the model.
+async fn caches_hold_storage_objects(fixture: &Fixture) {
+    let client = &fixture.client;
+    let class: StorageClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "zonal"},
+        "provisioner": "ebs.csi.aws.com",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowedTopologies": [{"matchLabelExpressions": [
+            {"key": "topology.kubernetes.io/zone", "values": ["zone-b"]}
+        ]}],
+    }))
+    .expect("StorageClass");
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create the StorageClass");
+    let volume: PersistentVolume = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pv-b", "labels": {"topology.kubernetes.io/zone": "zone-b"}},
+        "spec": {
+            "capacity": {"storage": "5Gi"},
+            "accessModes": ["ReadWriteOncePod"],
+            "storageClassName": "zonal",
+            "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-b"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}
+            ]}]}},
+        },
+    }))
+    .expect("PersistentVolume");
+    Api::<PersistentVolume>::all(client.clone())
+        .create(&PostParams::default(), &volume)
+        .await
+        .expect("create the PersistentVolume");
+    let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "data-db-0"},
+        "spec": {
+            "accessModes": ["ReadWriteOncePod"],
+            "storageClassName": "zonal",
+            "resources": {"requests": {"storage": "5Gi"}},
+        },
+    }))
+    .expect("PersistentVolumeClaim");
+    let claims: Api<PersistentVolumeClaim> = fixture.api();
+    claims
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("create the claim");
+    let csi_node: CSINode = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "n1"},
+        "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": 25}}]},
+    }))
+    .expect("CSINode");
+    Api::<CSINode>::all(client.clone())
+        .create(&PostParams::default(), &csi_node)
+        .await
+        .expect("create the CSINode");
+
+    let volumes = eventually("the caches show the storage objects", || async {
+        let volumes = fixture.gathered().await.volumes;
+        let complete = volumes.claims.iter().any(|c| c.name == "data-db-0")
+            && volumes.volumes.iter().any(|v| v.name == "pv-b")
+            && volumes.storage_classes.iter().any(|c| c.name == "zonal")
+            && volumes.csi_nodes.iter().any(|c| c.node_name == "n1");
+        complete.then_some(volumes)
+    })
+    .await;
+    let claim = volumes
+        .claims
+        .iter()
+        .find(|c| c.name == "data-db-0")
+        .expect("claim");
+    assert_eq!(claim.namespace, NAMESPACE);
+    assert_eq!(claim.access_modes, vec![AccessMode::ReadWriteOncePod]);
+    assert_eq!(claim.requested_storage, 5 << 30);
+    let volume = volumes
+        .volumes
+        .iter()
+        .find(|v| v.name == "pv-b")
+        .expect("volume");
+    assert_eq!(volume.csi_driver.as_deref(), Some("ebs.csi.aws.com"));
+    assert!(volume.node_affinity.is_some());
+    let class = volumes
+        .storage_classes
+        .iter()
+        .find(|c| c.name == "zonal")
+        .expect("class");
+    assert_eq!(class.binding_mode, VolumeBindingMode::WaitForFirstConsumer);
+    assert_eq!(class.allowed_topologies.len(), 1);
+    let csi = volumes
+        .csi_nodes
+        .iter()
+        .find(|c| c.node_name == "n1")
+        .expect("CSINode");
+    assert_eq!(
+        csi.driver("ebs.csi.aws.com")
+            .and_then(|d| d.allocatable_count),
+        Some(25)
+    );
+
+    claims
+        .delete("data-db-0", &DeleteParams::default())
+        .await
+        .expect("delete the claim");
+    eventually("the deleted claim to leave the caches", || async {
+        let volumes = fixture.gathered().await.volumes;
+        (!volumes.claims.iter().any(|c| c.name == "data-db-0")).then_some(())
+    })
+    .await;
 }
 
 async fn caches_follow_the_cluster(fixture: &Fixture) {

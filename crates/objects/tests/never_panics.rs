@@ -5,6 +5,8 @@ use proptest::prelude::*;
 
 const SEED: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {a: b}}\nspec:\n  containers:\n  - name: c\n    ports: [{containerPort: 80, hostPort: 80}]\n    resources: {requests: {cpu: 100m, memory: 1Gi}}\n  tolerations: [{key: k, operator: Exists}]\n---\napiVersion: v1\nkind: Node\nmetadata: {name: n}\nspec: {taints: [{key: a, effect: NoSchedule}]}\nstatus: {capacity: {cpu: '4'}}\n";
 
+const STORAGE_SEED: &str = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: c, annotations: {volume.kubernetes.io/selected-node: n}}\nspec: {accessModes: [ReadWriteOnce], storageClassName: s, volumeName: v, resources: {requests: {storage: 1Gi}}}\nstatus: {phase: Bound}\n---\napiVersion: v1\nkind: PersistentVolume\nmetadata: {name: v}\nspec:\n  capacity: {storage: 1Gi}\n  csi: {driver: d, volumeHandle: h}\n  nodeAffinity: {required: {nodeSelectorTerms: [{matchExpressions: [{key: z, operator: In, values: [a]}]}]}}\n---\napiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: s}\nprovisioner: p\nvolumeBindingMode: WaitForFirstConsumer\nallowedTopologies: [{matchLabelExpressions: [{key: z, values: [a]}]}]\n---\napiVersion: storage.k8s.io/v1\nkind: CSINode\nmetadata: {name: n}\nspec: {drivers: [{name: d, nodeID: x, allocatable: {count: 3}}]}\n";
+
 proptest! {
     #[test]
     fn arbitrary_text_never_panics(text in "\\PC{0,300}") {
@@ -20,4 +22,22 @@ proptest! {
         text.replace_range(start..end, &replacement);
         let _ = parse_objects_yaml(&text, "fuzz");
     }
+
+    #[test]
+    fn mutated_storage_objects_never_panic(position in 0usize..STORAGE_SEED.len(), replacement in "[-:{}\\[\\],'\" a-z0-9\n]{0,6}", cut in 0usize..40) {
+        let mut text = STORAGE_SEED.to_string();
+        let start = (0..=position).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+        let end = (start + cut).min(text.len());
+        let end = (end..=text.len()).find(|i| text.is_char_boundary(*i)).unwrap_or(text.len());
+        text.replace_range(start..end, &replacement);
+        let _ = parse_objects_yaml(&text, "fuzz");
+    }
+}
+
+/// The storage seed is valid as written, so its mutations explore the storage conversions.
+#[test]
+fn the_storage_seed_converts() {
+    let parsed = parse_objects_yaml(STORAGE_SEED, "seed").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(parsed.objects.len(), 4);
+    assert!(parsed.warnings.is_empty(), "{:?}", parsed.warnings);
 }

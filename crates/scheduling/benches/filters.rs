@@ -1,7 +1,9 @@
 //! Filter throughput on a 5,000-node, 150,000-pod snapshot in three zones, and the cost of a
 //! what-if branch.
 //!
-//! * `check/*` — one `check` call (PreFilter work included) on a node, cycling over the nodes.
+//! * `check/*` — one `check` call (PreFilter work included) on a node, cycling over the nodes;
+//!   `zonal_volume` is a pod whose bound claim's volume lives in one zone (the volume filters'
+//!   cost; every other pod has no claim and skips them).
 //! * `profile/*` — `check` under a scheduler profile (`--scheduler-config-file`) with a default
 //!   zone spread constraint and an ignored extended resource.
 //! * `scan/*` — `find_node` for a pod that fits nowhere, so every node is filtered once; the
@@ -16,11 +18,15 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ferroscale_model::Node;
 use ferroscale_model::labels::{HOSTNAME, ZONE};
 use ferroscale_model::{
-    LabelSelector, NodeInclusionPolicy, OwnerRef, Pod, PodAffinityTerm, Resources,
-    TopologySpreadConstraint, UnsatisfiableAction,
+    AccessMode, ClaimPhase, LabelSelector, Labels, NodeInclusionPolicy, NodeOperator,
+    NodeRequirement, NodeSelector, NodeSelectorTerm, OwnerRef, PersistentVolume,
+    PersistentVolumeClaim, Pod, PodAffinityTerm, Resources, TopologySpreadConstraint,
+    UnsatisfiableAction, Volume, VolumeObjects, VolumePhase, VolumeSource,
 };
 use ferroscale_scheduling::scheduler_config::SpreadDefaulting;
-use ferroscale_scheduling::{NodeId, SchedulerProfile, Snapshot, check, find_node};
+use ferroscale_scheduling::{
+    NodeId, SchedulerProfile, Snapshot, VolumeCatalogue, check, find_node,
+};
 
 const NODES: usize = 5_000;
 const PODS_PER_NODE: usize = 30;
@@ -93,8 +99,53 @@ fn pending(name: &str, app: &str) -> Pod {
     p
 }
 
+/// Claims `data-<zone>` bound to volumes pinned (node affinity and labels) to `<zone>`.
+fn zonal_volumes(zones: &[&str]) -> Arc<VolumeCatalogue> {
+    let mut objects = VolumeObjects::default();
+    for zone in zones {
+        objects.claims.push(Arc::new(PersistentVolumeClaim {
+            namespace: "default".into(),
+            name: format!("data-{zone}"),
+            volume_name: Some(format!("pv-{zone}")),
+            access_modes: vec![AccessMode::ReadWriteOnce],
+            phase: ClaimPhase::Bound,
+            ..PersistentVolumeClaim::default()
+        }));
+        objects.volumes.push(Arc::new(PersistentVolume {
+            name: format!("pv-{zone}"),
+            labels: Labels::from([(ZONE.to_string(), zone.to_string())]),
+            node_affinity: Some(NodeSelector {
+                terms: vec![NodeSelectorTerm {
+                    match_expressions: vec![NodeRequirement {
+                        key: ZONE.into(),
+                        operator: NodeOperator::In,
+                        values: vec![zone.to_string()],
+                    }],
+                    match_fields: Vec::new(),
+                }],
+            }),
+            csi_driver: Some("csi.example.com".into()),
+            phase: VolumePhase::Bound,
+            ..PersistentVolume::default()
+        }));
+    }
+    Arc::new(VolumeCatalogue::new(&objects))
+}
+
+fn with_claim(mut pod: Pod, claim: &str) -> Pod {
+    pod.volumes.push(Volume {
+        name: "data".into(),
+        source: VolumeSource::PersistentVolumeClaim {
+            claim_name: claim.into(),
+        },
+    });
+    pod
+}
+
 fn filters(c: &mut Criterion) {
     let (mut s, ids) = cluster();
+    s.set_volume_catalogue(zonal_volumes(&["zone-1", "zone-9"]));
+    let zonal = with_claim(pending("zonal", "new-zonal"), "data-zone-1");
 
     let plain = pending("plain", "new-plain");
     let mut anti = pending("anti", "new-anti");
@@ -109,6 +160,7 @@ fn filters(c: &mut Criterion) {
         ("plain", &plain),
         ("anti_affinity", &anti),
         ("zone_spread", &spread),
+        ("zonal_volume", &zonal),
     ] {
         let mut next = 0;
         group.bench_function(name, |b| {
@@ -127,12 +179,15 @@ fn filters(c: &mut Criterion) {
     repelled.pod_anti_affinity[0] = anti_affinity(("common", "yes"), HOSTNAME);
     let mut unspreadable = spread.clone();
     unspreadable.topology_spread[0].min_domains = Some(4);
+    // Its volume lives in a zone without nodes.
+    let homeless = with_claim(pending("homeless", "new-homeless"), "data-zone-9");
     let mut group = c.benchmark_group("scan");
     group.throughput(Throughput::Elements(NODES as u64));
     for (name, pod) in [
         ("plain_resources", &too_big),
         ("anti_affinity", &repelled),
         ("zone_spread", &unspreadable),
+        ("zonal_volume", &homeless),
     ] {
         assert!(find_node(&mut s, pod, 0).is_none());
         group.bench_function(name, |b| b.iter(|| black_box(find_node(&mut s, pod, 0))));

@@ -262,11 +262,29 @@ impl Default for FilterSwitches {
 /// read the first time such a pod is checked; what it holds does not change.
 pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
     let switches = snapshot.filter_switches();
-    let volumes = volume_plan(snapshot, switches, pod).map_err(Unfit::volume)?;
+    // Pods with claims take a separate path, so every other pod pays one test of its volume list.
+    if uses_volume_filters(switches, pod) {
+        return check_with_volumes(snapshot, pod, node, switches);
+    }
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
-    if let Some(plan) = &volumes
-        && plan.excludes(&info.node.name)
-    {
+    check_node_local(pod, info, switches, snapshot.scheduler_profile())
+        .map_err(Rejected::into_unfit)?;
+    check_inter_pod(snapshot, pod, node)
+}
+
+/// [`check`] for a pod the volume filters look at: their per-pod part first (it can reject the
+/// pod everywhere, or exclude the node before any filter runs, like the scheduler's PreFilter),
+/// their per-node part after NodeResourcesFit.
+#[inline(never)]
+fn check_with_volumes(
+    snapshot: &mut Snapshot,
+    pod: &Pod,
+    node: NodeId,
+    switches: FilterSwitches,
+) -> Result<(), Unfit> {
+    let volumes = VolumePlan::for_pod(snapshot, switches.volumes, pod).map_err(Unfit::volume)?;
+    let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
+    if volumes.excludes(&info.node.name) {
         return Err(Unfit::volume((
             VolumeUnfit::NodeNotEligible,
             VolumePlugin::VolumeBinding,
@@ -274,15 +292,24 @@ pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unf
     }
     check_node_local(pod, info, switches, snapshot.scheduler_profile())
         .map_err(Rejected::into_unfit)?;
-    if let Some(plan) = &volumes {
-        plan.check_node(snapshot, info).map_err(Unfit::volume)?;
-    }
+    volumes.check_node(snapshot, info).map_err(Unfit::volume)?;
+    check_inter_pod(snapshot, pod, node)
+}
+
+/// Filters 8 and 9 (PodTopologySpread, InterPodAffinity) for one node.
+fn check_inter_pod(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
     if !needs_inter_pod_filters(snapshot, pod) {
         return Ok(());
     }
     let plan = snapshot.inter_pod_plan(pod);
     plan.check(snapshot.topology(), node)
         .map_err(Rejected::into_unfit)
+}
+
+/// Whether the volume filters have anything to check for this pod.
+#[inline]
+fn uses_volume_filters(switches: FilterSwitches, pod: &Pod) -> bool {
+    !pod.volumes.is_empty() && switches.volumes.any() && pod.has_checked_volumes()
 }
 
 /// The first node, in handle order starting at `start` and wrapping around, on which `pod` fits.
@@ -293,6 +320,32 @@ pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unf
 /// per-node capacity summary rejects most full nodes without touching the node itself. The
 /// snapshot is borrowed mutably for the same reason as in [`check`].
 pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
+    if uses_volume_filters(snapshot.filter_switches(), pod) {
+        return find_node_with_volumes(snapshot, pod, start);
+    }
+    find_node_where(snapshot, pod, start, |_, _| true)
+}
+
+/// [`find_node`] for a pod the volume filters look at.
+#[inline(never)]
+fn find_node_with_volumes(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
+    // A pod the volume filters reject as a whole fits nowhere.
+    let volumes = VolumePlan::for_pod(snapshot, snapshot.filter_switches().volumes, pod).ok()?;
+    find_node_where(snapshot, pod, start, |snapshot, i| {
+        snapshot.node(NodeId(i as u32)).is_some_and(|info| {
+            !volumes.excludes(&info.node.name) && volumes.check_node(snapshot, info).is_ok()
+        })
+    })
+}
+
+/// The scan of [`find_node`], with `volumes_ok` as the per-node part of the volume filters.
+#[inline(always)]
+fn find_node_where(
+    snapshot: &mut Snapshot,
+    pod: &Pod,
+    start: usize,
+    volumes_ok: impl Fn(&Snapshot, usize) -> bool,
+) -> Option<NodeId> {
     let slots = snapshot.slot_count();
     if slots == 0 {
         return None;
@@ -300,10 +353,6 @@ pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<Nod
     let plan = needs_inter_pod_filters(snapshot, pod).then(|| snapshot.inter_pod_plan(pod));
     let snapshot = &*snapshot;
     let switches = snapshot.filter_switches();
-    // A pod the volume filters reject as a whole fits nowhere.
-    let Ok(volumes) = volume_plan(snapshot, switches, pod) else {
-        return None;
-    };
     let profile = snapshot.scheduler_profile();
     let start = start % slots;
     let wants = FitSummary::wanted_by(pod);
@@ -325,16 +374,11 @@ pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<Nod
             return false;
         }
         // A "certainly yes" holds with any filter disabled: disabling only lets more nodes pass.
-        let node_local = (unconstrained && summary.admits_unconstrained(&wants))
+        ((unconstrained && summary.admits_unconstrained(&wants))
             || snapshot
                 .node(NodeId(i as u32))
-                .is_some_and(|info| check_node_local(pod, info, switches, profile).is_ok());
-        node_local
-            && volumes.as_ref().is_none_or(|plan| {
-                snapshot.node(NodeId(i as u32)).is_some_and(|info| {
-                    !plan.excludes(&info.node.name) && plan.check_node(snapshot, info).is_ok()
-                })
-            })
+                .is_some_and(|info| check_node_local(pod, info, switches, profile).is_ok()))
+            && volumes_ok(snapshot, i)
     };
     let mut order = (start..slots).chain(0..start);
     let Some(plan) = plan else {
@@ -344,19 +388,6 @@ pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<Nod
     order
         .find(|i| local_ok(*i) && plan.check(topology, NodeId(*i as u32)).is_ok())
         .map(|i| NodeId(i as u32))
-}
-
-/// The volume filters' per-pod state, only for a pod with claims while some volume filter runs:
-/// every other pod pays one scan of its volume list.
-fn volume_plan(
-    snapshot: &Snapshot,
-    switches: FilterSwitches,
-    pod: &Pod,
-) -> Result<Option<VolumePlan>, (VolumeUnfit, VolumePlugin)> {
-    if !switches.volumes.any() || !pod.has_checked_volumes() {
-        return Ok(None);
-    }
-    VolumePlan::for_pod(snapshot, switches.volumes, pod).map(Some)
 }
 
 /// A rejection as the filters produce it: borrowed, so that scanning thousands of nodes allocates

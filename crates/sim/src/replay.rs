@@ -23,8 +23,9 @@ use ferroscale_model::resources::CPU;
 use ferroscale_model::taints::TolerationOperator;
 use ferroscale_model::time::format_duration;
 use ferroscale_model::{
-    ConditionStatus, DaemonSet, IntOrPercent, Labels, Namespace, Node, Pod, PodDisruptionBudget,
-    Resources, Timestamp,
+    AccessMode, ClaimPhase, ConditionStatus, CsiNode, DaemonSet, IntOrPercent, Labels, Namespace,
+    Node, NodeSelector, PersistentVolume, PersistentVolumeClaim, Pod, PodDisruptionBudget,
+    Resources, StorageClass, Timestamp, VolumeBindingMode, VolumePhase,
 };
 use serde_json::{Map, Value, json};
 
@@ -544,6 +545,199 @@ pub fn namespace_object(namespace: &Namespace) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata})
 }
 
+fn access_modes(modes: &[AccessMode]) -> Value {
+    Value::Array(
+        modes
+            .iter()
+            .map(|m| {
+                json!(match m {
+                    AccessMode::ReadWriteOnce => "ReadWriteOnce",
+                    AccessMode::ReadOnlyMany => "ReadOnlyMany",
+                    AccessMode::ReadWriteMany => "ReadWriteMany",
+                    AccessMode::ReadWriteOncePod => "ReadWriteOncePod",
+                })
+            })
+            .collect(),
+    )
+}
+
+fn node_selector(selector: &NodeSelector) -> Value {
+    let terms: Vec<Value> = selector
+        .terms
+        .iter()
+        .map(|t| {
+            let mut term = Map::new();
+            put(
+                &mut term,
+                "matchExpressions",
+                node_requirements(&t.match_expressions),
+            );
+            put(&mut term, "matchFields", node_requirements(&t.match_fields));
+            Value::Object(term)
+        })
+        .collect();
+    json!({"nodeSelectorTerms": terms})
+}
+
+/// A `v1` PersistentVolumeClaim with what the volume filters read (and its pod owner by uid,
+/// for generic ephemeral volumes).
+pub fn claim_object(claim: &PersistentVolumeClaim) -> Value {
+    let mut metadata = object_metadata(
+        &claim.namespace,
+        &claim.name,
+        &claim.uid,
+        &Labels::new(),
+        &Labels::new(),
+    );
+    if let Some(node) = &claim.selected_node {
+        metadata.insert(
+            "annotations".into(),
+            json!({ ferroscale_model::volumes::SELECTED_NODE: node }),
+        );
+    }
+    let owners: Vec<Value> = claim
+        .owner_uids
+        .iter()
+        .map(|uid| json!({"apiVersion": "v1", "kind": "Pod", "name": "", "uid": uid}))
+        .collect();
+    put(&mut metadata, "ownerReferences", Value::Array(owners));
+    let mut spec = Map::new();
+    put(&mut spec, "accessModes", access_modes(&claim.access_modes));
+    if let Some(class) = &claim.storage_class_name {
+        spec.insert("storageClassName".into(), json!(class));
+    }
+    if let Some(volume) = &claim.volume_name {
+        spec.insert("volumeName".into(), json!(volume));
+    }
+    spec.insert(
+        "resources".into(),
+        json!({"requests": {"storage": claim.requested_storage.to_string()}}),
+    );
+    let phase = match claim.phase {
+        ClaimPhase::Pending => "Pending",
+        ClaimPhase::Bound => "Bound",
+        ClaimPhase::Lost => "Lost",
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {"phase": phase},
+    })
+}
+
+/// A `v1` PersistentVolume. Its source is written as CSI when it has a driver, else as a local
+/// volume (the simulation reads neither beyond the driver).
+pub fn volume_object(volume: &PersistentVolume) -> Value {
+    let mut metadata = Map::new();
+    metadata.insert("name".into(), json!(volume.name));
+    put(&mut metadata, "labels", labels(&volume.labels));
+    let mut spec = Map::new();
+    spec.insert(
+        "capacity".into(),
+        json!({"storage": volume.capacity_storage.to_string()}),
+    );
+    put(&mut spec, "accessModes", access_modes(&volume.access_modes));
+    if let Some(class) = &volume.storage_class_name {
+        spec.insert("storageClassName".into(), json!(class));
+    }
+    match &volume.csi_driver {
+        Some(driver) => {
+            spec.insert(
+                "csi".into(),
+                json!({"driver": driver, "volumeHandle": volume.name}),
+            );
+        }
+        None => {
+            spec.insert("local".into(), json!({"path": "/"}));
+        }
+    }
+    if let Some(claim) = &volume.claim_ref {
+        let mut reference = Map::new();
+        reference.insert("namespace".into(), json!(claim.namespace));
+        reference.insert("name".into(), json!(claim.name));
+        put(&mut reference, "uid", json!(claim.uid));
+        spec.insert("claimRef".into(), Value::Object(reference));
+    }
+    if let Some(affinity) = &volume.node_affinity {
+        spec.insert(
+            "nodeAffinity".into(),
+            json!({"required": node_selector(affinity)}),
+        );
+    }
+    let phase = match volume.phase {
+        VolumePhase::Pending => "Pending",
+        VolumePhase::Available => "Available",
+        VolumePhase::Bound => "Bound",
+        VolumePhase::Released => "Released",
+        VolumePhase::Failed => "Failed",
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {"phase": phase},
+    })
+}
+
+/// A `storage.k8s.io/v1` StorageClass.
+pub fn storage_class_object(class: &StorageClass) -> Value {
+    let mode = match class.binding_mode {
+        VolumeBindingMode::Immediate => "Immediate",
+        VolumeBindingMode::WaitForFirstConsumer => "WaitForFirstConsumer",
+    };
+    let mut object = json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": class.name},
+        "provisioner": class.provisioner,
+        "volumeBindingMode": mode,
+    });
+    if !class.allowed_topologies.is_empty() {
+        object["allowedTopologies"] = Value::Array(
+            class
+                .allowed_topologies
+                .iter()
+                .map(|t| {
+                    let expressions: Vec<Value> = t
+                        .requirements
+                        .iter()
+                        .map(|r| json!({"key": r.key, "values": r.values}))
+                        .collect();
+                    json!({"matchLabelExpressions": expressions})
+                })
+                .collect(),
+        );
+    }
+    object
+}
+
+/// A `storage.k8s.io/v1` CSINode.
+pub fn csi_node_object(csi_node: &CsiNode) -> Value {
+    let drivers: Vec<Value> = csi_node
+        .drivers
+        .iter()
+        .map(|d| {
+            let mut driver = json!({"name": d.name, "nodeID": csi_node.node_name});
+            if let Some(count) = d.allocatable_count {
+                driver["allocatable"] = json!({ "count": count });
+            }
+            if !d.topology_keys.is_empty() {
+                driver["topologyKeys"] = json!(d.topology_keys);
+            }
+            driver
+        })
+        .collect();
+    json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSINode",
+        "metadata": {"name": csi_node.node_name},
+        "spec": {"drivers": drivers},
+    })
+}
+
 /// The pods of the snapshot: those that occupy or wait for a node (not finished, not being
 /// deleted), as the loop's snapshot counts them.
 fn live_pods(objects: &ClusterObjects) -> impl Iterator<Item = &Pod> {
@@ -645,8 +839,9 @@ pub const DEFAULT_REPLAY_DURATION: Duration = Duration::from_secs(30 * 60);
 
 /// The capture as a scenario file (docs/scenario.md, "Replaying a live cluster"): the capture's
 /// time is the simulation's start; each node group keeps its bounds, its template and its
-/// nodes (by name, listed under `nodes:`); every node, pod (bound or pending), PodDisruptionBudget,
-/// DaemonSet and Namespace goes under `objects:`; a pod's controller that no longer existed is
+/// nodes (by name, listed under `nodes:`) and its template's CSI drivers (`csiDrivers:`); every
+/// node, pod (bound or pending), PodDisruptionBudget, DaemonSet, Namespace, claim, volume, storage
+/// class and CSINode goes under `objects:`; a pod's controller that no longer existed is
 /// deleted at time 0 so that scale-down finds it missing, as the live loop did; `flags` (the
 /// engine flags `run` was given, by upstream name) become `options:`.
 /// `decided` is the loop's outcome, when known: its decisions go in the header.
@@ -708,6 +903,24 @@ pub fn scenario_yaml(
             if !members.is_empty() {
                 out["nodes"] = json!(members);
             }
+            // The template's CSINode: the group's nodes report the same drivers and limits.
+            let drivers: Vec<Value> = group
+                .template
+                .as_ref()
+                .and_then(|t| t.csi_node.as_ref())
+                .map(|csi| {
+                    csi.drivers
+                        .iter()
+                        .map(|d| match d.allocatable_count {
+                            Some(count) => json!({"name": d.name, "count": count}),
+                            None => json!({"name": d.name}),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !drivers.is_empty() {
+                out["csiDrivers"] = Value::Array(drivers);
+            }
             Some(out)
         })
         .collect();
@@ -718,6 +931,16 @@ pub fn scenario_yaml(
     written.extend(objects.nodes.iter().map(|n| node_object(n, time)));
     written.extend(objects.daemonsets.iter().map(|d| daemonset_object(d, time)));
     written.extend(objects.pdbs.iter().map(pdb_object));
+    let volumes = &objects.volumes;
+    written.extend(
+        volumes
+            .storage_classes
+            .iter()
+            .map(|c| storage_class_object(c)),
+    );
+    written.extend(volumes.volumes.iter().map(|v| volume_object(v)));
+    written.extend(volumes.claims.iter().map(|c| claim_object(c)));
+    written.extend(volumes.csi_nodes.iter().map(|c| csi_node_object(c)));
     // DaemonSet pods are started on each node by the simulator from the DaemonSets above.
     let daemonsets: BTreeSet<(&str, &str)> = objects
         .daemonsets
@@ -1080,6 +1303,138 @@ mod tests {
             _ => None,
         });
         assert_eq!(web_1.map(|p| p.creation_time), Some(Timestamp(0)));
+    }
+
+    /// Claims, volumes, classes and CSINodes of the live loop, and its templates' CSI drivers, come
+    /// back from the written scenario as they were captured.
+    #[test]
+    fn a_written_scenario_keeps_storage_objects_and_template_csi_drivers() {
+        use ferroscale_model::labels::{NodeSelectorTerm, ZONE};
+        use ferroscale_model::{
+            ClaimRef, CsiNodeDriver, NodeOperator, TopologyRequirement, TopologySelectorTerm,
+        };
+        let mut capture = capture();
+        let driver = |count| CsiNodeDriver {
+            name: "ebs.csi.aws.com".into(),
+            allocatable_count: count,
+            topology_keys: vec![ZONE.into()],
+        };
+        let claim = PersistentVolumeClaim {
+            namespace: "shop".into(),
+            name: "data-db-0".into(),
+            uid: "claim-1".into(),
+            storage_class_name: Some("zonal".into()),
+            volume_name: Some("pv-1".into()),
+            access_modes: vec![AccessMode::ReadWriteOncePod],
+            phase: ClaimPhase::Bound,
+            selected_node: Some("pool-a-0".into()),
+            requested_storage: 10 << 30,
+            deleting: false,
+            owner_uids: vec!["uid-shop-db-0".into()],
+        };
+        let mut volume = PersistentVolume {
+            name: "pv-1".into(),
+            storage_class_name: Some("zonal".into()),
+            access_modes: vec![AccessMode::ReadWriteOncePod],
+            capacity_storage: 10 << 30,
+            node_affinity: Some(NodeSelector {
+                terms: vec![NodeSelectorTerm {
+                    match_expressions: vec![NodeRequirement {
+                        key: ZONE.into(),
+                        operator: NodeOperator::In,
+                        values: vec!["zone-b".into()],
+                    }],
+                    match_fields: Vec::new(),
+                }],
+            }),
+            claim_ref: Some(ClaimRef {
+                namespace: "shop".into(),
+                name: "data-db-0".into(),
+                uid: "claim-1".into(),
+            }),
+            csi_driver: Some("ebs.csi.aws.com".into()),
+            phase: VolumePhase::Bound,
+            deleting: false,
+            ..PersistentVolume::default()
+        };
+        volume.labels.insert(ZONE.into(), "zone-b".into());
+        let class = StorageClass {
+            name: "zonal".into(),
+            provisioner: "ebs.csi.aws.com".into(),
+            binding_mode: VolumeBindingMode::WaitForFirstConsumer,
+            allowed_topologies: vec![TopologySelectorTerm {
+                requirements: vec![TopologyRequirement {
+                    key: ZONE.into(),
+                    values: vec!["zone-b".into()],
+                }],
+            }],
+        };
+        let csi_node = CsiNode {
+            node_name: "pool-a-0".into(),
+            drivers: vec![driver(Some(25))],
+        };
+        capture.objects.volumes.claims.push(Arc::new(claim.clone()));
+        capture
+            .objects
+            .volumes
+            .volumes
+            .push(Arc::new(volume.clone()));
+        capture
+            .objects
+            .volumes
+            .storage_classes
+            .push(Arc::new(class.clone()));
+        capture
+            .objects
+            .volumes
+            .csi_nodes
+            .push(Arc::new(csi_node.clone()));
+        if let Some(template) = capture.node_groups[0].template.as_mut() {
+            template.csi_node = Some(CsiNode {
+                node_name: "pool-a-template".into(),
+                drivers: vec![
+                    driver(Some(16)),
+                    CsiNodeDriver {
+                        name: "efs.csi.aws.com".into(),
+                        allocatable_count: None,
+                        topology_keys: Vec::new(),
+                    },
+                ],
+            });
+        }
+        let text = scenario_yaml(&capture, &[], DEFAULT_REPLAY_DURATION, None).unwrap();
+        let scenario = parse_scenario(&text, "replay.yaml", std::path::Path::new("."))
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let find = |f: &dyn Fn(&ferroscale_objects::K8sObject) -> bool| {
+            scenario.objects.iter().find(|o| f(o)).cloned()
+        };
+        use ferroscale_objects::K8sObject;
+        assert_eq!(
+            find(&|o| matches!(o, K8sObject::PersistentVolumeClaim(_))),
+            Some(K8sObject::PersistentVolumeClaim(claim))
+        );
+        assert_eq!(
+            find(&|o| matches!(o, K8sObject::PersistentVolume(_))),
+            Some(K8sObject::PersistentVolume(volume))
+        );
+        assert_eq!(
+            find(&|o| matches!(o, K8sObject::StorageClass(_))),
+            Some(K8sObject::StorageClass(class))
+        );
+        let Some(K8sObject::CsiNode(read)) = find(&|o| matches!(o, K8sObject::CsiNode(_))) else {
+            panic!("a CSINode in {text}")
+        };
+        assert_eq!(read.node_name, "pool-a-0");
+        assert_eq!(read.drivers[0].allocatable_count, Some(25));
+        let drivers: Vec<(&str, Option<i32>)> = scenario.node_groups[0]
+            .csi_drivers
+            .iter()
+            .map(|d| (d.name.as_str(), d.allocatable_count))
+            .collect();
+        assert_eq!(
+            drivers,
+            vec![("ebs.csi.aws.com", Some(16)), ("efs.csi.aws.com", None)]
+        );
     }
 
     #[test]

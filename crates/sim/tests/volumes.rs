@@ -127,3 +127,104 @@ fn explain_and_the_report_name_the_volume_conflict() {
     );
     assert!(render_html(&result).contains(VOLUME_CONFLICT));
 }
+
+const CSI_LIMITS: &str = r#"apiVersion: ferroscale/v1alpha1
+kind: Scenario
+name: csi-limits
+duration: 10m
+options:
+  scan-interval: 10s
+nodeGroups:
+  - id: pool
+    minSize: 0
+    maxSize: 5
+    csiDrivers:
+      - {name: ebs.csi.aws.com, count: 1}
+    template:
+      metadata: {labels: {topology.kubernetes.io/zone: zone-a}}
+      status: {allocatable: {cpu: "4", memory: 16Gi, pods: "110"}}
+objects:
+  - inline: {apiVersion: storage.k8s.io/v1, kind: StorageClass, metadata: {name: gp3}, provisioner: ebs.csi.aws.com, volumeBindingMode: WaitForFirstConsumer}
+  - inline: {apiVersion: v1, kind: PersistentVolumeClaim, metadata: {name: data-0}, spec: {accessModes: [ReadWriteOnce], storageClassName: gp3, resources: {requests: {storage: 1Gi}}}}
+  - inline: {apiVersion: v1, kind: PersistentVolumeClaim, metadata: {name: data-1}, spec: {accessModes: [ReadWriteOnce], storageClassName: gp3, resources: {requests: {storage: 1Gi}}}}
+events:
+  - at: 1m
+    create:
+      pod: {apiVersion: v1, kind: Pod, metadata: {name: app-0}, spec: {containers: [{name: c, resources: {requests: {cpu: 100m}}}], volumes: [{name: data, persistentVolumeClaim: {claimName: data-0}}]}}
+  - at: 1m
+    create:
+      pod: {apiVersion: v1, kind: Pod, metadata: {name: app-1}, spec: {containers: [{name: c, resources: {requests: {cpu: 100m}}}], volumes: [{name: data, persistentVolumeClaim: {claimName: data-1}}]}}
+expect:
+  - at: end
+    group: pool
+    nodes: {min: 2, max: 2}
+  - at: end
+    runningPods: 2
+"#;
+
+/// A group's `csiDrivers` limit is simulated on its template and reported by its nodes: two tiny
+/// pods whose claims are provisioned by a driver that attaches one volume per node need two nodes,
+/// and each claim gets a volume provisioned in the node's zone.
+#[test]
+fn group_csi_drivers_limit_the_volumes_per_new_node() {
+    let scenario =
+        parse_scenario(CSI_LIMITS, "csi-limits", Path::new(".")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        scenario.node_groups[0].csi_drivers[0].allocatable_count,
+        Some(1)
+    );
+    let mut simulation = Simulation::new(&scenario, options(&scenario));
+    simulation.play_to_end();
+    let storage = simulation.cluster().storage().objects();
+    assert_eq!(
+        storage.csi_nodes.len(),
+        2,
+        "each new node reports its CSINode"
+    );
+    assert!(storage.claims.iter().all(|c| c.phase == ClaimPhase::Bound));
+    assert!(storage.volumes.iter().all(|v| {
+        v.labels
+            .get("topology.kubernetes.io/zone")
+            .map(String::as_str)
+            == Some("zone-a")
+    }));
+    let result = simulation.finish();
+    assert!(
+        result.summary.all_expectations_hold(),
+        "{:?}",
+        result.summary.expectations
+    );
+}
+
+/// `csiDrivers` entries are checked like every other field: the error names the field and value.
+#[test]
+fn bad_csi_drivers_are_refused_naming_the_field() {
+    for (replacement, field, message) in [
+        (
+            "{name: ebs.csi.aws.com, count: -1}",
+            "nodeGroups[0].csiDrivers[0].count",
+            "-1",
+        ),
+        (
+            "{name: \"\", count: 1}",
+            "nodeGroups[0].csiDrivers[0].name",
+            "needs a name",
+        ),
+        (
+            "{name: a, count: 1}\n      - {name: a}",
+            "nodeGroups[0].csiDrivers[1].name",
+            "listed twice",
+        ),
+        (
+            "{name: a, limit: 1}",
+            "nodeGroups[0].csiDrivers[0]",
+            "limit",
+        ),
+    ] {
+        let text = CSI_LIMITS.replace("{name: ebs.csi.aws.com, count: 1}", replacement);
+        let e = parse_scenario(&text, "bad.yaml", Path::new(".")).unwrap_err();
+        assert!(e.field.starts_with(field), "{replacement}: {e}");
+        assert!(e.to_string().contains(message), "{replacement}: {e}");
+        assert!(e.line.is_some(), "{e}");
+    }
+}
