@@ -614,3 +614,58 @@ fn scheduler_config_with_connection(config: &str, kubeconfig: &Path) -> Result<S
 fn path_arg(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scheduler_configuration_gets_the_connection_kube_scheduler_needs() {
+        let config = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+";
+        let text = scheduler_config_with_connection(config, Path::new("/tmp/admin.kubeconfig"))
+            .expect("valid YAML");
+        let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("YAML");
+        assert_eq!(
+            document["clientConnection"]["kubeconfig"].as_str(),
+            Some("/tmp/admin.kubeconfig")
+        );
+        assert_eq!(
+            document["leaderElection"]["leaderElect"].as_bool(),
+            Some(false)
+        );
+        assert_eq!(
+            document["profiles"][0]["schedulerName"].as_str(),
+            Some("default-scheduler")
+        );
+    }
+
+    #[test]
+    fn connection_settings_the_configuration_has_are_kept() {
+        let config = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: /elsewhere
+";
+        let text = scheduler_config_with_connection(config, Path::new("/tmp/admin.kubeconfig"))
+            .expect("valid YAML");
+        let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("YAML");
+        assert_eq!(
+            document["clientConnection"]["kubeconfig"].as_str(),
+            Some("/elsewhere")
+        );
+    }
+
+    #[test]
+    fn a_configuration_that_is_not_a_mapping_is_refused() {
+        let error = scheduler_config_with_connection("- a list", Path::new("/k"))
+            .expect_err("not a mapping");
+        assert!(
+            error.to_string().contains("must be a YAML mapping"),
+            "{error}"
+        );
+    }
+}
