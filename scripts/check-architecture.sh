@@ -39,7 +39,7 @@ io_crates=(tokio mio kube kube-client kube-runtime tonic hyper reqwest tower pro
 upper_workspace_crates=(ferroscale ferroscale-sim ferroscale-kube ferroscale-metrics
   ferroscale-externalgrpc-sdk ferroscale-externalgrpc-proto ferroscale-provider-kwok
   ferroscale-provider-externalgrpc ferroscale-provider-clusterapi ferroscale-provider-exoscale
-  ferroscale-testing-control-plane ferroscale-testing-exoscale)
+  ferroscale-testing-control-plane ferroscale-testing-exoscale ferroscale-scheduler-differential)
 
 forbid ferroscale-model "the model is pure (thiserror only)" "${io_crates[@]}" \
   ferroscale-scheduling ferroscale-core ferroscale-objects k8s-openapi serde_yaml_ng

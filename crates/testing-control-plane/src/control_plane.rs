@@ -51,6 +51,11 @@ pub struct Options {
     /// How long each component may take to become ready. Generous, because parallel tests share two
     /// cores and each API server start costs several seconds of CPU.
     pub startup_timeout: Duration,
+    /// A `KubeSchedulerConfiguration` (YAML text) for kube-scheduler's `--config`, for tests of a
+    /// non-default scheduler profile. kube-scheduler then ignores its `--kubeconfig` flag, so the
+    /// text needs no `clientConnection`: the harness adds one pointing at the admin kubeconfig
+    /// (and `leaderElection.leaderElect: false`) unless the text sets them.
+    pub scheduler_config: Option<String>,
 }
 
 impl Default for Options {
@@ -60,6 +65,7 @@ impl Default for Options {
             controller_manager: true,
             kwok: true,
             startup_timeout: Duration::from_secs(180),
+            scheduler_config: None,
         }
     }
 }
@@ -247,6 +253,15 @@ impl ControlPlane {
         if self.options.scheduler {
             let mut args = serving.to_vec();
             args.push(format!("--secure-port={}", ports.scheduler));
+            if let Some(config) = &self.options.scheduler_config {
+                let path = self.dir_path().join("kube-scheduler-config.yaml");
+                let text = scheduler_config_with_connection(config, &self.kubeconfig)?;
+                fs::write(&path, text).map_err(|source| Error::Io {
+                    action: format!("write {}", path.display()),
+                    source,
+                })?;
+                args.push(format!("--config={}", path_arg(&path)));
+            }
             let mut process = self
                 .launch("kube-scheduler", &binaries.kube_scheduler, args)
                 .spawn()?;
@@ -566,8 +581,91 @@ fn write_kubeconfig(path: &Path, apiserver_port: u16, files: &PkiFiles) -> Resul
     })
 }
 
+/// The scheduler configuration with the connection settings kube-scheduler needs when it reads
+/// `--config` (which makes it ignore `--kubeconfig`): the admin kubeconfig and no leader election,
+/// each only where the text does not set it.
+fn scheduler_config_with_connection(config: &str, kubeconfig: &Path) -> Result<String, Error> {
+    let invalid = |problem: String| Error::Io {
+        action: "read the scheduler configuration of Options::scheduler_config".into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, problem),
+    };
+    let mut document: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(config).map_err(|error| invalid(error.to_string()))?;
+    let serde_yaml_ng::Value::Mapping(root) = &mut document else {
+        return Err(invalid(
+            "a KubeSchedulerConfiguration must be a YAML mapping".into(),
+        ));
+    };
+    root.entry("clientConnection".into()).or_insert_with(|| {
+        serde_yaml_ng::Value::Mapping(
+            [("kubeconfig".into(), path_arg(kubeconfig).into())]
+                .into_iter()
+                .collect(),
+        )
+    });
+    root.entry("leaderElection".into()).or_insert_with(|| {
+        serde_yaml_ng::Value::Mapping([("leaderElect".into(), false.into())].into_iter().collect())
+    });
+    Ok(serde_yaml_ng::to_string(&document)?)
+}
+
 /// A path as a command-line argument. Temporary directories have UTF-8 names; anything else would be
 /// replaced lossily and the component would report the file missing, naming it.
 fn path_arg(path: &Path) -> String {
     path.to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scheduler_configuration_gets_the_connection_kube_scheduler_needs() {
+        let config = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+";
+        let text = scheduler_config_with_connection(config, Path::new("/tmp/admin.kubeconfig"))
+            .expect("valid YAML");
+        let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("YAML");
+        assert_eq!(
+            document["clientConnection"]["kubeconfig"].as_str(),
+            Some("/tmp/admin.kubeconfig")
+        );
+        assert_eq!(
+            document["leaderElection"]["leaderElect"].as_bool(),
+            Some(false)
+        );
+        assert_eq!(
+            document["profiles"][0]["schedulerName"].as_str(),
+            Some("default-scheduler")
+        );
+    }
+
+    #[test]
+    fn connection_settings_the_configuration_has_are_kept() {
+        let config = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: /elsewhere
+";
+        let text = scheduler_config_with_connection(config, Path::new("/tmp/admin.kubeconfig"))
+            .expect("valid YAML");
+        let document: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("YAML");
+        assert_eq!(
+            document["clientConnection"]["kubeconfig"].as_str(),
+            Some("/elsewhere")
+        );
+    }
+
+    #[test]
+    fn a_configuration_that_is_not_a_mapping_is_refused() {
+        let error = scheduler_config_with_connection("- a list", Path::new("/k"))
+            .expect_err("not a mapping");
+        assert!(
+            error.to_string().contains("must be a YAML mapping"),
+            "{error}"
+        );
+    }
 }
