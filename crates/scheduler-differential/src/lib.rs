@@ -19,7 +19,6 @@ pub mod verdict;
 pub use generate::{Case, GeneratorSettings, generate_case};
 pub use runner::{CONFIGURED_PROFILE, DEFAULT_PROFILE, Family, RunError, Runner, Tally, VOLUMES};
 pub use verdict::{
-    Disagreement, KNOWN_ISSUES, KnownIssue, NodeVerdicts, Observation, Outcome,
-    WORDING_DIFFERENCES, Wording, compare, ferroscale_verdicts, known_issue, observation_yaml,
-    parse_scheduler_message,
+    Disagreement, NodeVerdicts, Observation, Outcome, compare, ferroscale_verdicts,
+    observation_yaml, parse_scheduler_message,
 };

@@ -21,8 +21,8 @@ use kube::{Api, Client};
 
 use crate::generate::{Case, GeneratorSettings, OWNER_ANNOTATION, RUNTIME_CLASS, owner_reference};
 use crate::verdict::{
-    Disagreement, Observation, Outcome, Wording, compare, ferroscale_verdicts, known_issue,
-    message_counts_all_nodes, parse_scheduler_message,
+    Disagreement, Observation, Outcome, compare, ferroscale_verdicts, message_counts_all_nodes,
+    parse_scheduler_message,
 };
 
 /// How long the scheduler may take to decide on one pod, or a deletion to be done.
@@ -133,11 +133,6 @@ pub struct Tally {
     pub unschedulable: usize,
     /// Pods whose outcome the scheduler reached before it had seen the whole case (not judged).
     pub races: usize,
-    /// Judged pods on which the two sides agree only once Ferroscale's known wording differences
-    /// are read as the scheduler's words.
-    pub reworded: Vec<Disagreement>,
-    /// Disagreements that are known issues (regression cases), by regression case.
-    pub known: BTreeMap<&'static str, usize>,
     /// How often kube-scheduler gave each reason (summed over nodes of unschedulable pods): which
     /// filters the run exercised.
     pub reasons: BTreeMap<String, usize>,
@@ -151,10 +146,6 @@ impl Tally {
         self.bound += other.bound;
         self.unschedulable += other.unschedulable;
         self.races += other.races;
-        self.reworded.extend(other.reworded);
-        for (issue, count) in other.known {
-            *self.known.entry(issue).or_default() += count;
-        }
         for (reason, count) in other.reasons {
             *self.reasons.entry(reason).or_default() += count;
         }
@@ -310,25 +301,12 @@ impl Runner {
                     pod: name.clone(),
                     source,
                 })?;
-            if let Err(problem) = compare(&observation, &verdicts, Wording::Exact) {
-                tally.reworded.push(Disagreement {
-                    observation: observation.clone(),
-                    ferroscale: verdicts.clone(),
-                    problem,
-                });
-            }
-            if let Err(problem) = compare(&observation, &verdicts, Wording::AllowKnownDifferences) {
-                let found = Disagreement {
+            if let Err(problem) = compare(&observation, &verdicts) {
+                tally.disagreements.push(Disagreement {
                     observation,
                     ferroscale: verdicts,
                     problem,
-                };
-                match known_issue(&found.observation, &found.ferroscale) {
-                    Some(issue) => {
-                        *tally.known.entry(issue).or_default() += 1;
-                    }
-                    None => tally.disagreements.push(found),
-                }
+                });
             }
         }
         Ok(tally)

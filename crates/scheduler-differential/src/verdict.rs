@@ -301,112 +301,8 @@ pub fn message_counts_all_nodes(observation: &Observation) -> bool {
     }
 }
 
-/// A reason Ferroscale words differently from kube-scheduler v1.36 although it means the same
-/// rejection. Each is a named regression case (`tests/regressions.rs`) replayed with exact
-/// wording and ignored until crates/scheduling words it like the scheduler.
-#[derive(Debug, Clone, Copy)]
-pub struct WordingDifference {
-    /// The regression case that shows it.
-    pub regression: &'static str,
-    /// How Ferroscale's reason starts.
-    pub ferroscale_prefix: &'static str,
-    /// The scheduler's reason.
-    pub scheduler: &'static str,
-}
-
-/// The wording differences known today.
-pub const WORDING_DIFFERENCES: [WordingDifference; 4] = [
-    WordingDifference {
-        regression: "volume_node_affinity_wording",
-        ferroscale_prefix: "node(s) had volume node affinity conflict",
-        scheduler: "node(s) didn't match PersistentVolume's node affinity",
-    },
-    WordingDifference {
-        regression: "read_write_once_pod_wording",
-        ferroscale_prefix: "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode",
-        scheduler: "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod",
-    },
-    WordingDifference {
-        regression: "untolerated_taint_wording",
-        ferroscale_prefix: "node(s) had untolerated taint {",
-        scheduler: "node(s) had untolerated taint(s)",
-    },
-    WordingDifference {
-        regression: "spread_missing_label_wording",
-        ferroscale_prefix: "node(s) didn't match pod topology spread constraints (missing required label ",
-        scheduler: "node(s) didn't match pod topology spread constraints (missing required label)",
-    },
-];
-
-/// A disagreement already recorded as a regression case, with the Ferroscale bug it shows: the
-/// random run reports it without failing, so that CI stays green until the bug is fixed while
-/// every new disagreement still fails.
-#[derive(Debug, Clone, Copy)]
-pub struct KnownIssue {
-    /// The regression case (`regressions/<name>.yaml`).
-    pub regression: &'static str,
-    /// Whether a disagreement is this issue.
-    pub matches: fn(&Observation, &NodeVerdicts) -> bool,
-}
-
-/// Ferroscale's reason for nodes outside the VolumeBinding PreFilter's node set.
-const VOLUME_BINDING_NOT_ELIGIBLE: &str = "node(s) didn't satisfy plugin(s) [VolumeBinding]";
-
-/// The disagreements known today.
-pub const KNOWN_ISSUES: [KnownIssue; 1] = [KnownIssue {
-    regression: "volume_binding_prefilter_does_not_narrow",
-    // kube-scheduler v1.36's VolumeBinding PreFilter narrows nothing; Ferroscale rejects the nodes
-    // outside the node names of a bound volume's affinity before any Filter. Both reject those
-    // nodes, only the reason differs.
-    matches: |observation, ferroscale| {
-        let Outcome::Unschedulable(message) = &observation.outcome else {
-            return false;
-        };
-        let scheduler_says = parse_scheduler_message(message)
-            .is_some_and(|c| c.reasons.contains_key(VOLUME_BINDING_NOT_ELIGIBLE));
-        !scheduler_says
-            && ferroscale.iter().all(|(_, v)| v.is_err())
-            && ferroscale.iter().any(|(_, v)| {
-                v.as_ref()
-                    .is_err_and(|u| u.to_string() == VOLUME_BINDING_NOT_ELIGIBLE)
-            })
-    },
-}];
-
-/// The known issue a disagreement is, if any.
-pub fn known_issue(observation: &Observation, ferroscale: &NodeVerdicts) -> Option<&'static str> {
-    KNOWN_ISSUES
-        .iter()
-        .find(|issue| (issue.matches)(observation, ferroscale))
-        .map(|issue| issue.regression)
-}
-
-/// Whether reasons must be worded exactly as the scheduler words them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wording {
-    /// Every reason as the scheduler words it.
-    Exact,
-    /// The [`WORDING_DIFFERENCES`] are read as the scheduler's reason (the verdicts still must
-    /// agree node by node).
-    AllowKnownDifferences,
-}
-
-fn reworded(reason: String, wording: Wording) -> String {
-    if wording == Wording::Exact {
-        return reason;
-    }
-    WORDING_DIFFERENCES
-        .iter()
-        .find(|d| reason.starts_with(d.ferroscale_prefix))
-        .map_or(reason, |d| d.scheduler.to_string())
-}
-
 /// Compares the scheduler's outcome with Ferroscale's verdicts.
-pub fn compare(
-    observation: &Observation,
-    ferroscale: &NodeVerdicts,
-    wording: Wording,
-) -> Result<(), String> {
+pub fn compare(observation: &Observation, ferroscale: &NodeVerdicts) -> Result<(), String> {
     match &observation.outcome {
         Outcome::Bound(node) => match ferroscale.iter().find(|(name, _)| name == node) {
             Some((_, Ok(()))) => Ok(()),
@@ -431,7 +327,7 @@ pub fn compare(
             }
             let scheduler = parse_scheduler_message(message)
                 .ok_or_else(|| format!("the scheduler's message is not understood: {message}"))?;
-            let ours = ferroscale_reasons(observation, ferroscale, wording, scheduler.pre_filter);
+            let ours = ferroscale_reasons(observation, ferroscale, scheduler.pre_filter);
             compare_reasons(&scheduler.reasons, &ours)
         }
     }
@@ -442,7 +338,6 @@ pub fn compare(
 fn ferroscale_reasons(
     observation: &Observation,
     ferroscale: &NodeVerdicts,
-    wording: Wording,
     rejected_in_pre_filter: bool,
 ) -> BTreeMap<String, usize> {
     // A PreFilter that rejects the pod outright stops the cycle before any node is left out.
@@ -456,7 +351,7 @@ fn ferroscale_reasons(
         let Err(unfit) = verdict else { continue };
         let reason = match &pre_filtered {
             Some(names) if !names.contains(node) => NODE_AFFINITY_PRE_FILTER.to_string(),
-            _ => reworded(unfit.to_string(), wording),
+            _ => unfit.to_string(),
         };
         *reasons.entry(reason).or_default() += 1;
     }
