@@ -11,9 +11,11 @@
 //! Only pods with a claim or a generic ephemeral volume get a plan; every other pod skips this
 //! module entirely (see [`Pod::has_checked_volumes`]).
 //!
-//! Not simulated: storage capacity tracking (`CSIStorageCapacity`), in-tree volume plugins and
-//! their CSI migration, claim label selectors on static volumes, volume modes, and inline disk
-//! conflicts (GCE PD, EBS, iSCSI, RBD volumes declared in the pod).
+//! Not simulated: storage capacity tracking (`CSIStorageCapacity`), the limits of volumes declared
+//! inline in the pod and of unbound claims of in-tree provisioners (a PersistentVolume of an
+//! in-tree plugin arrives here under its CSI driver, as with CSI migration), claim label selectors
+//! on static volumes, volume modes, and inline disk conflicts (GCE PD, EBS, iSCSI, RBD volumes
+//! declared in the pod).
 
 use std::collections::HashMap;
 use std::fmt;
