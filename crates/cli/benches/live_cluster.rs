@@ -14,6 +14,8 @@
 #[allow(dead_code)]
 #[path = "../tests/live/harness.rs"]
 mod harness;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -15,7 +15,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::thread;
@@ -33,6 +33,9 @@ use rcgen::{
 };
 use serde_json::Value;
 use tempfile::TempDir;
+
+mod support;
+use support::free_port;
 
 /// How long a process may take to start listening, and the Go client to finish its sequence
 /// (about twenty calls, each with a 5 s deadline). Generous: the machine is shared.
@@ -802,11 +805,4 @@ fn wait_with_timeout(child: &mut Child, timeout: Duration) -> ExitStatus {
             Err(error) => panic!("waiting for the Go client: {error}"),
         }
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
-        .port()
 }

@@ -6,36 +6,11 @@
 //! No control plane is needed: `run` is pointed at a loopback port where nothing listens, logs
 //! while it waits for its caches, and gives up after a short `--cache-sync-timeout`.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-/// A kubeconfig for `server` with a token (no client certificate to make up).
-fn write_kubeconfig(path: &Path, server: &str) {
-    let kubeconfig = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "away", "cluster": {
-            "server": server,
-            "insecure-skip-tls-verify": true,
-        }}],
-        "users": [{"name": "ferroscale", "user": {"token": "not-a-real-token"}}],
-        "contexts": [{"name": "away", "context": {"cluster": "away", "user": "ferroscale"}}],
-        "current-context": "away",
-    });
-    std::fs::write(
-        path,
-        serde_yaml_ng::to_string(&kubeconfig).expect("kubeconfig YAML"),
-    )
-    .expect("write the kubeconfig");
-}
+mod support;
+use support::{free_port, write_kubeconfig};
 
 /// Runs `ferroscale run --cloud-provider=externalgrpc` (which needs nothing from the API server
 /// to start) against a refusing API server with `extra` flags, until it gives up. Returns the

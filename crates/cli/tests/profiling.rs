@@ -6,39 +6,14 @@
 //! serves its HTTP endpoints while it waits for its caches; the test stops it.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::Path;
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pprof::protos::{Message, Profile};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-/// A kubeconfig for `server` with a token (no client certificate to make up).
-fn write_kubeconfig(path: &Path, server: &str) {
-    let kubeconfig = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "away", "cluster": {
-            "server": server,
-            "insecure-skip-tls-verify": true,
-        }}],
-        "users": [{"name": "ferroscale", "user": {"token": "not-a-real-token"}}],
-        "contexts": [{"name": "away", "context": {"cluster": "away", "user": "ferroscale"}}],
-        "current-context": "away",
-    });
-    std::fs::write(
-        path,
-        serde_yaml_ng::to_string(&kubeconfig).expect("kubeconfig YAML"),
-    )
-    .expect("write the kubeconfig");
-}
+mod support;
+use support::{free_port, write_kubeconfig};
 
 /// A running `ferroscale run`, stopped when dropped.
 struct Running {

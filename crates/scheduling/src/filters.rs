@@ -18,9 +18,9 @@
 //!    resources (only those the pod requests).
 //! 7. **VolumeRestrictions**, **NodeVolumeLimits**, **VolumeBinding**, **VolumeZone** — see
 //!    [`crate::volumes`]. Their per-pod part runs before everything else, as PreFilter does in the
-//!    scheduler: a missing claim or an unbound `Immediate` claim rejects the pod on every node,
-//!    and nodes outside the set a bound local volume pins the pod to are rejected before any
-//!    filter runs. Pods without claims skip all of it.
+//!    scheduler: a missing claim or an unbound `Immediate` claim rejects the pod on every node.
+//!    As in kube-scheduler v1.36 that part never narrows the nodes: a bound volume's node
+//!    affinity is checked per node, in this order. Pods without claims skip all of it.
 //! 8. **PodTopologySpread** — hard (`DoNotSchedule`) constraints only.
 //! 9. **InterPodAffinity** — required affinity, then required anti-affinity, then the placed pods'
 //!    anti-affinity against the incoming pod.

@@ -295,23 +295,9 @@ fn pod_spec(pod: &Pod) -> Map<String, Value> {
     put(&mut spec, "nodeSelector", labels(&pod.node_selector));
     let mut affinity = Map::new();
     if let Some(selector) = &pod.required_node_affinity {
-        let terms: Vec<Value> = selector
-            .terms
-            .iter()
-            .map(|t| {
-                let mut term = Map::new();
-                put(
-                    &mut term,
-                    "matchExpressions",
-                    node_requirements(&t.match_expressions),
-                );
-                put(&mut term, "matchFields", node_requirements(&t.match_fields));
-                Value::Object(term)
-            })
-            .collect();
         affinity.insert(
             "nodeAffinity".into(),
-            json!({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}),
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": node_selector(selector)}),
         );
     }
     for (key, terms) in [

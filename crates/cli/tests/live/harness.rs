@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -29,6 +29,8 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, P
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde::de::DeserializeOwned;
+
+use crate::support::free_port;
 
 /// Where the autoscaler lives and keeps its status, Lease and the kwok provider's ConfigMaps.
 pub const NAMESPACE: &str = "kube-system";
@@ -733,13 +735,6 @@ fn write_token_kubeconfig(control_plane: &ControlPlane, token: &str, path: &Path
         serde_yaml_ng::to_string(&kubeconfig).expect("kubeconfig YAML"),
     )
     .expect("write the ServiceAccount kubeconfig");
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
-        .port()
 }
 
 fn http_get(port: u16, path: &str) -> Option<String> {

@@ -14,6 +14,8 @@ mod harness;
 mod replay;
 mod scheduler_paused;
 mod shutdown;
+#[path = "../support/mod.rs"]
+mod support;
 mod unreachable;
 mod volumes;
 

@@ -6,8 +6,9 @@
 //! No control plane is needed: the "API server" is a loopback port.
 
 use std::net::TcpListener;
-use std::path::Path;
 use std::process::{Command, Output, Stdio};
+
+use crate::support::{free_port, write_kubeconfig};
 
 /// Long enough for kube-runtime's backoff to retry each watch several times (800 ms doubling).
 const SYNC_TIMEOUT: &str = "--cache-sync-timeout=40s";
@@ -16,33 +17,6 @@ const SYNC_TIMEOUT: &str = "--cache-sync-timeout=40s";
 /// a summary of its repeats and a progress report per 15 s, and the final error fit well within it.
 /// (Before, each of the eleven watches logged each retry: 60 and more lines in the same time.)
 const MAX_LOG_LINES: usize = 25;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-/// A kubeconfig for `server` with a token (no client certificate to make up).
-fn write_kubeconfig(path: &Path, server: &str) {
-    let kubeconfig = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "away", "cluster": {
-            "server": server,
-            "insecure-skip-tls-verify": true,
-        }}],
-        "users": [{"name": "ferroscale", "user": {"token": "not-a-real-token"}}],
-        "contexts": [{"name": "away", "context": {"cluster": "away", "user": "ferroscale"}}],
-        "current-context": "away",
-    });
-    std::fs::write(
-        path,
-        serde_yaml_ng::to_string(&kubeconfig).expect("kubeconfig YAML"),
-    )
-    .expect("write the kubeconfig");
-}
 
 /// Runs `ferroscale run --cloud-provider=externalgrpc` (which needs nothing from the API server
 /// to start) against `server` at `--v=4` until it exits.
