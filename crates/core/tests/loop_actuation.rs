@@ -7,83 +7,18 @@ mod loop_fakes;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferroscale_core::actuation::{
-    ActuationProgress, DeletionFailure, DeletionTracker, EmptinessRecheck, NodeDeletion,
-    RecheckRefusal, RemovalKind,
-};
-use ferroscale_core::cloud::{CloudProvider, NodeGroup};
+use ferroscale_core::actuation::{ActuationProgress, DeletionFailure, RecheckRefusal, RemovalKind};
+use ferroscale_core::cloud::NodeGroup;
 use ferroscale_core::events::{EventObject, reasons};
-use ferroscale_core::options::AutoscalingOptions;
+use ferroscale_model::TaintEffect;
 use ferroscale_model::taints::TO_BE_DELETED;
-use ferroscale_model::{TaintEffect, Timestamp};
 use futures::executor::block_on;
 use loop_fakes::*;
-
-struct Fixture {
-    log: CallLog,
-    cloud: FakeCloud,
-    cluster: FakeCluster,
-    tracker: DeletionTracker,
-    options: AutoscalingOptions,
-}
-
-impl Fixture {
-    /// One group `pool` with nodes `n1` and `n2`.
-    fn new() -> Fixture {
-        let log = CallLog::default();
-        let mut cloud = FakeCloud::new(log.clone());
-        cloud.add_group("pool", 0, 10);
-        let cluster = FakeCluster::new(log.clone());
-        for name in ["n1", "n2"] {
-            let n = node(name, 4000, 16 << 30);
-            cloud.add_instance("pool", &n);
-            cluster.add_node(n);
-        }
-        Fixture {
-            log,
-            cloud,
-            cluster,
-            tracker: DeletionTracker::new(),
-            options: AutoscalingOptions::default(),
-        }
-    }
-
-    fn request(&self, name: &str, kind: RemovalKind) -> NodeDeletion {
-        NodeDeletion {
-            node: Arc::new(self.cluster.node(name).expect("node exists")),
-            group_id: "pool".into(),
-            kind,
-            zero_or_max: false,
-            unready: false,
-            utilization: 0.1,
-            pods_to_reschedule: Vec::new(),
-        }
-    }
-
-    fn start(&mut self, requests: Vec<NodeDeletion>, now: Timestamp) -> ActuationProgress {
-        block_on(
-            self.tracker
-                .start(requests, &self.cluster, now, &self.options),
-        )
-    }
-
-    fn advance(&mut self, now: Timestamp) -> ActuationProgress {
-        let groups: Vec<Arc<dyn NodeGroup>> =
-            block_on(self.cloud.node_groups()).expect("fake groups");
-        block_on(self.tracker.advance(
-            &groups,
-            &self.cluster,
-            &EmptinessRecheck,
-            now,
-            &self.options,
-        ))
-    }
-}
 
 /// docs/behaviour.md SD-81.
 #[test]
 fn s81_empty_node_is_tainted_cordoned_and_deleted_after_five_seconds() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     let start = t(1_700_000_000);
     let progress = f.start(vec![f.request("n1", RemovalKind::Empty)], start);
     assert!(progress.start_error.is_none());
@@ -115,7 +50,7 @@ fn s81_empty_node_is_tainted_cordoned_and_deleted_after_five_seconds() {
 /// docs/behaviour.md SD-84.
 #[test]
 fn s84_drained_pods_are_evicted_with_grace_capped_at_max_graceful_termination() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     let mut long = pod_on("long", "n1", 100);
     long.termination_grace_seconds = Some(900);
     f.cluster.add_pod(long);
@@ -143,7 +78,7 @@ fn s84_drained_pods_are_evicted_with_grace_capped_at_max_graceful_termination() 
 /// docs/behaviour.md SD-85.
 #[test]
 fn s85_eviction_refused_by_pdb_for_two_minutes_aborts_and_rolls_back() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     f.cluster.add_pod(pod_on("guarded", "n1", 100));
     f.cluster
         .state()
@@ -189,7 +124,7 @@ fn s85_eviction_refused_by_pdb_for_two_minutes_aborts_and_rolls_back() {
 /// docs/behaviour.md SD-86.
 #[test]
 fn s86_daemonset_pods_evicted_on_drained_nodes_but_not_on_empty_ones() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     f.cluster.add_pod(pod_on("app", "n1", 100));
     f.cluster.add_pod(daemonset_pod_on("agent-n1", "n1"));
     f.cluster.add_pod(daemonset_pod_on("agent-n2", "n2"));
@@ -214,7 +149,7 @@ fn s86_daemonset_pods_evicted_on_drained_nodes_but_not_on_empty_ones() {
 /// docs/behaviour.md SD-87.
 #[test]
 fn s87_daemonset_pod_opted_out_is_never_evicted() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     f.options.daemonset_eviction_for_empty_nodes = true;
     let mut opted_out = daemonset_pod_on("agent-n1", "n1");
     opted_out.annotations.insert(
@@ -245,7 +180,7 @@ fn s87_daemonset_pod_opted_out_is_never_evicted() {
 /// docs/behaviour.md SD-88.
 #[test]
 fn s88_delay_deletion_annotation_holds_deletion_up_to_two_minutes() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     f.cluster
         .state()
         .nodes
@@ -306,7 +241,7 @@ fn s88_delay_deletion_annotation_holds_deletion_up_to_two_minutes() {
 /// docs/behaviour.md SD-89.
 #[test]
 fn s89_empty_node_that_got_a_pod_during_the_delay_is_kept_and_untainted() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     f.start(vec![f.request("n1", RemovalKind::Empty)], t(0));
     f.cluster.add_pod(pod_on("late", "n1", 100));
     let progress = f.advance(t(5));
@@ -331,7 +266,7 @@ fn s89_empty_node_that_got_a_pod_during_the_delay_is_kept_and_untainted() {
 /// docs/behaviour.md SD-92.
 #[test]
 fn s92_failed_cloud_delete_rolls_back_and_the_node_is_free_again() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     *f.cloud.group("pool").fail_delete.lock().expect("lock") = true;
     f.start(vec![f.request("n1", RemovalKind::Empty)], t(0));
     let progress = f.advance(t(5));
@@ -357,7 +292,7 @@ fn s92_failed_cloud_delete_rolls_back_and_the_node_is_free_again() {
 /// docs/behaviour.md SD-93.
 #[test]
 fn s93_node_objects_are_never_deleted() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     f.cluster.add_pod(pod_on("app", "n1", 100));
     f.start(
         vec![
@@ -380,7 +315,7 @@ fn s93_node_objects_are_never_deleted() {
 /// Checks docs/behaviour.md SD-109.
 #[test]
 fn a_failed_taint_starts_nothing_and_removes_the_batch_taints() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     let mut ghost = f.request("n2", RemovalKind::Empty);
     let mut gone = (*ghost.node).clone();
     gone.name = "gone".into();
@@ -401,7 +336,7 @@ fn a_failed_taint_starts_nothing_and_removes_the_batch_taints() {
 /// Checks docs/behaviour.md SD-114.
 #[test]
 fn zero_or_max_group_nodes_are_deleted_together_or_not_at_all() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     f.cluster.add_pod(pod_on("late", "n2", 100));
     let mut a = f.request("n1", RemovalKind::Empty);
     let mut b = f.request("n2", RemovalKind::Empty);
@@ -433,7 +368,7 @@ fn zero_or_max_group_nodes_are_deleted_together_or_not_at_all() {
 /// Checks docs/behaviour.md SD-113.
 #[test]
 fn drain_waits_for_evicted_pods_to_go_and_gives_up_after_grace_plus_thirty_seconds() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2"]);
     f.options.max_graceful_termination_sec = 60;
     f.cluster.state().evictions_remove_pods = false;
     f.cluster.add_pod(pod_on("slow", "n1", 100));

@@ -5,81 +5,14 @@
 mod loop_fakes;
 
 use std::cell::Cell;
-use std::sync::Arc;
 use std::time::Duration;
 
-use ferroscale_core::actuation::{
-    ActuationProgress, DeletionFailure, DeletionTracker, EmptinessRecheck, NodeDeletion,
-    RemovalKind,
-};
+use ferroscale_core::actuation::{DeletionFailure, RemovalKind};
 use ferroscale_core::autoscaler::Stopwatch;
-use ferroscale_core::cloud::{CloudProvider, NodeGroup};
 use ferroscale_core::options::{AutoscalingOptions, OptionError};
 use ferroscale_model::Timestamp;
 use futures::executor::block_on;
 use loop_fakes::*;
-
-struct Fixture {
-    log: CallLog,
-    cloud: FakeCloud,
-    cluster: FakeCluster,
-    tracker: DeletionTracker,
-    options: AutoscalingOptions,
-}
-
-impl Fixture {
-    /// One group `pool` with nodes `n1`, `n2` and `n3`.
-    fn new() -> Fixture {
-        let log = CallLog::default();
-        let mut cloud = FakeCloud::new(log.clone());
-        cloud.add_group("pool", 0, 10);
-        let cluster = FakeCluster::new(log.clone());
-        for name in ["n1", "n2", "n3"] {
-            let n = node(name, 4000, 16 << 30);
-            cloud.add_instance("pool", &n);
-            cluster.add_node(n);
-        }
-        Fixture {
-            log,
-            cloud,
-            cluster,
-            tracker: DeletionTracker::new(),
-            options: AutoscalingOptions::default(),
-        }
-    }
-
-    fn request(&self, name: &str, kind: RemovalKind) -> NodeDeletion {
-        NodeDeletion {
-            node: Arc::new(self.cluster.node(name).expect("node exists")),
-            group_id: "pool".into(),
-            kind,
-            zero_or_max: false,
-            unready: false,
-            utilization: 0.1,
-            pods_to_reschedule: Vec::new(),
-        }
-    }
-
-    fn start(&mut self, name: &str, kind: RemovalKind, now: Timestamp) -> ActuationProgress {
-        let request = self.request(name, kind);
-        block_on(
-            self.tracker
-                .start(vec![request], &self.cluster, now, &self.options),
-        )
-    }
-
-    fn advance(&mut self, now: Timestamp) -> ActuationProgress {
-        let groups: Vec<Arc<dyn NodeGroup>> =
-            block_on(self.cloud.node_groups()).expect("fake groups");
-        block_on(self.tracker.advance(
-            &groups,
-            &self.cluster,
-            &EmptinessRecheck,
-            now,
-            &self.options,
-        ))
-    }
-}
 
 fn after(start: Timestamp, millis: i64) -> Timestamp {
     Timestamp(start.0 + millis)
@@ -89,13 +22,13 @@ fn after(start: Timestamp, millis: i64) -> Timestamp {
 /// become ready within the interval go out in one `DeleteNodes` call when it ends.
 #[test]
 fn batcher_interval_deletes_a_groups_nodes_in_one_call() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2", "n3"]);
     f.options
         .set("node-deletion-batcher-interval", "10s")
         .expect("valid");
     let start = t(1_000);
-    f.start("n1", RemovalKind::Empty, start);
-    f.start("n2", RemovalKind::Empty, start + Duration::from_secs(3));
+    f.start_one("n1", RemovalKind::Empty, start);
+    f.start_one("n2", RemovalKind::Empty, start + Duration::from_secs(3));
     f.advance(start + Duration::from_secs(5)); // n1 ready
     f.advance(start + Duration::from_secs(8)); // n2 ready
     f.advance(start + Duration::from_secs(14));
@@ -116,10 +49,10 @@ fn batcher_interval_deletes_a_groups_nodes_in_one_call() {
 /// as soon as it is ready.
 #[test]
 fn without_batcher_interval_each_node_is_deleted_when_ready() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2", "n3"]);
     let start = t(1_000);
-    f.start("n1", RemovalKind::Empty, start);
-    f.start("n2", RemovalKind::Empty, start + Duration::from_secs(3));
+    f.start_one("n1", RemovalKind::Empty, start);
+    f.start_one("n2", RemovalKind::Empty, start + Duration::from_secs(3));
     f.advance(start + Duration::from_secs(5));
     f.advance(start + Duration::from_secs(8));
     assert_eq!(
@@ -132,7 +65,7 @@ fn without_batcher_interval_each_node_is_deleted_when_ready() {
 /// with its band's grace, and the next band starts only once the previous band's pods are gone.
 #[test]
 fn drain_priority_bands_evict_lowest_band_first_with_its_own_grace() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2", "n3"]);
     f.options
         .set("drain-priority-config", "1000:100,0:20")
         .expect("valid");
@@ -147,7 +80,7 @@ fn drain_priority_bands_evict_lowest_band_first_with_its_own_grace() {
     f.cluster.add_pod(low);
     f.cluster.add_pod(high);
 
-    f.start("n1", RemovalKind::Drain, t(0));
+    f.start_one("n1", RemovalKind::Drain, t(0));
     f.advance(t(5));
     assert_eq!(
         calls(&f.log, "kube.evict"),
@@ -181,13 +114,13 @@ fn drain_priority_bands_evict_lowest_band_first_with_its_own_grace() {
 /// `--max-graceful-termination-sec`.
 #[test]
 fn a_band_gives_up_after_its_own_grace_plus_thirty_seconds() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2", "n3"]);
     f.options
         .set("drain-priority-config", "0:20")
         .expect("valid");
     f.cluster.state().evictions_remove_pods = false;
     f.cluster.add_pod(pod_on("slow", "n1", 100));
-    f.start("n1", RemovalKind::Drain, t(0));
+    f.start_one("n1", RemovalKind::Drain, t(0));
     f.advance(t(5));
     assert!(f.advance(t(5 + 49)).failed.is_empty());
     let progress = f.advance(t(5 + 50));
@@ -203,13 +136,13 @@ fn a_band_gives_up_after_its_own_grace_plus_thirty_seconds() {
 /// in their band and waited for, not best effort.
 #[test]
 fn banded_drain_waits_for_selected_daemonset_pods() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2", "n3"]);
     f.options
         .set("drain-priority-config", "0:20")
         .expect("valid");
     f.cluster.state().evictions_remove_pods = false;
     f.cluster.add_pod(daemonset_pod_on("agent", "n1"));
-    f.start("n1", RemovalKind::Drain, t(0));
+    f.start_one("n1", RemovalKind::Drain, t(0));
     f.advance(t(5));
     assert_eq!(calls(&f.log, "kube.evict").len(), 1);
     f.advance(t(10));
@@ -270,7 +203,7 @@ impl Stopwatch for TickingClock {
 /// taint latency measured in the last hour instead of `--node-delete-delay-after-taint`.
 #[test]
 fn dynamic_delay_is_twice_the_worst_taint_latency_of_the_last_hour() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2", "n3"]);
     f.options
         .set("dynamic-node-delete-delay-after-taint-enabled", "true")
         .expect("valid");
@@ -331,7 +264,7 @@ fn dynamic_delay_is_twice_the_worst_taint_latency_of_the_last_hour() {
 /// latency.
 #[test]
 fn without_the_flag_the_configured_delay_holds() {
-    let mut f = Fixture::new();
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2", "n3"]);
     let clock = TickingClock {
         now: Cell::new(0.0),
         step: 40.0,

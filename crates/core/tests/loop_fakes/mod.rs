@@ -17,6 +17,10 @@ use ferroscale_core::kubernetes::{
 };
 use ferroscale_model::{Node, OwnerRef, Pod, PodPhase, Resources, Taint, Timestamp};
 
+mod actuation;
+#[allow(unused_imports)] // only the actuation tests use it
+pub use actuation::ActuationFixture;
+
 /// Every mutating call, as text, in order (shared by the cloud and the cluster fakes).
 pub type CallLog = Arc<Mutex<Vec<String>>>;
 
