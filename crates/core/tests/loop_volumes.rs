@@ -58,6 +58,19 @@ fn full_unmanaged_node(cluster: &FakeCluster) {
     cluster.add_pod(pod_on("base", "n0", 3900));
 }
 
+/// The fakes with one zonal group per `(zone, cpu_milli)` (the group is named after its zone) and
+/// one full node outside every group.
+fn zonal_cluster(zones: &[(&str, i64)]) -> (CallLog, FakeCloud, FakeCluster) {
+    let log = CallLog::default();
+    let mut cloud = FakeCloud::new(log.clone());
+    for (zone, cpu_milli) in zones {
+        zonal_group(&mut cloud, &log, zone, zone, *cpu_milli);
+    }
+    let cluster = FakeCluster::new(log.clone());
+    full_unmanaged_node(&cluster);
+    (log, cloud, cluster)
+}
+
 fn with_claim(mut pod: Pod, claim: &str) -> Pod {
     pod.volumes.push(Volume {
         name: "data".into(),
@@ -163,12 +176,7 @@ fn increases(log: &CallLog) -> Vec<String> {
 #[test]
 fn a_pod_whose_volume_is_in_zone_b_grows_only_the_zone_b_group() {
     let setup = |claimed: bool| {
-        let log = CallLog::default();
-        let mut cloud = FakeCloud::new(log.clone());
-        zonal_group(&mut cloud, &log, "zone-a", "zone-a", 4000);
-        zonal_group(&mut cloud, &log, "zone-b", "zone-b", 8000);
-        let cluster = FakeCluster::new(log.clone());
-        full_unmanaged_node(&cluster);
+        let (log, cloud, cluster) = zonal_cluster(&[("zone-a", 4000), ("zone-b", 8000)]);
         let pod = pending_pod("db-0", 3000, t(0));
         if claimed {
             add_bound(
@@ -209,12 +217,7 @@ fn a_pod_whose_volume_is_in_zone_b_grows_only_the_zone_b_group() {
 #[test]
 fn balancing_does_not_spread_zone_b_volumes_to_zone_a() {
     let setup = |claimed: bool| {
-        let log = CallLog::default();
-        let mut cloud = FakeCloud::new(log.clone());
-        zonal_group(&mut cloud, &log, "zone-a", "zone-a", 4000);
-        zonal_group(&mut cloud, &log, "zone-b", "zone-b", 4000);
-        let cluster = FakeCluster::new(log.clone());
-        full_unmanaged_node(&cluster);
+        let (log, cloud, cluster) = zonal_cluster(&[("zone-a", 4000), ("zone-b", 4000)]);
         for i in 0..2 {
             let pod = pending_pod(&format!("db-{i}"), 3000, t(0));
             if claimed {
@@ -261,12 +264,7 @@ fn balancing_does_not_spread_zone_b_volumes_to_zone_a() {
 /// topologies name zone-a grows the zone-a group, the expander's second choice.
 #[test]
 fn a_wait_for_first_consumer_claim_picks_the_zone_its_class_allows() {
-    let log = CallLog::default();
-    let mut cloud = FakeCloud::new(log.clone());
-    zonal_group(&mut cloud, &log, "zone-a", "zone-a", 8000);
-    zonal_group(&mut cloud, &log, "zone-b", "zone-b", 4000);
-    let cluster = FakeCluster::new(log.clone());
-    full_unmanaged_node(&cluster);
+    let (log, cloud, cluster) = zonal_cluster(&[("zone-a", 8000), ("zone-b", 4000)]);
     {
         let mut state = cluster.state();
         state.volumes.storage_classes.push(Arc::new(class(
@@ -294,11 +292,7 @@ fn a_wait_for_first_consumer_claim_picks_the_zone_its_class_allows() {
 /// NotTriggerScaleUp reason says why.
 #[test]
 fn an_unbound_immediate_claim_triggers_no_scale_up() {
-    let log = CallLog::default();
-    let mut cloud = FakeCloud::new(log.clone());
-    zonal_group(&mut cloud, &log, "zone-a", "zone-a", 4000);
-    let cluster = FakeCluster::new(log.clone());
-    full_unmanaged_node(&cluster);
+    let (log, cloud, cluster) = zonal_cluster(&[("zone-a", 4000)]);
     {
         let mut state = cluster.state();
         state
