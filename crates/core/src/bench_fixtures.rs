@@ -130,6 +130,7 @@ fn node_groups(count: usize) -> Vec<NodeGroupView> {
                 node: node("example", zone, cpu, cpu / 1000 * 4 * GIB),
                 pods: Vec::new(),
                 csi_node: None,
+                resource_slices: Vec::new(),
             };
             NodeGroupView::new(format!("group-{i}"), 0, 5000, 0, Some(template))
         })

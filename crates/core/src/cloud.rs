@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ferroscale_model::{CsiNode, Node, Pod, Timestamp};
+use ferroscale_model::{CsiNode, Node, Pod, ResourceSlice, Timestamp};
 use thiserror::Error;
 
 /// Errors a provider returns.
@@ -106,6 +106,9 @@ pub struct NodeTemplate {
     /// The CSINode a new node of the group would report (its per-driver volume limits), when the
     /// provider knows it; `None` means no limits are simulated.
     pub csi_node: Option<CsiNode>,
+    /// The node-local ResourceSlices a new node of the group would publish (its DRA devices),
+    /// named for `node`; empty when it has none or the provider does not know them.
+    pub resource_slices: Vec<ResourceSlice>,
 }
 
 /// Per-group overrides of the autoscaling options (`GetOptions`). Fields left `None` keep the

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ferroscale_model::{
-    DaemonSet, Namespace, Node, Pod, PodDisruptionBudget, Taint, Timestamp, VolumeObjects,
+    DaemonSet, DraObjects, Namespace, Node, Pod, PodDisruptionBudget, Taint, Timestamp,
+    VolumeObjects,
 };
 use thiserror::Error;
 
@@ -49,6 +50,9 @@ pub struct ClusterObjects {
     pub priority_expander_config: Option<Arc<PriorityConfig>>,
     /// Claims, volumes, storage classes and CSINodes the volume filters read.
     pub volumes: VolumeObjects,
+    /// ResourceSlices, DeviceClasses, ResourceClaims and ResourceClaimTemplates the
+    /// DynamicResources filter reads.
+    pub dra: DraObjects,
 }
 
 /// The status ConfigMap as it is written (docs/behaviour.md ST-101): `data.status` already rendered

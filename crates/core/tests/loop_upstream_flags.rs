@@ -359,6 +359,7 @@ fn pods_for_two_groups() -> (CallLog, FakeCloud, FakeCluster) {
             node: template,
             pods: Vec::new(),
             csi_node: None,
+            resource_slices: Vec::new(),
         },
         fail_delete: Default::default(),
         failing: Default::default(),

@@ -42,6 +42,7 @@ fn template(cpu: i64) -> NodeTemplate {
         node: node("example", cpu),
         pods: Vec::new(),
         csi_node: None,
+        resource_slices: Vec::new(),
     }
 }
 

@@ -467,6 +467,8 @@ fn rich_pod() -> Pod {
                 source: VolumeSource::Other,
             },
         ],
+        resource_claims: Vec::new(),
+        resource_claim_statuses: Vec::new(),
     }
 }
 

@@ -728,6 +728,7 @@ impl ClusterCaches {
                 storage_classes: stores.storage_classes.values(),
                 csi_nodes: stores.csi_nodes.values(),
             },
+            dra: Default::default(),
             priority_expander_config: stores
                 .priority_expander
                 .values()

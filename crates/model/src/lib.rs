@@ -4,6 +4,7 @@
 //! once, at the boundary, into these types. Nothing here performs I/O or reads the clock; the only
 //! fallible functions are parsers, and their errors name the offending value.
 
+pub mod dra;
 pub mod labels;
 pub mod node;
 pub mod pod;
@@ -14,6 +15,12 @@ pub mod time;
 pub mod volumes;
 pub mod workloads;
 
+pub use dra::{
+    AllocatedDevice, AllocationMode, ClaimAllocation, ClaimConsumer, ClaimSpec, Device,
+    DeviceAttribute, DeviceClass, DeviceConstraint, DeviceRequest, DeviceRequestKind, DeviceScope,
+    DeviceSubRequest, DraObjects, ExactDeviceRequest, PodClaimSource, PodResourceClaim,
+    PodResourceClaimStatus, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 pub use labels::{
     LabelOperator, LabelRequirement, LabelSelector, Labels, NodeOperator, NodeRequirement,
     NodeSelector, NodeSelectorTerm,

@@ -1,6 +1,7 @@
 //! A Kubernetes Pod as the autoscaler needs it: identity, owner, priority, the effective resource
 //! requests the scheduler computes, and every scheduling constraint the filters evaluate.
 
+use crate::dra::{PodClaimSource, PodResourceClaim, PodResourceClaimStatus};
 use crate::labels::{LabelSelector, Labels, NodeSelector};
 use crate::node::ConditionStatus;
 use crate::resources::Resources;
@@ -177,6 +178,10 @@ pub struct Pod {
     pub host_ports: Vec<HostPort>,
     pub topology_spread: Vec<TopologySpreadConstraint>,
     pub volumes: Vec<Volume>,
+    /// `spec.resourceClaims`: the DRA claims the pod uses.
+    pub resource_claims: Vec<PodResourceClaim>,
+    /// `status.resourceClaimStatuses`: the names of the claims made from templates.
+    pub resource_claim_statuses: Vec<PodResourceClaimStatus>,
 }
 
 impl Pod {
@@ -254,6 +259,25 @@ impl Pod {
                 VolumeSource::PersistentVolumeClaim { .. } | VolumeSource::Ephemeral
             )
         })
+    }
+
+    /// Whether the pod uses DRA claims: only such pods go through the DynamicResources filter.
+    pub fn has_resource_claims(&self) -> bool {
+        !self.resource_claims.is_empty()
+    }
+
+    /// The name of the ResourceClaim object behind one of the pod's claims: the shared claim's
+    /// name, or for a template the generated name recorded in the pod's status (`None` while the
+    /// control plane has not made it yet).
+    pub fn resource_claim_name<'a>(&'a self, claim: &'a PodResourceClaim) -> Option<&'a str> {
+        match &claim.source {
+            PodClaimSource::Claim(name) => Some(name),
+            PodClaimSource::Template(_) => self
+                .resource_claim_statuses
+                .iter()
+                .find(|s| s.name == claim.name)
+                .and_then(|s| s.claim_name.as_deref()),
+        }
     }
 
     pub fn requests_gpu(&self) -> bool {

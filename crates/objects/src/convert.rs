@@ -9,9 +9,10 @@ use ferroscale_model::{
     ConditionStatus, ContainerRequests, DaemonSet, HostPort, IntOrPercent, LabelOperator,
     LabelRequirement, LabelSelector, Labels, Namespace, Node, NodeConditions, NodeInclusionPolicy,
     NodeOperator, NodeRequirement, NodeSelector, NodeSelectorTerm, OwnerRef, Pod, PodAffinityTerm,
-    PodCondition, PodDisruptionBudget, PodPhase, PreemptionPolicy, PriorityClass, Protocol,
-    Quantity, Resources, RestartPolicy, Taint, TaintEffect, Timestamp, Toleration,
-    TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction, effective_requests,
+    PodClaimSource, PodCondition, PodDisruptionBudget, PodPhase, PodResourceClaim,
+    PodResourceClaimStatus, PreemptionPolicy, PriorityClass, Protocol, Quantity, Resources,
+    RestartPolicy, Taint, TaintEffect, Timestamp, Toleration, TolerationOperator,
+    TopologySpreadConstraint, UnsatisfiableAction, effective_requests,
 };
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
@@ -798,7 +799,53 @@ fn pod_from_parts(
         host_ports: ports,
         topology_spread,
         volumes,
+        resource_claims: pod_resource_claims(ctx, spec)?,
+        resource_claim_statuses: status
+            .and_then(|s| s.resource_claim_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|s| PodResourceClaimStatus {
+                name: s.name.clone(),
+                claim_name: s.resource_claim_name.clone().filter(|n| !n.is_empty()),
+            })
+            .collect(),
     })
+}
+
+/// `spec.resourceClaims`: each entry names exactly one of a claim and a claim template, as the
+/// API server's validation requires.
+fn pod_resource_claims(
+    ctx: &ObjectContext,
+    spec: &core::PodSpec,
+) -> Result<Vec<PodResourceClaim>, ConvertError> {
+    spec.resource_claims
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, claim)| {
+            let field = format!("spec.resourceClaims[{i}]");
+            let by_name = claim.resource_claim_name.as_deref().filter(|n| !n.is_empty());
+            let by_template = claim
+                .resource_claim_template_name
+                .as_deref()
+                .filter(|n| !n.is_empty());
+            let source = match (by_name, by_template) {
+                (Some(name), None) => PodClaimSource::Claim(name.to_string()),
+                (None, Some(template)) => PodClaimSource::Template(template.to_string()),
+                _ => {
+                    return Err(ctx.error(
+                        field,
+                        claim.name.as_str(),
+                        "exactly one of resourceClaimName and resourceClaimTemplateName must be set",
+                    ));
+                }
+            };
+            Ok(PodResourceClaim {
+                name: claim.name.clone(),
+                source,
+            })
+        })
+        .collect()
 }
 
 /// Converts a Pod. A pod without a namespace is put in `default`, as `kubectl apply` would.

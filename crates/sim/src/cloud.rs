@@ -477,6 +477,7 @@ impl NodeGroup for SimulatedNodeGroup {
             node,
             pods,
             csi_node,
+            resource_slices: Vec::new(),
         })
     }
 

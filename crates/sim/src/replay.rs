@@ -1215,6 +1215,7 @@ mod tests {
             node: Node::new("pool-a-template", Resources::new(4000, 16 << 30)),
             pods: Vec::new(),
             csi_node: None,
+            resource_slices: Vec::new(),
         };
         LoopCapture {
             now: Timestamp::from_secs(1_700_000_000),

@@ -122,6 +122,7 @@ pub async fn choose_template(
         node: node.clone(),
         pods: pods_on(&node.name).iter().map(|p| (**p).clone()).collect(),
         csi_node: csi_node_of(&node.name),
+        resource_slices: Vec::new(),
     };
     if let Some(node) = nodes.iter().find(|n| good_example(n, now)) {
         let mut template = sanitize_template(&from_node(node), group.id(), "template", options);

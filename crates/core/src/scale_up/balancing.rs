@@ -152,6 +152,7 @@ mod tests {
             node,
             pods: Vec::new(),
             csi_node: None,
+            resource_slices: Vec::new(),
         }
     }
 

@@ -230,6 +230,7 @@ mod tests {
             node: Node::new("t", Resources::new(cpu, memory_gib << 30)),
             pods: Vec::new(),
             csi_node: None,
+            resource_slices: Vec::new(),
         }
     }
 

@@ -84,6 +84,7 @@ mod tests {
             node: Node::new("t", Resources::new(4000, 16 << 30)),
             pods: vec![],
             csi_node: None,
+            resource_slices: Vec::new(),
         };
         NodeGroupView::new(id, min, 10, target, Some(template))
     }

@@ -94,6 +94,7 @@ fn sanitize(
         node,
         pods,
         csi_node,
+        resource_slices: Vec::new(),
     }
 }
 
@@ -202,6 +203,7 @@ mod tests {
             node,
             pods: vec![ds, app],
             csi_node: None,
+            resource_slices: Vec::new(),
         }
     }
 

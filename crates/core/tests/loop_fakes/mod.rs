@@ -213,6 +213,7 @@ impl FakeCloud {
                 node: node(&format!("{id}-template"), 4000, 16 << 30),
                 pods: Vec::new(),
                 csi_node: None,
+                resource_slices: Vec::new(),
             },
             fail_delete: Mutex::new(false),
             failing: Mutex::default(),

@@ -192,6 +192,7 @@ impl NodeGroup for FakeGroup {
                 node: node.clone(),
                 pods: vec![Pod::new("kube-system", "daemonset-pod")],
                 csi_node: None,
+                resource_slices: Vec::new(),
             }),
             None => Err(CloudError::NotImplemented),
         }

@@ -413,6 +413,7 @@ pub fn build_template(
             node,
             // The engine simulates the per-driver volume limits of the same CSINode.
             csi_node: csi_node.as_ref().map(CsiNodeTemplate::to_model),
+            resource_slices: Vec::new(),
         },
         node_info,
         resource_slices,

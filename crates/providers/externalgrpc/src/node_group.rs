@@ -237,6 +237,7 @@ impl NodeGroup for ExternalGrpcNodeGroup {
             node,
             pods: Vec::new(),
             csi_node: None,
+            resource_slices: Vec::new(),
         };
         *cached = Some(template.clone());
         Ok(template)

@@ -362,6 +362,7 @@ pub fn template_node_info(template: &Node) -> Result<NodeTemplate, String> {
         node,
         pods: vec![kube_proxy],
         csi_node,
+        resource_slices: Vec::new(),
     })
 }
 
