@@ -28,6 +28,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
 };
 use rand::{RngExt, SeedableRng};
+
+mod devices;
+
+pub use devices::{Devices, FPGA_DRIVER, GPU_DRIVER};
 use rand_chacha::ChaCha8Rng;
 
 /// The extended resource every family may request (a device count).
@@ -56,6 +60,9 @@ pub struct GeneratorSettings {
     /// Whether the case has storage: classes, bound volume/claim pairs, CSINodes, and pods using
     /// claims (bound, WaitForFirstConsumer, unbound Immediate, missing).
     pub volumes: bool,
+    /// Whether the case has DRA devices: DeviceClasses, ResourceSlices, and pods using
+    /// ResourceClaims (their own or shared).
+    pub dra: bool,
 }
 
 impl Default for GeneratorSettings {
@@ -63,6 +70,7 @@ impl Default for GeneratorSettings {
         GeneratorSettings {
             owned_pod_probability: 0.2,
             volumes: false,
+            dra: false,
         }
     }
 }
@@ -84,6 +92,7 @@ pub struct Case {
     /// Pods for the scheduler, created one at a time.
     pub pending: Vec<Pod>,
     pub storage: Storage,
+    pub devices: Devices,
 }
 
 /// A case's storage objects, created before its pods.
@@ -171,6 +180,15 @@ impl Generator<'_> {
                 }
             }
         }
+        let mut devices = Devices::default();
+        if settings.dra {
+            devices = self.devices(&nodes);
+            for pod in &mut pending {
+                if self.chance(0.75) {
+                    self.use_devices(pod, &mut devices);
+                }
+            }
+        }
         Case {
             seed,
             index,
@@ -180,6 +198,7 @@ impl Generator<'_> {
             running,
             pending,
             storage,
+            devices,
         }
     }
 

@@ -17,7 +17,9 @@ pub mod runner;
 pub mod verdict;
 
 pub use generate::{Case, GeneratorSettings, generate_case};
-pub use runner::{CONFIGURED_PROFILE, DEFAULT_PROFILE, Family, RunError, Runner, Tally, VOLUMES};
+pub use runner::{
+    CONFIGURED_PROFILE, DEFAULT_PROFILE, DRA, Family, RunError, Runner, Tally, VOLUMES,
+};
 pub use verdict::{
     Disagreement, NodeVerdicts, Observation, Outcome, compare, ferroscale_verdicts,
     observation_yaml, parse_scheduler_message,

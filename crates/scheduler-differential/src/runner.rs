@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::node::v1::{Overhead, RuntimeClass};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -51,6 +52,7 @@ pub const DEFAULT_PROFILE: Family = Family {
     settings: GeneratorSettings {
         owned_pod_probability: 0.2,
         volumes: false,
+        dra: false,
     },
 };
 
@@ -63,6 +65,20 @@ pub const VOLUMES: Family = Family {
     settings: GeneratorSettings {
         owned_pod_probability: 0.2,
         volumes: true,
+        dra: false,
+    },
+};
+
+/// The default profile with devices in every case: GPUs on most nodes with CEL-selected models
+/// and memory, FPGAs reachable from one zone or from every node, and pods claiming devices by
+/// count, all of a class, or the first available alternative, alone or through a shared claim.
+pub const DRA: Family = Family {
+    name: "dra",
+    scheduler_config: None,
+    settings: GeneratorSettings {
+        owned_pod_probability: 0.2,
+        volumes: false,
+        dra: true,
     },
 };
 
@@ -96,6 +112,7 @@ profiles:
     settings: GeneratorSettings {
         owned_pod_probability: 0.6,
         volumes: false,
+        dra: false,
     },
 };
 
@@ -239,6 +256,7 @@ impl Runner {
                 .map_err(api_error(format!("reset the taints of node {name}")))?;
         }
         self.create_storage(case).await?;
+        self.create_devices(case).await?;
         for pod in &case.running {
             let pod = with_owner(pod, &owners);
             self.pods(&pod)
@@ -465,7 +483,38 @@ impl Runner {
                     .items,
             );
         }
+        let device_classes = Api::<DeviceClass>::all(self.client.clone())
+            .list(&lp)
+            .await
+            .map_err(api_error("list device classes"))?
+            .items
+            .into_iter()
+            .filter(|c| ours(&c.metadata.name))
+            .collect();
+        // Slices are named after their node or the case: both start with the case's prefix.
+        let resource_slices = Api::<ResourceSlice>::all(self.client.clone())
+            .list(&lp)
+            .await
+            .map_err(api_error("list resource slices"))?
+            .items
+            .into_iter()
+            .filter(|s| ours(&s.metadata.name))
+            .collect();
+        let mut resource_claims = Vec::new();
+        for ns in &case.namespaces {
+            let ns = ns.metadata.name.as_deref().unwrap_or_default();
+            resource_claims.extend(
+                Api::<ResourceClaim>::namespaced(self.client.clone(), ns)
+                    .list(&lp)
+                    .await
+                    .map_err(api_error("list resource claims"))?
+                    .items,
+            );
+        }
         Ok(Observation {
+            device_classes,
+            resource_slices,
+            resource_claims,
             storage_classes,
             volumes,
             claims,
@@ -554,6 +603,66 @@ impl Runner {
         Ok(())
     }
 
+    /// Creates the case's device classes, resource slices and resource claims.
+    async fn create_devices(&self, case: &Case) -> Result<(), RunError> {
+        let post = PostParams::default();
+        let devices = &case.devices;
+        let classes: Api<DeviceClass> = Api::all(self.client.clone());
+        for class in &devices.classes {
+            classes
+                .create(&post, class)
+                .await
+                .map_err(api_error("create a device class"))?;
+        }
+        let slices: Api<ResourceSlice> = Api::all(self.client.clone());
+        for slice in &devices.slices {
+            slices
+                .create(&post, slice)
+                .await
+                .map_err(api_error("create a resource slice"))?;
+        }
+        for claim in &devices.claims {
+            let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+            let name = claim.metadata.name.as_deref().unwrap_or_default();
+            Api::<ResourceClaim>::namespaced(self.client.clone(), ns)
+                .create(&post, claim)
+                .await
+                .map_err(api_error(format!("create resource claim {ns}/{name}")))?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the case's DRA objects; the scheduler's delete protection on allocated claims
+    /// (removed by the controller manager, not running here) is dropped first.
+    async fn delete_devices(&self, case: &Case) -> Result<(), RunError> {
+        let unprotect = serde_json::json!({ "metadata": { "finalizers": null } });
+        let patch = Patch::Merge(&unprotect);
+        let pp = PatchParams::default();
+        let dp = DeleteParams::default();
+        for claim in &case.devices.claims {
+            let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+            let name = claim.metadata.name.as_deref().unwrap_or_default();
+            let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), ns);
+            ignore_missing(api.patch(name, &pp, &patch).await)
+                .map_err(api_error(format!("unprotect resource claim {ns}/{name}")))?;
+            ignore_missing(api.delete(name, &dp).await)
+                .map_err(api_error(format!("delete resource claim {ns}/{name}")))?;
+        }
+        let slices: Api<ResourceSlice> = Api::all(self.client.clone());
+        for slice in &case.devices.slices {
+            let name = slice.metadata.name.as_deref().unwrap_or_default();
+            ignore_missing(slices.delete(name, &dp).await)
+                .map_err(api_error("delete a resource slice"))?;
+        }
+        let classes: Api<DeviceClass> = Api::all(self.client.clone());
+        for class in &case.devices.classes {
+            let name = class.metadata.name.as_deref().unwrap_or_default();
+            ignore_missing(classes.delete(name, &dp).await)
+                .map_err(api_error("delete a device class"))?;
+        }
+        Ok(())
+    }
+
     /// Deletes the case's storage; the protection finalizers (removed by controllers that do not
     /// run here) are dropped first.
     async fn delete_storage(&self, case: &Case) -> Result<(), RunError> {
@@ -626,6 +735,7 @@ impl Runner {
                 .map_err(api_error("delete a node"))?;
         }
         self.delete_storage(case).await?;
+        self.delete_devices(case).await?;
         // Let the scheduler's informers drop the case before the next one arrives.
         tokio::time::sleep(SETTLE).await;
         Ok(())

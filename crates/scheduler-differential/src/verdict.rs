@@ -11,14 +11,16 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use ferroscale_model::VolumeObjects;
+use ferroscale_model::{DraObjects, VolumeObjects};
 use ferroscale_objects::{
-    PriorityClasses, csi_node_from_k8s, namespace_from_k8s, node_from_k8s, pod_from_k8s,
-    pv_from_k8s, pvc_from_k8s, storage_class_from_k8s,
+    PriorityClasses, csi_node_from_k8s, device_class_from_k8s, namespace_from_k8s, node_from_k8s,
+    pod_from_k8s, pv_from_k8s, pvc_from_k8s, resource_claim_from_k8s, resource_slice_from_k8s,
+    storage_class_from_k8s,
 };
 use ferroscale_scheduling::scheduler_config;
 use ferroscale_scheduling::{SchedulerProfile, Snapshot, Unfit, VolumeCatalogue, check};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +59,14 @@ pub struct Observation {
     pub claims: Vec<PersistentVolumeClaim>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub csi_nodes: Vec<CSINode>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_classes: Vec<DeviceClass>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_slices: Vec<ResourceSlice>,
+    /// The claims of the case's namespaces, with the allocations the scheduler made for the pods
+    /// bound before this one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_claims: Vec<ResourceClaim>,
     pub outcome: Outcome,
 }
 
@@ -97,6 +107,23 @@ pub fn ferroscale_verdicts(observation: &Observation) -> Result<NodeVerdicts, Ve
             .push(Arc::new(csi_node_from_k8s(csi_node)?));
     }
     snapshot.set_volume_catalogue(Arc::new(VolumeCatalogue::new(&storage)));
+    let mut devices = DraObjects::default();
+    for class in &observation.device_classes {
+        devices
+            .classes
+            .push(Arc::new(device_class_from_k8s(class)?));
+    }
+    for slice in &observation.resource_slices {
+        devices
+            .slices
+            .push(Arc::new(resource_slice_from_k8s(slice)?));
+    }
+    for claim in &observation.resource_claims {
+        devices
+            .claims
+            .push(Arc::new(resource_claim_from_k8s(claim)?));
+    }
+    snapshot.set_dra_objects(&devices);
     // kube-scheduler always reads CSINodes; upstream's autoscaler does with
     // --enable-csi-node-aware-scheduling.
     snapshot.set_csi_node_limits(true);

@@ -1,7 +1,7 @@
 //! The differential test: seeded random cases applied to a real kube-scheduler v1.36 on the test
 //! control plane, each pending pod's outcome compared with Ferroscale's filters on the same
 //! cluster state. One family runs the scheduler's default profile, one a non-default
-//! KubeSchedulerConfiguration given to both sides.
+//! KubeSchedulerConfiguration given to both sides, one adds storage and one DRA devices.
 //!
 //! `FERROSCALE_DIFF_CASES` (cases per family, default 30) and `FERROSCALE_DIFF_SEED` (default
 //! fixed, so CI is reproducible) size and seed the run; `scripts/differential.sh` sets both. A
@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use ferroscale_scheduler_differential::{
-    CONFIGURED_PROFILE, DEFAULT_PROFILE, Family, Runner, Tally, VOLUMES, generate_case,
+    CONFIGURED_PROFILE, DEFAULT_PROFILE, DRA, Family, Runner, Tally, VOLUMES, generate_case,
     observation_yaml,
 };
 use ferroscale_testing_control_plane::{ControlPlane, Options};
@@ -83,7 +83,7 @@ async fn run_family(family: Family, cases: u32, seed: u64) -> Tally {
 
 /// Every family, or the one `FERROSCALE_DIFF_FAMILY` names.
 fn selected_families() -> Vec<Family> {
-    let all = [DEFAULT_PROFILE, CONFIGURED_PROFILE, VOLUMES];
+    let all = [DEFAULT_PROFILE, CONFIGURED_PROFILE, VOLUMES, DRA];
     match std::env::var("FERROSCALE_DIFF_FAMILY") {
         Ok(name) if !name.is_empty() => {
             let chosen: Vec<Family> = all.into_iter().filter(|f| f.name == name).collect();

@@ -45,6 +45,7 @@ fn every_regression_case_is_replayed() {
         "read_write_once_pod_wording",
         "pre_filter_rejection_leaves_no_node_out",
         "default_spread_counts_selected_pending_pods",
+        "dynamic_resources_after_inter_pod_affinity",
     ];
     let mut files: Vec<String> = std::fs::read_dir(regressions_dir())
         .expect("regressions/")
@@ -116,4 +117,12 @@ fn default_spread_counts_selected_pods() {
 #[test]
 fn default_spread_counts_selected_pending_pods() {
     documented_default_spread_divergence("default_spread_counts_selected_pending_pods");
+}
+
+/// The DynamicResources filter runs after InterPodAffinity, last in the scheduler's default order:
+/// a node where the pod breaks an existing pod's anti-affinity and no claim can be allocated is
+/// reported with the anti-affinity reason (docs/dra.md DRA-101).
+#[test]
+fn dynamic_resources_after_inter_pod_affinity() {
+    replay("dynamic_resources_after_inter_pod_affinity");
 }

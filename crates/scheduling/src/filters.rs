@@ -276,8 +276,8 @@ pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unf
 
 /// [`check`] for a pod the volume filters or the DynamicResources filter look at. Their
 /// per-pod parts come first (they can reject the pod everywhere, like the scheduler's PreFilter;
-/// as in kube-scheduler v1.36 they never narrow the nodes), their per-node parts after
-/// NodeResourcesFit: volumes, then devices.
+/// as in kube-scheduler v1.36 they never narrow the nodes); the volumes' per-node part runs after
+/// NodeResourcesFit, the devices' after InterPodAffinity, as in the scheduler's order.
 #[inline(never)]
 fn check_with_volumes(
     snapshot: &mut Snapshot,
@@ -301,7 +301,13 @@ fn check_with_volumes(
     if let Some(volumes) = &volumes {
         volumes.check_node(snapshot, info).map_err(Unfit::volume)?;
     }
+    // DynamicResources comes last in the scheduler's default order, after InterPodAffinity: a
+    // node both reject is reported with the inter-pod reason.
+    check_inter_pod(snapshot, pod, node)?;
     if let Some(plan) = devices {
+        let Some(info) = snapshot.node(node) else {
+            return Err(Unfit::NodeMissing);
+        };
         let node_name = info.node.name.clone();
         let verdict = plan.check_node(snapshot.dra(), &node_name, &info.node.labels);
         match verdict {
@@ -315,7 +321,7 @@ fn check_with_volumes(
             }
         }
     }
-    check_inter_pod(snapshot, pod, node)
+    Ok(())
 }
 
 /// Filters 8 and 9 (PodTopologySpread, InterPodAffinity) for one node.
