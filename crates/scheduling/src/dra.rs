@@ -508,8 +508,8 @@ pub(crate) enum DraUndo {
     Unreserved(ClaimIdx, usize, ClaimConsumer),
     /// The claim got an allocation.
     Allocated(ClaimIdx),
-    /// The claim lost this allocation.
-    Deallocated(ClaimIdx, Arc<ClaimAllocation>),
+    /// The claim lost this allocation, which took these devices.
+    Deallocated(ClaimIdx, Arc<ClaimAllocation>, Vec<DeviceIdx>),
 }
 
 /// Compiled selectors, by expression.
@@ -748,9 +748,9 @@ impl DraState {
                 None => self.allocate_now(pod, node_name, labels),
             };
             if let Some(allocation) = allocation {
-                for (claim, result) in allocation.claims {
+                for (claim, result, devices) in allocation.claims {
                     if self.claims[claim as usize].allocation.is_none() {
-                        self.set_allocation(claim, Some(Arc::new(result)));
+                        self.set_allocation(claim, Some(Arc::new(result)), devices);
                         undo.push(DraUndo::Allocated(claim));
                     }
                 }
@@ -778,7 +778,7 @@ impl DraState {
         labels: &Labels,
     ) -> Option<NodeAllocation> {
         let plan = PodPlan::prepare(self, pod).ok()?;
-        let outcome = plan.allocate(self, node_name, labels);
+        let outcome = plan.allocate(self, node_name, labels, false);
         self.keep_verdicts(plan.new_verdicts());
         outcome.ok()
     }
@@ -796,8 +796,9 @@ impl DraState {
             if entry.reserved_for.is_empty()
                 && let Some(allocation) = entry.allocation.clone()
             {
-                self.set_allocation(claim, None);
-                undo.push(DraUndo::Deallocated(claim, allocation));
+                let devices = entry.devices.clone();
+                self.set_allocation(claim, None, Vec::new());
+                undo.push(DraUndo::Deallocated(claim, allocation, devices));
             }
         }
     }
@@ -813,17 +814,24 @@ impl DraState {
                 let position = position.min(reserved.len());
                 reserved.insert(position, consumer);
             }
-            DraUndo::Allocated(claim) => self.set_allocation(claim, None),
-            DraUndo::Deallocated(claim, allocation) => self.set_allocation(claim, Some(allocation)),
+            DraUndo::Allocated(claim) => self.set_allocation(claim, None, Vec::new()),
+            DraUndo::Deallocated(claim, allocation, devices) => {
+                self.set_allocation(claim, Some(allocation), devices);
+            }
         }
     }
 
-    fn set_allocation(&mut self, claim: ClaimIdx, allocation: Option<Arc<ClaimAllocation>>) {
+    /// Gives the claim an allocation (or none), `devices` being the devices it takes.
+    fn set_allocation(
+        &mut self,
+        claim: ClaimIdx,
+        allocation: Option<Arc<ClaimAllocation>>,
+        devices: Vec<DeviceIdx>,
+    ) {
         for d in std::mem::take(&mut self.claims[claim as usize].devices) {
             self.in_use[d as usize] = self.in_use[d as usize].saturating_sub(1);
         }
         self.claims[claim as usize].allocation = allocation;
-        let devices = self.resolve_devices(claim);
         for d in &devices {
             self.in_use[*d as usize] += 1;
         }

@@ -303,7 +303,7 @@ fn check_with_volumes(
     }
     if let Some(plan) = devices {
         let node_name = info.node.name.clone();
-        let verdict = plan.check_node(snapshot.dra(), &node_name, &info.node.labels);
+        let verdict = plan.check_node(snapshot.dra(), &node_name, &info.node.labels, true);
         match verdict {
             Ok(allocation) => {
                 let fit = allocation.map(|a| (pod, node_name.as_str(), a));
@@ -375,7 +375,7 @@ fn find_node_with_volumes(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> O
             return false;
         }
         if let Some(plan) = &devices {
-            match plan.check_node(snapshot.dra(), &info.node.name, &info.node.labels) {
+            match plan.check_node(snapshot.dra(), &info.node.name, &info.node.labels, false) {
                 Ok(allocation) => *last_fit.borrow_mut() = Some((i, allocation)),
                 Err(_) => return false,
             }
