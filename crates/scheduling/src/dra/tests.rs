@@ -470,7 +470,7 @@ fn all_takes_every_matching_device_and_needs_one() {
     assert!(check(&mut c.snapshot, &pod_with("one", &["one"]), c.nodes[1]).is_err());
 }
 
-/// DRA-109: `All` on a node whose pool is being updated (not all of its slices published) is
+/// DRA-109, DRA-110: `All` on a node whose pool is being updated (not all of its slices published) is
 /// refused with the allocator's message; an exact count only skips the incomplete pool.
 #[test]
 fn all_is_refused_while_a_pool_is_incomplete() {
@@ -899,8 +899,8 @@ fn device_pools_count_devices_in_total_and_in_use() {
     );
 }
 
-/// The allocation a check found is the one `add_pod` records, and pods without claims never
-/// reach the DynamicResources filter (a node without devices suits them).
+/// DRA-101, DRA-116: the allocation a check found is the one `add_pod` records, and pods
+/// without claims never reach the DynamicResources filter (a node without devices suits them).
 #[test]
 fn add_pod_records_what_the_check_found_and_plain_pods_ignore_devices() {
     let mut c = cluster(&[2, 0], vec![claim("c1", 1)], DraObjects::default());
@@ -913,7 +913,7 @@ fn add_pod_records_what_the_check_found_and_plain_pods_ignore_devices() {
     assert_eq!(find_node(&mut c.snapshot, &plain, 1), Some(c.nodes[1]));
 }
 
-/// A label selector on a slice's node selector uses the node's labels.
+/// DRA-114: a slice's node selector matches the node's labels, and the allocation keeps it.
 #[test]
 fn selector_scoped_slices_follow_node_labels() {
     let mut extra = DraObjects::default();

@@ -1,7 +1,7 @@
 //! Random mutation sequences (with branches, forks, reverts and commits) must leave the snapshot and every
 //! topology index exactly as if the surviving nodes and pods had been added to a fresh snapshot.
 //!
-//! Some pods have device claims (DRA): reverting a branch must restore the claims' allocations
+//! Some pods have device claims (DRA-116): reverting a branch must restore the claims' allocations
 //! and reservations exactly, and the devices in use must always be those of the allocated claims.
 //! Which devices a claim got depends on the order pods came and went, so the comparison with a
 //! rebuilt snapshot leaves DRA out; the revert tests compare it too.
