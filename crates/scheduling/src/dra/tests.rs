@@ -593,10 +593,10 @@ fn admin_access_uses_devices_in_use_without_taking_them() {
 /// they name, backtracking over earlier picks when needed.
 #[test]
 fn constraints_choose_devices_that_agree() {
-    // Four GPUs on numa 0, 1, 0, 1; gpu-0 is in use, so the two devices on one numa node are
-    // gpu-1 and gpu-3.
+    // Four GPUs on numa 0, 1, 0, 1; gpu-2 is in use. The first pick for `a` (gpu-0, numa 0)
+    // leaves `b` no device on numa 0, so the allocator goes back and takes gpu-1 and gpu-3.
     let mut taken = claim("taken", 1);
-    taken.allocation = Some(allocated_on("n0", &["gpu-0"]));
+    taken.allocation = Some(allocated_on("n0", &["gpu-2"]));
     taken.reserved_for = vec![consumer(0)];
     let mut same_numa = claim_with(
         "same",
@@ -636,7 +636,7 @@ fn constraints_choose_devices_that_agree() {
     c.snapshot.add_pod(c.nodes[0], Arc::new(q));
     assert_eq!(
         allocated_devices(&c.snapshot, "spread"),
-        vec!["n0/gpu-1", "n0/gpu-2"]
+        vec!["n0/gpu-0", "n0/gpu-1"]
     );
     // Only two numa nodes: three distinct values cannot exist.
     let r = pod_with("r", &["three"]);
