@@ -943,3 +943,55 @@ fn selector_scoped_slices_follow_node_labels() {
         .unwrap();
     assert_eq!(selector.terms[0].match_expressions[0].key, "pool");
 }
+
+/// DRA-111, DRA-113: a constraint may name one alternative of a `firstAvailable` request
+/// (`<request>/<alternative>`); when that alternative cannot satisfy it, the next one is taken.
+#[test]
+fn a_constraint_on_an_alternative_moves_to_the_next_one() {
+    let mut pair_then_single = claim_with(
+        "c",
+        vec![DeviceRequest {
+            name: "accel".into(),
+            kind: DeviceRequestKind::FirstAvailable(vec![
+                DeviceSubRequest {
+                    name: "pair".into(),
+                    request: exact("gpu", AllocationMode::ExactCount(2)),
+                },
+                DeviceSubRequest {
+                    name: "single".into(),
+                    request: exact("gpu", AllocationMode::ExactCount(1)),
+                },
+            ]),
+        }],
+    );
+    pair_then_single.spec.constraints.push(DeviceConstraint {
+        requests: vec!["accel/pair".into()],
+        match_attribute: Some(format!("{DRIVER}/numa")),
+        distinct_attribute: None,
+    });
+    let mut other = pair_then_single.clone();
+    other.name = "d".into();
+    // n0's two GPUs are on different numa nodes; n1 has gpu-0 and gpu-2 on numa 0.
+    let mut c = cluster(
+        &[2, 3],
+        vec![pair_then_single, other],
+        DraObjects::default(),
+    );
+    c.snapshot
+        .add_pod(c.nodes[0], Arc::new(pod_with("p", &["c"])));
+    let requests: Vec<String> = c
+        .snapshot
+        .claim_allocation(NS, "c")
+        .unwrap()
+        .devices
+        .iter()
+        .map(|d| d.request.clone())
+        .collect();
+    assert_eq!(requests, vec!["accel/single"]);
+    c.snapshot
+        .add_pod(c.nodes[1], Arc::new(pod_with("q", &["d"])));
+    assert_eq!(
+        allocated_devices(&c.snapshot, "d"),
+        vec!["n1/gpu-0", "n1/gpu-2"]
+    );
+}
