@@ -598,6 +598,14 @@ impl DraState {
     }
 
     pub(crate) fn set_simulated_slices(&mut self, node_name: &str, slices: Vec<ResourceSlice>) {
+        // Callers set the same slices for a template copy again and again: nothing changes then
+        // (and the catalogue does not grow).
+        let unchanged = self.simulated_slices.get(node_name).is_some_and(|current| {
+            current.len() == slices.len() && current.iter().zip(&slices).all(|(a, b)| **a == *b)
+        });
+        if unchanged {
+            return;
+        }
         let slices: Vec<Arc<ResourceSlice>> = slices.into_iter().map(Arc::new).collect();
         // Devices are appended: existing device ids (and what is allocated on them) stay valid.
         self.catalogue.simulated_node_slices.remove(node_name);

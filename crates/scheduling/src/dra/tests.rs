@@ -857,6 +857,12 @@ fn simulated_nodes_publish_the_slices_set_for_them() {
     c.snapshot
         .set_simulated_resource_slices("template-1", vec![bigger.for_node_copy("template-1", "1")]);
     assert_eq!(check(&mut c.snapshot, &p, copy), Ok(()));
+    // Setting the same slices again changes nothing, allocations included.
+    c.snapshot.add_pod(copy, Arc::new(p.clone()));
+    c.snapshot
+        .set_simulated_resource_slices("template-1", vec![bigger.for_node_copy("template-1", "1")]);
+    assert_eq!(c.snapshot.device_pools(copy)[0].allocated, 2);
+    c.snapshot.remove_pod(copy, &p.uid);
     assert_eq!(
         c.snapshot.device_pools(copy),
         vec![PoolUtilization {
