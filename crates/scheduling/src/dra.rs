@@ -3,24 +3,24 @@
 //! claims are allocated and reserved for which pods) that the snapshot keeps through what-if
 //! branches.
 //!
-//! * The **catalogue** ([`DraState::set_objects`]) indexes the cluster's DeviceClasses, claims
+//! * The **catalogue** ([`crate::Snapshot::set_dra_objects`]) indexes the cluster's DeviceClasses, claims
 //!   and ResourceSlices once per loop. Slices count only in the highest generation of their pool;
 //!   node-local slices attach to their node by name, the others (node selector, all nodes,
 //!   per-device selection) are matched against each node. Nodes that exist only in the
-//!   simulation get their own node-local slices ([`DraState::set_simulated_slices`]).
+//!   simulation get their own node-local slices ([`crate::Snapshot::set_simulated_resource_slices`]).
 //! * Devices with the same driver, attributes and capacity share a *shape*: a selector's verdict
 //!   is computed once per shape (template copies of a node all have the same shapes), and
-//!   every expression is compiled once ([`cel`]).
+//!   every expression is compiled once (the private `cel` module).
 //! * The **plan** of a pod (the scheduler's PreFilter) resolves its claims and rejects the pod on
 //!   every node when a claim is missing, not made yet, being deleted, reserved for too many pods
 //!   or names a class that does not exist.
-//! * The **allocator** ([`allocator`]) then looks, per node, for devices for every claim of the
+//! * The **allocator** (the private `allocator` module) then looks, per node, for devices for every claim of the
 //!   pod that is not allocated yet, as the scheduler's structured allocator does: requests in
 //!   order, `firstAvailable` alternatives in order, exact counts and `All`, admin access,
 //!   `matchAttribute` and `distinctAttribute` constraints, with backtracking.
 //! * The **state** (claim allocations, reservations, devices in use) changes through
 //!   `Snapshot::add_pod` and `Snapshot::remove_pod`, and every change is recorded for the undo
-//!   log ([`DraUndo`]) so that a reverted branch leaves it exactly as it was.
+//!   log (`DraUndo`) so that a reverted branch leaves it exactly as it was.
 
 mod allocator;
 mod cel;
