@@ -295,12 +295,26 @@ struct PoolEntry {
     slice_count: i64,
     /// Indexes into `Catalogue::slices` of the slices of `generation`.
     slices: Vec<u32>,
+    /// Two devices of the pool have the same name.
+    duplicate_device: bool,
 }
 
 impl PoolEntry {
     /// All slices of the generation are there: devices can be allocated from the pool.
     fn is_complete(&self) -> bool {
         self.slices.len() as i64 >= self.slice_count
+    }
+
+    /// Why no device can be allocated from the pool now, in the allocator's words: a pool
+    /// missing slices is "being updated", one naming a device twice is "invalid".
+    fn unusable(&self) -> Option<&'static str> {
+        if !self.is_complete() {
+            Some("being updated")
+        } else if self.duplicate_device {
+            Some("invalid")
+        } else {
+            None
+        }
     }
 }
 
@@ -346,6 +360,7 @@ impl Catalogue {
             *generation = (*generation).max(slice.pool_generation);
         }
         let mut pools_here: HashMap<(&str, &str), u32> = HashMap::new();
+        let mut seen: std::collections::HashSet<(u32, &str)> = std::collections::HashSet::new();
         for slice in slices {
             let key = (slice.driver.as_str(), slice.pool.as_str());
             if newest.get(&key) != Some(&slice.pool_generation) {
@@ -358,6 +373,7 @@ impl Catalogue {
                     name: slice.pool.clone(),
                     slice_count: slice.pool_slice_count,
                     slices: Vec::new(),
+                    duplicate_device: false,
                 });
                 // A later call for the same pool (a simulated node's slices set again)
                 // replaces it.
@@ -390,6 +406,11 @@ impl Catalogue {
                 pool,
                 first_device,
             });
+            for device in &slice.devices {
+                if !seen.insert((pool, device.name.as_str())) {
+                    self.pools[pool as usize].duplicate_device = true;
+                }
+            }
             match (simulated_node, slice.node_name()) {
                 (Some(node), _) => self
                     .simulated_node_slices
@@ -446,14 +467,14 @@ impl Catalogue {
             .map_or(&[], Vec::as_slice)
     }
 
-    /// The devices a node can reach, in catalogue order, from complete pools only, and the
-    /// first incomplete pool the node reaches (as `driver/pool`), if any.
+    /// The devices a node can reach, in catalogue order, from usable pools only, and the first
+    /// unusable pool the node reaches (as `driver/pool`) with why, if any.
     pub(crate) fn reachable(
         &self,
         node_name: &str,
         labels: &Labels,
         out: &mut Vec<DeviceIdx>,
-    ) -> Option<String> {
+    ) -> Option<(String, &'static str)> {
         let mut incomplete = None;
         let mut take = |slice_id: u32, out: &mut Vec<DeviceIdx>, per_device: bool| {
             let entry = &self.slices[slice_id as usize];
@@ -466,12 +487,15 @@ impl Catalogue {
                     continue;
                 }
                 reached = true;
-                if pool.is_complete() {
+                if pool.unusable().is_none() {
                     out.push(id);
                 }
             }
-            if reached && !pool.is_complete() && incomplete.is_none() {
-                incomplete = Some(format!("{}/{}", pool.driver, pool.name));
+            if reached
+                && incomplete.is_none()
+                && let Some(why) = pool.unusable()
+            {
+                incomplete = Some((format!("{}/{}", pool.driver, pool.name), why));
             }
         };
         for slice_id in self.local_slices(node_name) {

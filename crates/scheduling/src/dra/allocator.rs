@@ -604,8 +604,9 @@ struct Search<'a> {
     plan: &'a PodPlan,
     state: &'a DraState,
     candidates: &'a [DeviceIdx],
-    /// The first incomplete pool the node reaches (`All` requests cannot be satisfied then).
-    incomplete: Option<String>,
+    /// The first pool the node reaches that is incomplete or invalid, and which (`All`
+    /// requests cannot be satisfied then).
+    incomplete: Option<(String, &'static str)>,
     /// Devices picked so far, with the claim (position in `plan.to_allocate`) they are for.
     taken: Vec<(DeviceIdx, usize)>,
     picks: Vec<Vec<Pick<'a>>>,
@@ -702,13 +703,13 @@ impl<'a> Search<'a> {
     /// `All`: every matching device the node reaches, at least one, all of them free.
     fn all(&mut self, ci: usize, ri: usize, p: &'a ExactPlan) -> bool {
         let claim = &self.plan.to_allocate[ci];
-        if let Some(pool) = &self.incomplete {
+        if let Some((pool, why)) = &self.incomplete {
             self.error = Some(DraUnfit::new(
                 claim.key.clone(),
                 DraReason::AllocationError {
                     request: p.full_name(),
                     message: format!(
-                        "asks for all devices, but resource pool {pool} is currently being updated"
+                        "asks for all devices, but resource pool {pool} is currently {why}"
                     ),
                 },
             ));

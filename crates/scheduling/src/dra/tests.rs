@@ -1001,3 +1001,32 @@ fn a_constraint_on_an_alternative_moves_to_the_next_one() {
         vec!["n1/gpu-0", "n1/gpu-2"]
     );
 }
+
+/// DRA-110: a pool that names a device twice is invalid: nothing is allocated from it, and a
+/// request for all devices says so.
+#[test]
+fn a_pool_with_a_duplicate_device_name_is_not_used() {
+    let mut extra = DraObjects::default();
+    let mut first = local_slice("n0", 1);
+    first.pool_slice_count = 2;
+    let mut second = first.clone();
+    second.name = "n0-more".into();
+    extra.slices = vec![Arc::new(first), Arc::new(second)];
+    let claims = vec![
+        claim("one", 1),
+        claim_with(
+            "all",
+            vec![request("gpus", exact("gpu", AllocationMode::All))],
+        ),
+    ];
+    let mut c = cluster(&[0], claims, extra);
+    let unfit = dra_unfit(check(&mut c.snapshot, &pod_with("a", &["one"]), c.nodes[0]));
+    assert_eq!(unfit.to_string(), "cannot allocate all claims");
+    let unfit = dra_unfit(check(&mut c.snapshot, &pod_with("b", &["all"]), c.nodes[0]));
+    assert!(
+        unfit
+            .to_string()
+            .ends_with("resource pool gpu.example.com/n0 is currently invalid"),
+        "{unfit}"
+    );
+}
