@@ -3,24 +3,24 @@
 //! claims are allocated and reserved for which pods) that the snapshot keeps through what-if
 //! branches.
 //!
-//! * The **catalogue** ([`DraState::set_objects`]) indexes the cluster's DeviceClasses, claims
+//! * The **catalogue** ([`crate::Snapshot::set_dra_objects`]) indexes the cluster's DeviceClasses, claims
 //!   and ResourceSlices once per loop. Slices count only in the highest generation of their pool;
 //!   node-local slices attach to their node by name, the others (node selector, all nodes,
 //!   per-device selection) are matched against each node. Nodes that exist only in the
-//!   simulation get their own node-local slices ([`DraState::set_simulated_slices`]).
+//!   simulation get their own node-local slices ([`crate::Snapshot::set_simulated_resource_slices`]).
 //! * Devices with the same driver, attributes and capacity share a *shape*: a selector's verdict
 //!   is computed once per shape (template copies of a node all have the same shapes), and
-//!   every expression is compiled once ([`cel`]).
+//!   every expression is compiled once (the private `cel` module).
 //! * The **plan** of a pod (the scheduler's PreFilter) resolves its claims and rejects the pod on
 //!   every node when a claim is missing, not made yet, being deleted, reserved for too many pods
 //!   or names a class that does not exist.
-//! * The **allocator** ([`allocator`]) then looks, per node, for devices for every claim of the
+//! * The **allocator** (the private `allocator` module) then looks, per node, for devices for every claim of the
 //!   pod that is not allocated yet, as the scheduler's structured allocator does: requests in
 //!   order, `firstAvailable` alternatives in order, exact counts and `All`, admin access,
 //!   `matchAttribute` and `distinctAttribute` constraints, with backtracking.
 //! * The **state** (claim allocations, reservations, devices in use) changes through
 //!   `Snapshot::add_pod` and `Snapshot::remove_pod`, and every change is recorded for the undo
-//!   log ([`DraUndo`]) so that a reverted branch leaves it exactly as it was.
+//!   log (`DraUndo`) so that a reverted branch leaves it exactly as it was.
 
 mod allocator;
 mod cel;
@@ -295,12 +295,26 @@ struct PoolEntry {
     slice_count: i64,
     /// Indexes into `Catalogue::slices` of the slices of `generation`.
     slices: Vec<u32>,
+    /// Two devices of the pool have the same name.
+    duplicate_device: bool,
 }
 
 impl PoolEntry {
     /// All slices of the generation are there: devices can be allocated from the pool.
     fn is_complete(&self) -> bool {
         self.slices.len() as i64 >= self.slice_count
+    }
+
+    /// Why no device can be allocated from the pool now, in the allocator's words: a pool
+    /// missing slices is "being updated", one naming a device twice is "invalid".
+    fn unusable(&self) -> Option<&'static str> {
+        if !self.is_complete() {
+            Some("being updated")
+        } else if self.duplicate_device {
+            Some("invalid")
+        } else {
+            None
+        }
     }
 }
 
@@ -346,6 +360,7 @@ impl Catalogue {
             *generation = (*generation).max(slice.pool_generation);
         }
         let mut pools_here: HashMap<(&str, &str), u32> = HashMap::new();
+        let mut seen: std::collections::HashSet<(u32, &str)> = std::collections::HashSet::new();
         for slice in slices {
             let key = (slice.driver.as_str(), slice.pool.as_str());
             if newest.get(&key) != Some(&slice.pool_generation) {
@@ -358,6 +373,7 @@ impl Catalogue {
                     name: slice.pool.clone(),
                     slice_count: slice.pool_slice_count,
                     slices: Vec::new(),
+                    duplicate_device: false,
                 });
                 // A later call for the same pool (a simulated node's slices set again)
                 // replaces it.
@@ -390,6 +406,11 @@ impl Catalogue {
                 pool,
                 first_device,
             });
+            for device in &slice.devices {
+                if !seen.insert((pool, device.name.as_str())) {
+                    self.pools[pool as usize].duplicate_device = true;
+                }
+            }
             match (simulated_node, slice.node_name()) {
                 (Some(node), _) => self
                     .simulated_node_slices
@@ -446,14 +467,14 @@ impl Catalogue {
             .map_or(&[], Vec::as_slice)
     }
 
-    /// The devices a node can reach, in catalogue order, from complete pools only, and the
-    /// first incomplete pool the node reaches (as `driver/pool`), if any.
+    /// The devices a node can reach, in catalogue order, from usable pools only, and the first
+    /// unusable pool the node reaches (as `driver/pool`) with why, if any.
     pub(crate) fn reachable(
         &self,
         node_name: &str,
         labels: &Labels,
         out: &mut Vec<DeviceIdx>,
-    ) -> Option<String> {
+    ) -> Option<(String, &'static str)> {
         let mut incomplete = None;
         let mut take = |slice_id: u32, out: &mut Vec<DeviceIdx>, per_device: bool| {
             let entry = &self.slices[slice_id as usize];
@@ -466,12 +487,15 @@ impl Catalogue {
                     continue;
                 }
                 reached = true;
-                if pool.is_complete() {
+                if pool.unusable().is_none() {
                     out.push(id);
                 }
             }
-            if reached && !pool.is_complete() && incomplete.is_none() {
-                incomplete = Some(format!("{}/{}", pool.driver, pool.name));
+            if reached
+                && incomplete.is_none()
+                && let Some(why) = pool.unusable()
+            {
+                incomplete = Some((format!("{}/{}", pool.driver, pool.name), why));
             }
         };
         for slice_id in self.local_slices(node_name) {
@@ -508,8 +532,8 @@ pub(crate) enum DraUndo {
     Unreserved(ClaimIdx, usize, ClaimConsumer),
     /// The claim got an allocation.
     Allocated(ClaimIdx),
-    /// The claim lost this allocation.
-    Deallocated(ClaimIdx, Arc<ClaimAllocation>),
+    /// The claim lost this allocation, which took these devices.
+    Deallocated(ClaimIdx, Arc<ClaimAllocation>, Vec<DeviceIdx>),
 }
 
 /// Compiled selectors, by expression.
@@ -598,6 +622,14 @@ impl DraState {
     }
 
     pub(crate) fn set_simulated_slices(&mut self, node_name: &str, slices: Vec<ResourceSlice>) {
+        // Callers set the same slices for a template copy again and again: nothing changes then
+        // (and the catalogue does not grow).
+        let unchanged = self.simulated_slices.get(node_name).is_some_and(|current| {
+            current.len() == slices.len() && current.iter().zip(&slices).all(|(a, b)| **a == *b)
+        });
+        if unchanged {
+            return;
+        }
         let slices: Vec<Arc<ResourceSlice>> = slices.into_iter().map(Arc::new).collect();
         // Devices are appended: existing device ids (and what is allocated on them) stay valid.
         self.catalogue.simulated_node_slices.remove(node_name);
@@ -748,9 +780,9 @@ impl DraState {
                 None => self.allocate_now(pod, node_name, labels),
             };
             if let Some(allocation) = allocation {
-                for (claim, result) in allocation.claims {
+                for (claim, result, devices) in allocation.claims {
                     if self.claims[claim as usize].allocation.is_none() {
-                        self.set_allocation(claim, Some(Arc::new(result)));
+                        self.set_allocation(claim, Some(Arc::new(result)), devices);
                         undo.push(DraUndo::Allocated(claim));
                     }
                 }
@@ -778,7 +810,7 @@ impl DraState {
         labels: &Labels,
     ) -> Option<NodeAllocation> {
         let plan = PodPlan::prepare(self, pod).ok()?;
-        let outcome = plan.allocate(self, node_name, labels);
+        let outcome = plan.allocate(self, node_name, labels, false);
         self.keep_verdicts(plan.new_verdicts());
         outcome.ok()
     }
@@ -796,8 +828,9 @@ impl DraState {
             if entry.reserved_for.is_empty()
                 && let Some(allocation) = entry.allocation.clone()
             {
-                self.set_allocation(claim, None);
-                undo.push(DraUndo::Deallocated(claim, allocation));
+                let devices = entry.devices.clone();
+                self.set_allocation(claim, None, Vec::new());
+                undo.push(DraUndo::Deallocated(claim, allocation, devices));
             }
         }
     }
@@ -813,17 +846,24 @@ impl DraState {
                 let position = position.min(reserved.len());
                 reserved.insert(position, consumer);
             }
-            DraUndo::Allocated(claim) => self.set_allocation(claim, None),
-            DraUndo::Deallocated(claim, allocation) => self.set_allocation(claim, Some(allocation)),
+            DraUndo::Allocated(claim) => self.set_allocation(claim, None, Vec::new()),
+            DraUndo::Deallocated(claim, allocation, devices) => {
+                self.set_allocation(claim, Some(allocation), devices);
+            }
         }
     }
 
-    fn set_allocation(&mut self, claim: ClaimIdx, allocation: Option<Arc<ClaimAllocation>>) {
+    /// Gives the claim an allocation (or none), `devices` being the devices it takes.
+    fn set_allocation(
+        &mut self,
+        claim: ClaimIdx,
+        allocation: Option<Arc<ClaimAllocation>>,
+        devices: Vec<DeviceIdx>,
+    ) {
         for d in std::mem::take(&mut self.claims[claim as usize].devices) {
             self.in_use[d as usize] = self.in_use[d as usize].saturating_sub(1);
         }
         self.claims[claim as usize].allocation = allocation;
-        let devices = self.resolve_devices(claim);
         for d in &devices {
             self.in_use[*d as usize] += 1;
         }

@@ -21,9 +21,12 @@
 //!    scheduler: a missing claim or an unbound `Immediate` claim rejects the pod on every node.
 //!    As in kube-scheduler v1.36 that part never narrows the nodes: a bound volume's node
 //!    affinity is checked per node, in this order. Pods without claims skip all of it.
-//! 8. **PodTopologySpread** — hard (`DoNotSchedule`) constraints only.
-//! 9. **InterPodAffinity** — required affinity, then required anti-affinity, then the placed pods'
-//!    anti-affinity against the incoming pod.
+//! 8. **DynamicResources** — see [`crate::dra`]: devices for the pod's ResourceClaims. Its per-pod
+//!    part (the claims resolved) runs with the volume filters' before everything else, its
+//!    per-node part (the allocator) after theirs. Pods without claims skip it.
+//! 9. **PodTopologySpread** — hard (`DoNotSchedule`) constraints only.
+//! 10. **InterPodAffinity** — required affinity, then required anti-affinity, then the placed
+//!     pods' anti-affinity against the incoming pod.
 //!
 //! The scheduler splits each plugin into PreFilter (work per pod) and Filter (work per node). Here
 //! PreFilter becomes an inter-pod plan: the ids of the snapshot indexes (see `crate::topology`)
@@ -309,7 +312,7 @@ fn check_with_volumes(
             return Err(Unfit::NodeMissing);
         };
         let node_name = info.node.name.clone();
-        let verdict = plan.check_node(snapshot.dra(), &node_name, &info.node.labels);
+        let verdict = plan.check_node(snapshot.dra(), &node_name, &info.node.labels, true);
         match verdict {
             Ok(allocation) => {
                 let fit = allocation.map(|a| (pod, node_name.as_str(), a));
@@ -324,7 +327,7 @@ fn check_with_volumes(
     Ok(())
 }
 
-/// Filters 8 and 9 (PodTopologySpread, InterPodAffinity) for one node.
+/// Filters 9 and 10 (PodTopologySpread, InterPodAffinity) for one node.
 fn check_inter_pod(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
     if !needs_inter_pod_filters(snapshot, pod) {
         return Ok(());
@@ -381,7 +384,7 @@ fn find_node_with_volumes(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> O
             return false;
         }
         if let Some(plan) = &devices {
-            match plan.check_node(snapshot.dra(), &info.node.name, &info.node.labels) {
+            match plan.check_node(snapshot.dra(), &info.node.name, &info.node.labels, false) {
                 Ok(allocation) => *last_fit.borrow_mut() = Some((i, allocation)),
                 Err(_) => return false,
             }
@@ -874,7 +877,7 @@ impl InterPodPlan {
         }
     }
 
-    /// Filters 7 and 8 for one node.
+    /// Filters 9 and 10 for one node.
     fn check(&self, topology: &TopologyIndex, node: NodeId) -> Result<(), Rejected<'_>> {
         let id = node.index();
         for s in &self.spread {

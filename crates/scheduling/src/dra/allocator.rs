@@ -104,7 +104,8 @@ struct ClaimPlan {
 /// The devices picked on a node for the pod's claims that were not allocated.
 #[derive(Debug, Clone)]
 pub(crate) struct NodeAllocation {
-    pub(crate) claims: Vec<(ClaimIdx, ClaimAllocation)>,
+    /// Per claim: its allocation and the devices it takes (admin access excluded).
+    pub(crate) claims: Vec<(ClaimIdx, ClaimAllocation, Vec<DeviceIdx>)>,
 }
 
 /// The pod's claims, resolved once per check (the scheduler's PreFilter).
@@ -122,7 +123,7 @@ impl PodPlan {
     /// made yet, being deleted, not the pod's, reserved for too many pods, or asks for a class
     /// that does not exist or a selector that does not compile.
     pub(crate) fn prepare(state: &mut DraState, pod: &Pod) -> Result<PodPlan, DraUnfit> {
-        let pod_key = format!("{}/{}", pod.namespace, pod.name);
+        let pod_key = || format!("{}/{}", pod.namespace, pod.name);
         // First every claim must exist and be usable by the pod, as the scheduler checks
         // before anything else.
         let mut claims = Vec::with_capacity(pod.resource_claims.len());
@@ -141,7 +142,7 @@ impl PodPlan {
                     }
                     return Err(DraUnfit::new(
                         format!("{}/{}", pod.namespace, entry.name),
-                        DraReason::ClaimNotCreated { pod: pod_key },
+                        DraReason::ClaimNotCreated { pod: pod_key() },
                     ));
                 }
             };
@@ -158,7 +159,7 @@ impl PodPlan {
             {
                 return Err(DraUnfit::new(
                     key,
-                    DraReason::ClaimNotOwned { pod: pod_key },
+                    DraReason::ClaimNotOwned { pod: pod_key() },
                 ));
             }
             claims.push((id, key));
@@ -248,14 +249,18 @@ impl PodPlan {
 
     /// The Filter for one node: devices for the claims to allocate first (the scheduler asks
     /// its allocator before anything else), then the allocated claims' node selectors.
+    ///
+    /// With `explain` false (a scan that only needs yes or no), a failed allocation is not
+    /// diagnosed and its verdict names no request.
     pub(crate) fn check_node(
         &self,
         state: &DraState,
         node_name: &str,
         labels: &Labels,
+        explain: bool,
     ) -> Result<Option<NodeAllocation>, DraUnfit> {
         let allocation = if self.needs_allocation() {
-            Some(self.allocate(state, node_name, labels)?)
+            Some(self.allocate(state, node_name, labels, explain)?)
         } else {
             None
         };
@@ -276,6 +281,7 @@ impl PodPlan {
         state: &DraState,
         node_name: &str,
         labels: &Labels,
+        explain: bool,
     ) -> Result<NodeAllocation, DraUnfit> {
         let mut candidates = Vec::new();
         let incomplete = state
@@ -303,12 +309,29 @@ impl PodPlan {
                     .to_allocate
                     .iter()
                     .zip(picks)
-                    .map(|(claim, picks)| (claim.claim, allocation_of(state, node_name, &picks)))
+                    .map(|(claim, picks)| {
+                        let taken = picks
+                            .iter()
+                            .filter(|p| !p.request.admin)
+                            .map(|p| p.device)
+                            .collect();
+                        (claim.claim, allocation_of(state, node_name, &picks), taken)
+                    })
                     .collect(),
             });
         }
         if let Some(error) = search.error {
             return Err(error);
+        }
+        if !explain {
+            return Err(DraUnfit::new(
+                String::new(),
+                DraReason::CannotAllocate {
+                    request: None,
+                    selector: None,
+                    note: String::new(),
+                },
+            ));
         }
         Err(self.diagnose(state, &candidates))
     }
@@ -559,12 +582,11 @@ fn exact_plan(
     })
 }
 
-/// A device picked during the search.
-#[derive(Debug, Clone)]
-struct Pick {
+/// A device picked during the search, and the request it is for.
+#[derive(Debug, Clone, Copy)]
+struct Pick<'a> {
     device: DeviceIdx,
-    request: String,
-    admin: bool,
+    request: &'a ExactPlan,
 }
 
 /// The state of one constraint during the search.
@@ -582,11 +604,12 @@ struct Search<'a> {
     plan: &'a PodPlan,
     state: &'a DraState,
     candidates: &'a [DeviceIdx],
-    /// The first incomplete pool the node reaches (`All` requests cannot be satisfied then).
-    incomplete: Option<String>,
+    /// The first pool the node reaches that is incomplete or invalid, and which (`All`
+    /// requests cannot be satisfied then).
+    incomplete: Option<(String, &'static str)>,
     /// Devices picked so far, with the claim (position in `plan.to_allocate`) they are for.
     taken: Vec<(DeviceIdx, usize)>,
-    picks: Vec<Vec<Pick>>,
+    picks: Vec<Vec<Pick<'a>>>,
     constraints: Vec<Vec<ConstraintState>>,
     budget: u32,
     /// Set when the allocation must stop with this verdict (a selector that fails to
@@ -594,7 +617,7 @@ struct Search<'a> {
     error: Option<DraUnfit>,
 }
 
-impl Search<'_> {
+impl<'a> Search<'a> {
     fn claim(&mut self, ci: usize) -> bool {
         if ci == self.plan.to_allocate.len() {
             return true;
@@ -603,7 +626,7 @@ impl Search<'_> {
     }
 
     fn request(&mut self, ci: usize, ri: usize) -> bool {
-        let plan = self.plan;
+        let plan: &'a PodPlan = self.plan;
         let claim = &plan.to_allocate[ci];
         let Some(request) = claim.requests.get(ri) else {
             return self.claim(ci + 1);
@@ -624,7 +647,7 @@ impl Search<'_> {
         }
     }
 
-    fn exact(&mut self, ci: usize, ri: usize, p: &ExactPlan) -> bool {
+    fn exact(&mut self, ci: usize, ri: usize, p: &'a ExactPlan) -> bool {
         match p.mode {
             AllocationMode::ExactCount(n) => self.pick(ci, ri, p, n as usize, 0),
             AllocationMode::All => self.all(ci, ri, p),
@@ -633,7 +656,14 @@ impl Search<'_> {
 
     /// Picks `needed` devices for `p`, from `start` on in the candidates, then goes on with
     /// the next request.
-    fn pick(&mut self, ci: usize, ri: usize, p: &ExactPlan, needed: usize, start: usize) -> bool {
+    fn pick(
+        &mut self,
+        ci: usize,
+        ri: usize,
+        p: &'a ExactPlan,
+        needed: usize,
+        start: usize,
+    ) -> bool {
         if needed == 0 {
             return self.request(ci, ri + 1);
         }
@@ -671,15 +701,15 @@ impl Search<'_> {
     }
 
     /// `All`: every matching device the node reaches, at least one, all of them free.
-    fn all(&mut self, ci: usize, ri: usize, p: &ExactPlan) -> bool {
+    fn all(&mut self, ci: usize, ri: usize, p: &'a ExactPlan) -> bool {
         let claim = &self.plan.to_allocate[ci];
-        if let Some(pool) = &self.incomplete {
+        if let Some((pool, why)) = &self.incomplete {
             self.error = Some(DraUnfit::new(
                 claim.key.clone(),
                 DraReason::AllocationError {
                     request: p.full_name(),
                     message: format!(
-                        "asks for all devices, but resource pool {pool} is currently being updated"
+                        "asks for all devices, but resource pool {pool} is currently {why}"
                     ),
                 },
             ));
@@ -753,12 +783,11 @@ impl Search<'_> {
         }
     }
 
-    fn push(&mut self, ci: usize, p: &ExactPlan, d: DeviceIdx) {
+    fn push(&mut self, ci: usize, p: &'a ExactPlan, d: DeviceIdx) {
         self.taken.push((d, ci));
         self.picks[ci].push(Pick {
             device: d,
-            request: p.full_name(),
-            admin: p.admin,
+            request: p,
         });
     }
 
@@ -838,7 +867,7 @@ impl Search<'_> {
 /// The allocation result for one claim: its devices, and the nodes it is usable from (the node
 /// itself for node-local devices, the slice's selector for devices reached by one, every node
 /// otherwise).
-fn allocation_of(state: &DraState, node_name: &str, picks: &[Pick]) -> ClaimAllocation {
+fn allocation_of(state: &DraState, node_name: &str, picks: &[Pick<'_>]) -> ClaimAllocation {
     let mut node_selector = None;
     let mut local = false;
     for pick in picks {
@@ -868,11 +897,11 @@ fn allocation_of(state: &DraState, node_name: &str, picks: &[Pick]) -> ClaimAllo
             .map(|pick| {
                 let entry = state.catalogue.device(pick.device);
                 AllocatedDevice {
-                    request: pick.request.clone(),
+                    request: pick.request.full_name(),
                     driver: entry.driver().to_string(),
                     pool: entry.pool_name().to_string(),
                     device: entry.device().name.clone(),
-                    admin_access: pick.admin,
+                    admin_access: pick.request.admin,
                 }
             })
             .collect(),

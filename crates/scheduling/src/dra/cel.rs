@@ -36,6 +36,10 @@ pub(crate) const MAX_EXPRESSION_LENGTH: usize = 10 * 1024;
 /// work of one evaluation as the API server's cost limit does.
 const MAX_ESTIMATED_COST: u64 = 1_000_000;
 
+/// The deepest nesting of brackets and unary operators an expression may have: the parser and
+/// the interpreter recurse on it, and a thread's stack must not run out on hostile input.
+const MAX_NESTING: usize = 64;
+
 /// The size assumed for a list or map a comprehension iterates when it is not a literal: a
 /// device has at most this many attributes and capacities together.
 const ASSUMED_COLLECTION_SIZE: u64 = 32;
@@ -99,8 +103,15 @@ impl Selector {
                 source.len()
             )));
         }
-        let program = ENV
-            .compile(source)
+        let nesting = nesting_depth(source);
+        if nesting > MAX_NESTING {
+            return Err(CompileError(format!(
+                "expression nests {nesting} levels deep, more than the {MAX_NESTING} allowed"
+            )));
+        }
+        // The parser is a dependency: a panic in it must not take the process down.
+        let program = std::panic::catch_unwind(|| ENV.compile(source))
+            .map_err(|_| CompileError("the CEL parser failed on this expression".to_string()))?
             .map_err(|e| CompileError(format!("compilation failed: {e}")))?;
         let references = program.references();
         let mut unknown: Vec<&str> = references
@@ -149,7 +160,11 @@ impl Selector {
         let mut context = Context::with_env(ENV.clone());
         register_functions(&mut context);
         context.add_variable_from_value("device", value);
-        match self.program.execute(&context) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.program.execute(&context)
+        }))
+        .map_err(|_| "the CEL interpreter failed on this expression".to_string())?;
+        match result {
             Ok(Value::Bool(b)) => Ok(b),
             Ok(other) => Err(format!(
                 "expression evaluated to {:?}, not a bool",
@@ -214,6 +229,37 @@ impl DeviceView<'_> {
         device.insert("capacity".to_string(), to_value(capacity));
         Ok(Value::from(device))
     }
+}
+
+/// How deep brackets and prefix operators (`!`, `-`) nest in the source, string literals aside.
+/// Chains of binary operators count too, by their length over 8, as the parser nests them.
+fn nesting_depth(source: &str) -> usize {
+    let (mut depth, mut deepest, mut prefix_run, mut binary) = (0usize, 0usize, 0usize, 0usize);
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in source.chars() {
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '\'' | '"' => quote = Some(c),
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            '!' | '-' => prefix_run += 1,
+            '&' | '|' | '+' | '*' | '/' | '%' | '<' | '>' | '=' | '?' => binary += 1,
+            c if c.is_whitespace() => {}
+            _ => prefix_run = 0,
+        }
+        deepest = deepest.max(depth + prefix_run + binary / 16);
+    }
+    deepest
 }
 
 /// `<domain>/<id>`, or the driver as domain for a bare id.

@@ -470,7 +470,7 @@ fn all_takes_every_matching_device_and_needs_one() {
     assert!(check(&mut c.snapshot, &pod_with("one", &["one"]), c.nodes[1]).is_err());
 }
 
-/// DRA-109: `All` on a node whose pool is being updated (not all of its slices published) is
+/// DRA-109, DRA-110: `All` on a node whose pool is being updated (not all of its slices published) is
 /// refused with the allocator's message; an exact count only skips the incomplete pool.
 #[test]
 fn all_is_refused_while_a_pool_is_incomplete() {
@@ -593,10 +593,10 @@ fn admin_access_uses_devices_in_use_without_taking_them() {
 /// they name, backtracking over earlier picks when needed.
 #[test]
 fn constraints_choose_devices_that_agree() {
-    // Four GPUs on numa 0, 1, 0, 1; gpu-0 is in use, so the two devices on one numa node are
-    // gpu-1 and gpu-3.
+    // Four GPUs on numa 0, 1, 0, 1; gpu-2 is in use. The first pick for `a` (gpu-0, numa 0)
+    // leaves `b` no device on numa 0, so the allocator goes back and takes gpu-1 and gpu-3.
     let mut taken = claim("taken", 1);
-    taken.allocation = Some(allocated_on("n0", &["gpu-0"]));
+    taken.allocation = Some(allocated_on("n0", &["gpu-2"]));
     taken.reserved_for = vec![consumer(0)];
     let mut same_numa = claim_with(
         "same",
@@ -636,7 +636,7 @@ fn constraints_choose_devices_that_agree() {
     c.snapshot.add_pod(c.nodes[0], Arc::new(q));
     assert_eq!(
         allocated_devices(&c.snapshot, "spread"),
-        vec!["n0/gpu-1", "n0/gpu-2"]
+        vec!["n0/gpu-0", "n0/gpu-1"]
     );
     // Only two numa nodes: three distinct values cannot exist.
     let r = pod_with("r", &["three"]);
@@ -857,6 +857,12 @@ fn simulated_nodes_publish_the_slices_set_for_them() {
     c.snapshot
         .set_simulated_resource_slices("template-1", vec![bigger.for_node_copy("template-1", "1")]);
     assert_eq!(check(&mut c.snapshot, &p, copy), Ok(()));
+    // Setting the same slices again changes nothing, allocations included.
+    c.snapshot.add_pod(copy, Arc::new(p.clone()));
+    c.snapshot
+        .set_simulated_resource_slices("template-1", vec![bigger.for_node_copy("template-1", "1")]);
+    assert_eq!(c.snapshot.device_pools(copy)[0].allocated, 2);
+    c.snapshot.remove_pod(copy, &p.uid);
     assert_eq!(
         c.snapshot.device_pools(copy),
         vec![PoolUtilization {
@@ -899,8 +905,8 @@ fn device_pools_count_devices_in_total_and_in_use() {
     );
 }
 
-/// The allocation a check found is the one `add_pod` records, and pods without claims never
-/// reach the DynamicResources filter (a node without devices suits them).
+/// DRA-101, DRA-116: the allocation a check found is the one `add_pod` records, and pods
+/// without claims never reach the DynamicResources filter (a node without devices suits them).
 #[test]
 fn add_pod_records_what_the_check_found_and_plain_pods_ignore_devices() {
     let mut c = cluster(&[2, 0], vec![claim("c1", 1)], DraObjects::default());
@@ -913,7 +919,7 @@ fn add_pod_records_what_the_check_found_and_plain_pods_ignore_devices() {
     assert_eq!(find_node(&mut c.snapshot, &plain, 1), Some(c.nodes[1]));
 }
 
-/// A label selector on a slice's node selector uses the node's labels.
+/// DRA-114: a slice's node selector matches the node's labels, and the allocation keeps it.
 #[test]
 fn selector_scoped_slices_follow_node_labels() {
     let mut extra = DraObjects::default();
@@ -942,4 +948,85 @@ fn selector_scoped_slices_follow_node_labels() {
         .and_then(|a| a.node_selector.clone())
         .unwrap();
     assert_eq!(selector.terms[0].match_expressions[0].key, "pool");
+}
+
+/// DRA-111, DRA-113: a constraint may name one alternative of a `firstAvailable` request
+/// (`<request>/<alternative>`); when that alternative cannot satisfy it, the next one is taken.
+#[test]
+fn a_constraint_on_an_alternative_moves_to_the_next_one() {
+    let mut pair_then_single = claim_with(
+        "c",
+        vec![DeviceRequest {
+            name: "accel".into(),
+            kind: DeviceRequestKind::FirstAvailable(vec![
+                DeviceSubRequest {
+                    name: "pair".into(),
+                    request: exact("gpu", AllocationMode::ExactCount(2)),
+                },
+                DeviceSubRequest {
+                    name: "single".into(),
+                    request: exact("gpu", AllocationMode::ExactCount(1)),
+                },
+            ]),
+        }],
+    );
+    pair_then_single.spec.constraints.push(DeviceConstraint {
+        requests: vec!["accel/pair".into()],
+        match_attribute: Some(format!("{DRIVER}/numa")),
+        distinct_attribute: None,
+    });
+    let mut other = pair_then_single.clone();
+    other.name = "d".into();
+    // n0's two GPUs are on different numa nodes; n1 has gpu-0 and gpu-2 on numa 0.
+    let mut c = cluster(
+        &[2, 3],
+        vec![pair_then_single, other],
+        DraObjects::default(),
+    );
+    c.snapshot
+        .add_pod(c.nodes[0], Arc::new(pod_with("p", &["c"])));
+    let requests: Vec<String> = c
+        .snapshot
+        .claim_allocation(NS, "c")
+        .unwrap()
+        .devices
+        .iter()
+        .map(|d| d.request.clone())
+        .collect();
+    assert_eq!(requests, vec!["accel/single"]);
+    c.snapshot
+        .add_pod(c.nodes[1], Arc::new(pod_with("q", &["d"])));
+    assert_eq!(
+        allocated_devices(&c.snapshot, "d"),
+        vec!["n1/gpu-0", "n1/gpu-2"]
+    );
+}
+
+/// DRA-110: a pool that names a device twice is invalid: nothing is allocated from it, and a
+/// request for all devices says so.
+#[test]
+fn a_pool_with_a_duplicate_device_name_is_not_used() {
+    let mut extra = DraObjects::default();
+    let mut first = local_slice("n0", 1);
+    first.pool_slice_count = 2;
+    let mut second = first.clone();
+    second.name = "n0-more".into();
+    extra.slices = vec![Arc::new(first), Arc::new(second)];
+    let claims = vec![
+        claim("one", 1),
+        claim_with(
+            "all",
+            vec![request("gpus", exact("gpu", AllocationMode::All))],
+        ),
+    ];
+    let mut c = cluster(&[0], claims, extra);
+    let unfit = dra_unfit(check(&mut c.snapshot, &pod_with("a", &["one"]), c.nodes[0]));
+    assert_eq!(unfit.to_string(), "cannot allocate all claims");
+    let unfit = dra_unfit(check(&mut c.snapshot, &pod_with("b", &["all"]), c.nodes[0]));
+    assert!(
+        unfit
+            .to_string()
+            .ends_with("resource pool gpu.example.com/n0 is currently invalid"),
+        "{unfit}"
+    );
 }

@@ -50,7 +50,7 @@ fn eval(expression: &str) -> Result<bool, String> {
     })
 }
 
-/// DRA-117: selectors read the driver, attributes per domain and capacities as quantities.
+/// DRA-115: selectors read the driver, attributes per domain and capacities as quantities.
 #[test]
 fn selectors_see_the_driver_attributes_per_domain_and_capacity() {
     assert_eq!(eval("device.driver == 'gpu.example.com'"), Ok(true));
@@ -91,7 +91,7 @@ fn selectors_see_the_driver_attributes_per_domain_and_capacity() {
     );
 }
 
-/// DRA-117: versions compare as semantic versions, with `semver()` and the version methods.
+/// DRA-115: versions compare as semantic versions, with `semver()` and the version methods.
 #[test]
 fn versions_compare_as_semantic_versions() {
     let v = "device.attributes['gpu.example.com'].driverVersion";
@@ -119,7 +119,7 @@ fn versions_compare_as_semantic_versions() {
     assert_eq!(eval("isSemver('1.2') || isQuantity('x')"), Ok(false));
 }
 
-/// A domain the device has nothing in reads as an empty map, so `has()` is false there; a
+/// DRA-115: a domain the device has nothing in reads as an empty map, so `has()` is false there; a
 /// missing attribute of a known domain is an evaluation error.
 #[test]
 fn an_unknown_domain_is_empty_and_a_missing_attribute_is_an_error() {
@@ -141,7 +141,7 @@ fn an_unknown_domain_is_empty_and_a_missing_attribute_is_an_error() {
     assert!(!wrong_type.is_empty());
 }
 
-/// `cel.bind` names a sub-expression once.
+/// DRA-115: `cel.bind` names a sub-expression once.
 #[test]
 fn cel_bind_names_a_sub_expression() {
     assert_eq!(
@@ -152,7 +152,7 @@ fn cel_bind_names_a_sub_expression() {
     );
 }
 
-/// DRA-117: an unknown function, an undeclared variable, a syntax error, an overlong or too
+/// DRA-115: an unknown function, an undeclared variable, a syntax error, an overlong or too
 /// costly expression are compile errors, never panics.
 #[test]
 fn bad_expressions_are_compile_errors() {
@@ -184,4 +184,24 @@ fn the_kubernetes_functions_are_not_standard_ones() {
         let mut probe = Context::with_env(ENV.clone());
         assert!(probe.add_function(name, || true).is_ok(), "{name}");
     }
+}
+
+/// DRA-115: hostile nesting (deep brackets, long runs of prefix operators, very long chains of
+/// binary operators) is refused when compiling, before the parser could run out of stack.
+#[test]
+fn deep_nesting_is_refused_before_parsing() {
+    let deep = format!("{}true{}", "(".repeat(2000), ")".repeat(2000));
+    assert!(Selector::compile(&deep).unwrap_err().0.contains("nests"));
+    let negations = format!("{}true", "!".repeat(5000));
+    assert!(
+        Selector::compile(&negations)
+            .unwrap_err()
+            .0
+            .contains("nests")
+    );
+    let chain = vec!["true"; 1200].join(" && ");
+    assert!(Selector::compile(&chain).unwrap_err().0.contains("nests"));
+    // Brackets inside strings do not count; ordinary selectors are far below the limit.
+    assert!(Selector::compile("device.driver != '((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((('").is_ok());
+    assert!(Selector::compile("device.driver == 'a' && device.driver != 'b' || (device.driver == 'c' && !(device.driver == 'd'))").is_ok());
 }
