@@ -21,12 +21,13 @@
 //!    scheduler: a missing claim or an unbound `Immediate` claim rejects the pod on every node.
 //!    As in kube-scheduler v1.36 that part never narrows the nodes: a bound volume's node
 //!    affinity is checked per node, in this order. Pods without claims skip all of it.
-//! 8. **DynamicResources** — see [`crate::dra`]: devices for the pod's ResourceClaims. Its per-pod
-//!    part (the claims resolved) runs with the volume filters' before everything else, its
-//!    per-node part (the allocator) after theirs. Pods without claims skip it.
-//! 9. **PodTopologySpread** — hard (`DoNotSchedule`) constraints only.
-//! 10. **InterPodAffinity** — required affinity, then required anti-affinity, then the placed
-//!     pods' anti-affinity against the incoming pod.
+//! 8. **PodTopologySpread** — hard (`DoNotSchedule`) constraints only.
+//! 9. **InterPodAffinity** — required affinity, then required anti-affinity, then the placed
+//!    pods' anti-affinity against the incoming pod.
+//! 10. **DynamicResources** — see [`crate::dra`]: devices for the pod's ResourceClaims. Its
+//!     per-pod part (the claims resolved) runs with the volume filters' before everything else,
+//!     its per-node part (the allocator) last, after InterPodAffinity, as in the scheduler's
+//!     default profile. Pods without claims skip it.
 //!
 //! The scheduler splits each plugin into PreFilter (work per pod) and Filter (work per node). Here
 //! PreFilter becomes an inter-pod plan: the ids of the snapshot indexes (see `crate::topology`)
@@ -327,7 +328,7 @@ fn check_with_volumes(
     Ok(())
 }
 
-/// Filters 9 and 10 (PodTopologySpread, InterPodAffinity) for one node.
+/// Filters 8 and 9 (PodTopologySpread, InterPodAffinity) for one node.
 fn check_inter_pod(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
     if !needs_inter_pod_filters(snapshot, pod) {
         return Ok(());
@@ -877,7 +878,7 @@ impl InterPodPlan {
         }
     }
 
-    /// Filters 9 and 10 for one node.
+    /// Filters 8 and 9 for one node.
     fn check(&self, topology: &TopologyIndex, node: NodeId) -> Result<(), Rejected<'_>> {
         let id = node.index();
         for s in &self.spread {
