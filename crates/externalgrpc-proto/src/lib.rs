@@ -14,6 +14,9 @@
 //! - [`decode_node`], [`encode_node`], [`decode_pod`], [`encode_pod`]: `nodeBytes` and `pod_bytes`,
 //!   the plain protobuf encodings of `k8s.io.api.core.v1.Node` and `Pod` (docs/externalgrpc.md
 //!   GRPC-11).
+//! - [`decode_resource_slice`], [`encode_resource_slice`]: the entries of `resourceSliceBytes`, the
+//!   plain protobuf encodings of `k8s.io.api.resource.v1.ResourceSlice` (docs/externalgrpc.md
+//!   GRPC-36).
 //! - Conveniences on generated messages: "not autoscaled" answers and the GPU type set
 //!   ([`v1::NodeGroupForNodeResponse::not_autoscaled`],
 //!   [`v1::GetAvailableGpuTypesResponse::type_names`], ...), and the fallbacks to the fields of
@@ -40,7 +43,10 @@ mod kubernetes_bytes;
 mod messages;
 mod wire_history;
 
-pub use kubernetes_bytes::{CodecError, decode_node, decode_pod, encode_node, encode_pod};
+pub use kubernetes_bytes::{
+    CodecError, decode_node, decode_pod, decode_resource_slice, encode_node, encode_pod,
+    encode_resource_slice,
+};
 
 /// Generated messages, client and server of `clusterautoscaler.cloudprovider.v1.externalgrpc`.
 pub mod v1 {

@@ -91,6 +91,7 @@ fn the_current_template_field_wins_over_the_legacy_one() {
     let answer = NodeGroupTemplateNodeInfoResponse {
         legacy_node_info: encode_node(&node()),
         node_bytes: encode_node(&current),
+        ..Default::default()
     };
     assert_eq!(decode_node(answer.template_node_bytes()).unwrap(), current);
     assert!(

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use ferroscale_core::cloud::{CloudProvider, NodeGroup};
 use ferroscale_externalgrpc_proto::v1::cloud_provider_server::CloudProvider as CloudProviderRpc;
 use ferroscale_externalgrpc_proto::v1::{self, *};
-use ferroscale_externalgrpc_proto::{decode_pod, encode_node};
+use ferroscale_externalgrpc_proto::{decode_pod, encode_node, encode_resource_slice};
 use ferroscale_model::{Pod, Timestamp};
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -464,9 +464,14 @@ impl CloudProviderRpc for ProviderService {
                     .template_node_info()
                     .await
                     .map_err(|error| call.cloud_error(error))?;
-                // Only the node travels: the client adds DaemonSet pods itself.
+                // The node and its devices travel: the client adds DaemonSet pods itself.
                 let answer = NodeGroupTemplateNodeInfoResponse {
                     node_bytes: encode_node(&template.node),
+                    resource_slice_bytes: template
+                        .resource_slices
+                        .iter()
+                        .map(encode_resource_slice)
+                        .collect(),
                     ..NodeGroupTemplateNodeInfoResponse::default()
                 };
                 // The copy for old clients doubles the answer; it is left out rather than push

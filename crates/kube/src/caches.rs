@@ -11,6 +11,12 @@
 //! kept out of the model with a warning naming the object, the field and the value, and counted in
 //! [`ClusterCaches::conversion_failures`]; every other object keeps flowing.
 //!
+//! The DRA kinds (`resource.k8s.io/v1` ResourceSlices, DeviceClasses, ResourceClaims and
+//! ResourceClaimTemplates) are optional: on an API server that does not serve that API version
+//! (older than v1.34, or the API turned off), the list answers 404, and the cache counts as synced
+//! and empty ("no DRA objects") instead of holding start-up back. It keeps asking, less and less
+//! often, and fills up once the API appears.
+//!
 //! A watch that fails is retried with kube-runtime's backoff. Its failure is logged naming the API
 //! server and the cause, once; identical failures of any watcher are then summed up once per
 //! [`REPEAT_WINDOW`](crate::repeated::REPEAT_WINDOW) (an API server that does not answer fails
@@ -25,19 +31,22 @@ use std::time::Duration;
 use ferroscale_core::kubernetes::{ClusterObjects, WorkloadController};
 use ferroscale_core::scale_up::PriorityConfig;
 use ferroscale_model::{
-    CsiNode, DaemonSet, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
-    PodDisruptionBudget, PriorityClass, StorageClass, Timestamp, VolumeObjects,
+    CsiNode, DaemonSet, DeviceClass, DraObjects, Namespace, Node, PersistentVolume,
+    PersistentVolumeClaim, Pod, PodDisruptionBudget, PriorityClass, ResourceClaim,
+    ResourceClaimTemplate, ResourceSlice, StorageClass, Timestamp, VolumeObjects,
 };
 use ferroscale_objects::{
-    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, namespace_from_k8s,
-    node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s, pv_from_k8s, pvc_from_k8s,
-    storage_class_from_k8s,
+    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, device_class_from_k8s,
+    namespace_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
+    pv_from_k8s, pvc_from_k8s, resource_claim_from_k8s, resource_claim_template_from_k8s,
+    resource_slice_from_k8s, storage_class_from_k8s,
 };
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::batch::v1 as batch;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::api::resource::v1 as resource;
 use k8s_openapi::api::scheduling::v1 as scheduling;
 use k8s_openapi::api::storage::v1 as storage;
 use kube::runtime::watcher as watch_stream;
@@ -180,6 +189,8 @@ impl std::fmt::Display for SyncProgress {
 #[derive(Debug)]
 struct KindStore<M> {
     kind: &'static str,
+    /// The kind's API may be missing from the API server (see the module doc).
+    optional: bool,
     state: RwLock<StoreState<M>>,
 }
 
@@ -195,20 +206,47 @@ struct StoreState<M> {
     synced: bool,
     /// While the watch keeps failing: the last error and how many attempts failed in a row.
     failing: Option<(String, u64)>,
+    /// An optional kind whose API the server does not serve: held as synced and empty.
+    not_served: bool,
 }
 
 impl<M> KindStore<M> {
     fn new(kind: &'static str) -> KindStore<M> {
         KindStore {
             kind,
+            optional: false,
             state: RwLock::new(StoreState {
                 objects: BTreeMap::new(),
                 rejected: BTreeMap::new(),
                 relisting: None,
                 synced: false,
                 failing: None,
+                not_served: false,
             }),
         }
+    }
+
+    /// A store for a kind whose API the server may not serve (see the module doc).
+    fn optional(kind: &'static str) -> KindStore<M> {
+        KindStore {
+            optional: true,
+            ..KindStore::new(kind)
+        }
+    }
+
+    /// The API server answered that it does not serve this optional kind: the cache holds no
+    /// objects and counts as synced. Returns whether this is news (the kind was served, or not
+    /// known to be missing, until now), for logging it once.
+    fn record_not_served(&self) -> bool {
+        let mut state = self.write();
+        let news = !state.not_served;
+        state.objects.clear();
+        state.rejected.clear();
+        state.relisting = None;
+        state.failing = None;
+        state.synced = true;
+        state.not_served = true;
+        news
     }
 
     fn read(&self) -> RwLockReadGuard<'_, StoreState<M>> {
@@ -315,6 +353,7 @@ impl<M> KindStore<M> {
     /// Records that the watch delivers again; returns how many attempts had failed in a row.
     fn record_success(&self) -> Option<u64> {
         let mut state = self.write();
+        state.not_served = false;
         state.failing.take().map(|(_, attempts)| attempts)
     }
 
@@ -372,6 +411,11 @@ struct Stores {
     volumes: KindStore<Arc<PersistentVolume>>,
     storage_classes: KindStore<Arc<StorageClass>>,
     csi_nodes: KindStore<Arc<CsiNode>>,
+    /// The DRA objects the DynamicResources filter reads (optional kinds: see the module doc).
+    resource_slices: KindStore<Arc<ResourceSlice>>,
+    device_classes: KindStore<Arc<DeviceClass>>,
+    resource_claims: KindStore<Arc<ResourceClaim>>,
+    claim_templates: KindStore<Arc<ResourceClaimTemplate>>,
     priority_class_objects: KindStore<PriorityClass>,
     /// `data.priorities` of the priority expander's ConfigMap (`None` without that key), parsed
     /// once per version of the ConfigMap.
@@ -405,6 +449,10 @@ impl Stores {
             volumes: KindStore::new("PersistentVolume"),
             storage_classes: KindStore::new("StorageClass"),
             csi_nodes: KindStore::new("CSINode"),
+            resource_slices: KindStore::optional("ResourceSlice"),
+            device_classes: KindStore::optional("DeviceClass"),
+            resource_claims: KindStore::optional("ResourceClaim"),
+            claim_templates: KindStore::optional("ResourceClaimTemplate"),
             priority_class_objects: KindStore::new("PriorityClass"),
             priority_expander: KindStore::new("ConfigMap"),
             unschedulable_pod: tokio::sync::Notify::new(),
@@ -432,6 +480,10 @@ impl Stores {
             summary(&self.volumes),
             summary(&self.storage_classes),
             summary(&self.csi_nodes),
+            summary(&self.resource_slices),
+            summary(&self.device_classes),
+            summary(&self.resource_claims),
+            summary(&self.claim_templates),
             summary(&self.priority_class_objects),
             summary(&self.priority_expander),
         ]
@@ -452,6 +504,10 @@ impl Stores {
             self.volumes.progress(),
             self.storage_classes.progress(),
             self.csi_nodes.progress(),
+            self.resource_slices.progress(),
+            self.device_classes.progress(),
+            self.resource_claims.progress(),
+            self.claim_templates.progress(),
             self.priority_class_objects.progress(),
             self.priority_expander.progress(),
         ])
@@ -606,6 +662,34 @@ impl ClusterCaches {
             |s| &s.csi_nodes,
             |_, csi_node| csi_node_from_k8s(csi_node).map(Arc::new),
         ));
+        tasks.push(spawn_watch(
+            Api::<resource::ResourceSlice>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.resource_slices,
+            |_, slice| resource_slice_from_k8s(slice).map(Arc::new),
+        ));
+        tasks.push(spawn_watch(
+            Api::<resource::DeviceClass>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.device_classes,
+            |_, class| device_class_from_k8s(class).map(Arc::new),
+        ));
+        tasks.push(spawn_watch(
+            Api::<resource::ResourceClaim>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.resource_claims,
+            |_, claim| resource_claim_from_k8s(claim).map(Arc::new),
+        ));
+        tasks.push(spawn_watch(
+            Api::<resource::ResourceClaimTemplate>::all(client.clone()),
+            all.clone(),
+            &stores,
+            |s| &s.claim_templates,
+            |_, template| resource_claim_template_from_k8s(template).map(Arc::new),
+        ));
         tasks.push(spawn_watch_then(
             Api::<scheduling::PriorityClass>::all(client.clone()),
             all.clone(),
@@ -728,7 +812,12 @@ impl ClusterCaches {
                 storage_classes: stores.storage_classes.values(),
                 csi_nodes: stores.csi_nodes.values(),
             },
-            dra: Default::default(),
+            dra: DraObjects {
+                slices: stores.resource_slices.values(),
+                classes: stores.device_classes.values(),
+                claims: stores.resource_claims.values(),
+                templates: stores.claim_templates.values(),
+            },
             priority_expander_config: stores
                 .priority_expander
                 .values()
@@ -879,6 +968,17 @@ where
                 }
                 // The watcher re-lists or resumes by itself at the next poll; the delay spaces
                 // the attempts out.
+                Err(error) if store(&stores).optional && is_not_served(&error) => {
+                    if store(&stores).record_not_served() {
+                        tracing::info!(
+                            kind,
+                            "{} does not serve {kind} (resource.k8s.io/v1); taking it as none and \
+                             asking again later",
+                            describe_server(&stores.api_server)
+                        );
+                    }
+                    tokio::time::sleep(retry.next_delay()).await;
+                }
                 Err(error) => {
                     let error = error_chain(&error);
                     store(&stores).record_failure(&error);
@@ -888,6 +988,16 @@ where
             }
         }
     })
+}
+
+/// The API server answered 404 to the list or watch: it does not serve the kind's API version.
+fn is_not_served(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 404,
+        _ => false,
+    }
 }
 
 /// The wait before a failed watch is tried again: 800 ms doubling up to 30 s (kube-runtime's
@@ -987,6 +1097,72 @@ mod tests {
         let mut waiting = unschedulable(Some(now));
         waiting.scheduled_condition = None;
         assert!(!is_freshly_unschedulable(&waiting, now));
+    }
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            message: "the server could not find the requested resource".into(),
+            ..kube::core::Status::failure("", "")
+        }))
+    }
+
+    /// Only a 404 means "this API is not served"; a refused or failing request is a failure
+    /// that must hold start-up back like any other kind's.
+    #[test]
+    fn only_a_404_answer_means_the_api_is_not_served() {
+        assert!(is_not_served(&watcher::Error::InitialListFailed(
+            api_error(404)
+        )));
+        assert!(is_not_served(&watcher::Error::WatchStartFailed(api_error(
+            404
+        ))));
+        assert!(!is_not_served(&watcher::Error::InitialListFailed(
+            api_error(403)
+        )));
+        assert!(!is_not_served(&watcher::Error::InitialListFailed(
+            api_error(500)
+        )));
+        assert!(!is_not_served(&watcher::Error::NoResourceVersion));
+    }
+
+    fn slice(uid: &str) -> resource::ResourceSlice {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": uid, "uid": uid},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": "n1",
+                "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0"}],
+            },
+        }))
+        .expect("ResourceSlice")
+    }
+
+    /// A cluster without the DRA API starts: its DRA caches are synced and empty, the miss is
+    /// news once, and the cache fills once the API answers.
+    #[test]
+    fn an_optional_kind_the_server_does_not_serve_is_synced_and_empty() {
+        let store: KindStore<Arc<ResourceSlice>> = KindStore::optional("ResourceSlice");
+        let convert = |s: &resource::ResourceSlice| resource_slice_from_k8s(s).map(Arc::new);
+        store.apply(Event::Init, convert);
+        assert!(!store.progress().synced);
+        assert!(store.record_not_served(), "the first miss is logged");
+        assert!(!store.record_not_served(), "later ones are not");
+        let progress = store.progress();
+        assert!(progress.synced);
+        assert_eq!(progress.failing, None);
+        assert!(store.values().is_empty());
+
+        assert_eq!(store.record_success(), None);
+        store.apply(Event::Init, convert);
+        store.apply(Event::InitApply(slice("s1")), convert);
+        store.apply(Event::InitDone, convert);
+        let slices = store.values();
+        assert_eq!(slices.len(), 1);
+        assert_eq!(slices[0].devices[0].name, "gpu-0");
+        assert!(store.record_not_served(), "served, then gone again: news");
+        assert!(store.values().is_empty(), "a removed API holds no objects");
     }
 
     fn priority_configmap(priorities: &str) -> core::ConfigMap {

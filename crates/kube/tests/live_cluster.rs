@@ -1,6 +1,6 @@
 //! `KubeCluster` against a real control plane (etcd, kube-apiserver, kube-controller-manager and
 //! kwok), one per test binary with sequential steps: the caches see objects come, change and go,
-//! converted (storage objects included); an object the model rejects does not stop the others;
+//! converted (storage and DRA objects included); an object the model rejects does not stop the others;
 //! taints and cordoning round-trip; a PDB refuses an eviction that otherwise succeeds; events and
 //! the status ConfigMap land; the caches recover after the API server restarts.
 
@@ -13,7 +13,10 @@ use ferroscale_core::kubernetes::{
     ClusterApi, ClusterObjects, EvictionError, STATUS_LAST_UPDATED_ANNOTATION, StatusConfigMap,
 };
 use ferroscale_kube::{CacheConfig, ClusterCaches, KubeCluster, KubeClusterConfig};
-use ferroscale_model::{AccessMode, Taint, TaintEffect, Timestamp, VolumeBindingMode};
+use ferroscale_model::{
+    AccessMode, AllocationMode, DeviceAttribute, DeviceRequestKind, Taint, TaintEffect, Timestamp,
+    VolumeBindingMode,
+};
 use ferroscale_testing_control_plane::{
     ControlPlane, FAKE_NODE_ANNOTATION_KEY, FAKE_NODE_ANNOTATION_VALUE, Options,
 };
@@ -23,6 +26,9 @@ use k8s_openapi::api::core::v1::{
     Pod, PodSpec, PodTemplateSpec, ResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -190,6 +196,8 @@ async fn live_cluster_caches_and_actuation() {
     caches_follow_the_cluster(&fixture).await;
     step("storage objects");
     caches_hold_storage_objects(&fixture).await;
+    step("DRA objects");
+    caches_hold_dra_objects(&fixture).await;
     step("taint and cordon");
     taint_and_cordon_round_trip(&fixture).await;
     step("evictions");
@@ -308,6 +316,122 @@ async fn caches_hold_storage_objects(fixture: &Fixture) {
     eventually("the deleted claim to leave the caches", || async {
         let volumes = fixture.gathered().await.volumes;
         (!volumes.claims.iter().any(|c| c.name == "data-db-0")).then_some(())
+    })
+    .await;
+}
+
+/// ResourceSlices, DeviceClasses, ResourceClaims and their templates (`resource.k8s.io/v1`) are
+/// watched and converted for the DynamicResources filter (docs/dra.md DRA-146), and a deleted
+/// claim leaves the model.
+async fn caches_hold_dra_objects(fixture: &Fixture) {
+    let client = &fixture.client;
+    let class: DeviceClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "gpu.example.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]},
+    }))
+    .expect("DeviceClass");
+    Api::<DeviceClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create the DeviceClass");
+    let slice: ResourceSlice = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "n1-gpu"},
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": "n1",
+            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{
+                "name": "gpu-0",
+                "attributes": {"model": {"string": "A100"}},
+                "capacity": {"memory": {"value": "80Gi"}},
+            }],
+        },
+    }))
+    .expect("ResourceSlice");
+    Api::<ResourceSlice>::all(client.clone())
+        .create(&PostParams::default(), &slice)
+        .await
+        .expect("create the ResourceSlice");
+    let claim: ResourceClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "gpu-claim"},
+        "spec": {"devices": {"requests": [
+            {"name": "gpus", "exactly": {"deviceClassName": "gpu.example.com", "count": 2}},
+        ]}},
+    }))
+    .expect("ResourceClaim");
+    let claims: Api<ResourceClaim> = fixture.api();
+    claims
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("create the claim");
+    let template: ResourceClaimTemplate = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "one-gpu"},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", "allocationMode": "All"}},
+        ]}}},
+    }))
+    .expect("ResourceClaimTemplate");
+    let templates: Api<ResourceClaimTemplate> = fixture.api();
+    templates
+        .create(&PostParams::default(), &template)
+        .await
+        .expect("create the claim template");
+
+    let dra = eventually("the caches show the DRA objects", || async {
+        let dra = fixture.gathered().await.dra;
+        let complete = dra.classes.iter().any(|c| c.name == "gpu.example.com")
+            && dra.slices.iter().any(|s| s.name == "n1-gpu")
+            && dra.claims.iter().any(|c| c.name == "gpu-claim")
+            && dra.templates.iter().any(|t| t.name == "one-gpu");
+        complete.then_some(dra)
+    })
+    .await;
+    let slice = dra
+        .slices
+        .iter()
+        .find(|s| s.name == "n1-gpu")
+        .expect("slice");
+    assert_eq!(slice.node_name(), Some("n1"));
+    assert_eq!(
+        slice.devices[0].attributes.get("gpu.example.com/model"),
+        Some(&DeviceAttribute::String("A100".into()))
+    );
+    assert!(
+        slice.devices[0]
+            .capacity
+            .contains_key("gpu.example.com/memory")
+    );
+    let class = dra
+        .classes
+        .iter()
+        .find(|c| c.name == "gpu.example.com")
+        .expect("class");
+    assert_eq!(class.selectors.len(), 1);
+    let claim = dra
+        .claims
+        .iter()
+        .find(|c| c.name == "gpu-claim")
+        .expect("claim");
+    assert_eq!(claim.namespace, NAMESPACE);
+    assert!(!claim.is_allocated());
+    let DeviceRequestKind::Exactly(request) = &claim.spec.requests[0].kind else {
+        panic!("an exact request: {:?}", claim.spec)
+    };
+    assert_eq!(request.allocation_mode, AllocationMode::ExactCount(2));
+    let template = dra
+        .templates
+        .iter()
+        .find(|t| t.name == "one-gpu")
+        .expect("template");
+    assert_eq!(template.namespace, NAMESPACE);
+
+    claims
+        .delete("gpu-claim", &DeleteParams::default())
+        .await
+        .expect("delete the claim");
+    eventually("the deleted claim to leave the caches", || async {
+        let dra = fixture.gathered().await.dra;
+        (!dra.claims.iter().any(|c| c.name == "gpu-claim")).then_some(())
     })
     .await;
 }

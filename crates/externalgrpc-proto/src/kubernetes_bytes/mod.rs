@@ -18,6 +18,7 @@
 mod meta;
 mod node;
 mod pod;
+mod resource_slice;
 
 use prost::Message;
 use thiserror::Error;
@@ -26,6 +27,7 @@ use ferroscale_objects::ConvertError;
 
 pub use node::{decode_node, encode_node};
 pub use pod::{decode_pod, encode_pod};
+pub use resource_slice::{decode_resource_slice, encode_resource_slice};
 
 /// The four bytes the Kubernetes runtime protobuf serializer puts in front of its envelope.
 const RUNTIME_SERIALIZER_MAGIC: &[u8] = b"k8s\0";
@@ -38,20 +40,21 @@ const PREFIX_SHOWN: usize = 16;
 pub enum CodecError {
     /// Nothing was sent. On a template answer that means "no template", which callers check for
     /// before decoding.
-    #[error("the {kind} bytes are empty: no k8s.io.api.core.v1.{kind} was sent")]
+    #[error("the {kind} bytes are empty: no {} was sent", message_name(kind))]
     Empty { kind: &'static str },
     /// The bytes are in the API server's envelope format, which this API does not use.
     #[error(
         "the {kind} bytes start with 6b 38 73 00 (\"k8s\\0\"), the magic prefix of the Kubernetes \
          runtime protobuf serializer: that is the API server's envelope format, but this API \
-         carries the plain protobuf encoding of k8s.io.api.core.v1.{kind} with no prefix and no \
-         envelope"
+         carries the plain protobuf encoding of {} with no prefix and no envelope",
+        message_name(kind)
     )]
     RuntimeSerializerPrefix { kind: &'static str },
     /// Not a protobuf encoding of the expected message at all.
     #[error(
         "the {kind} bytes ({length} bytes, starting {prefix}) are not a valid protobuf \
-         k8s.io.api.core.v1.{kind}: {reason}"
+         {}: {reason}",
+        message_name(kind)
     )]
     Malformed {
         kind: &'static str,
@@ -65,6 +68,14 @@ pub enum CodecError {
     /// taint effect, a time out of range, ...). Names the object, the field and the value.
     #[error("{0}")]
     Invalid(#[from] ConvertError),
+}
+
+/// The protobuf message name of a kind the API carries.
+fn message_name(kind: &str) -> String {
+    match kind {
+        "ResourceSlice" => "k8s.io.api.resource.v1.ResourceSlice".to_string(),
+        core => format!("k8s.io.api.core.v1.{core}"),
+    }
 }
 
 /// Decodes one Kubernetes message, refusing the mistakes a peer is likely to make first.

@@ -162,7 +162,7 @@ fn affinity_to_k8s(affinity: &pb::Affinity) -> core::Affinity {
     }
 }
 
-fn node_selector_to_k8s(selector: &pb::NodeSelector) -> core::NodeSelector {
+pub(super) fn node_selector_to_k8s(selector: &pb::NodeSelector) -> core::NodeSelector {
     let requirements = |requirements: &[pb::NodeSelectorRequirement]| {
         non_empty(
             requirements
@@ -359,7 +359,7 @@ fn host_port_to_pb(host_port: &HostPort) -> pb::ContainerPort {
     }
 }
 
-fn node_selector_to_pb(selector: &NodeSelector) -> pb::NodeSelector {
+pub(super) fn node_selector_to_pb(selector: &NodeSelector) -> pb::NodeSelector {
     let requirements = |requirements: &[NodeRequirement]| {
         requirements
             .iter()

@@ -1,7 +1,7 @@
 //! The scale-from-zero template node of a node group (docs/clusterapi.md CAPI-44–CAPI-53): a Node
 //! shaped like the machines the group would create, built from the combined capacity, layered
-//! labels, taints, a kube-proxy mirror pod, and the DRA resource slices and CSINode that the
-//! engine's model cannot hold yet.
+//! labels, taints, a kube-proxy mirror pod, and the DRA resource slices and CSINode the engine
+//! simulates a new node with.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,8 +10,8 @@ use ferroscale_core::cloud::NodeTemplate;
 use ferroscale_model::labels::{ARCH, HOSTNAME, INSTANCE_TYPE, OS, REGION, REGION_BETA, ZONE_BETA};
 use ferroscale_model::pod::MIRROR_POD;
 use ferroscale_model::{
-    ConditionStatus, CsiNode, CsiNodeDriver, Labels, Node, PodPhase, Resources, Taint, TaintEffect,
-    Timestamp,
+    ConditionStatus, CsiNode, CsiNodeDriver, Device, DeviceAttribute, DeviceScope, Labels, Node,
+    PodPhase, ResourceSlice, Resources, Taint, TaintEffect, Timestamp,
 };
 use ferroscale_model::{Pod, node::NodeConditions};
 use kube::api::DynamicObject;
@@ -83,6 +83,41 @@ pub struct ResourceSliceTemplate {
     pub node_name: String,
     pub pool: String,
     pub devices: Vec<DeviceTemplate>,
+}
+
+impl ResourceSliceTemplate {
+    /// The slice as the DynamicResources filter reads it: local to the template node, the only
+    /// slice of its pool, attribute names qualified with the driver (`type` is
+    /// `<driver>/type`, as a CEL selector names it).
+    pub fn to_model(&self) -> ResourceSlice {
+        ResourceSlice {
+            name: self.name.clone(),
+            driver: self.driver.clone(),
+            pool: self.pool.clone(),
+            pool_generation: 0,
+            pool_slice_count: 1,
+            scope: DeviceScope::Node(self.node_name.clone()),
+            per_device_node_selection: false,
+            devices: self
+                .devices
+                .iter()
+                .map(|device| Device {
+                    name: device.name.clone(),
+                    attributes: device
+                        .attributes
+                        .iter()
+                        .map(|(name, value)| {
+                            (
+                                format!("{}/{name}", self.driver),
+                                DeviceAttribute::String(value.clone()),
+                            )
+                        })
+                        .collect(),
+                    ..Device::default()
+                })
+                .collect(),
+        }
+    }
 }
 
 /// One CSI driver of the template's CSINode.
@@ -411,9 +446,13 @@ pub fn build_template(
         template: NodeTemplate {
             pods: vec![kube_proxy(&name, input.now)],
             node,
-            // The engine simulates the per-driver volume limits of the same CSINode.
+            // The engine simulates the per-driver volume limits of the same CSINode, and the
+            // DRA devices of the same slices.
             csi_node: csi_node.as_ref().map(CsiNodeTemplate::to_model),
-            resource_slices: Vec::new(),
+            resource_slices: resource_slices
+                .iter()
+                .map(ResourceSliceTemplate::to_model)
+                .collect(),
         },
         node_info,
         resource_slices,
@@ -827,6 +866,24 @@ mod tests {
                     },
                 ],
             }]
+        );
+        // The engine's template carries the same slice, local to the template node, with the
+        // attribute named as a CEL selector of the driver reads it.
+        let slices = &built.template.resource_slices;
+        assert_eq!(slices.len(), 1);
+        assert_eq!(slices[0].driver, "gpu.nvidia.com");
+        assert_eq!(
+            slices[0].node_name(),
+            Some(built.template.node.name.as_str())
+        );
+        assert_eq!(
+            (slices[0].pool_generation, slices[0].pool_slice_count),
+            (0, 1)
+        );
+        assert_eq!(slices[0].devices.len(), 2);
+        assert_eq!(
+            slices[0].devices[1].attributes.get("gpu.nvidia.com/type"),
+            Some(&DeviceAttribute::String("gpu".to_string()))
         );
         // Without gpu-type no extended resource is added.
         assert_eq!(built.template.node.allocatable.extended().count(), 0);

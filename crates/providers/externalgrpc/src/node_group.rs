@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ferroscale_core::cloud::{CloudError, GroupOptions, Instance, NodeGroup, NodeTemplate};
-use ferroscale_externalgrpc_proto::{decode_node, v1};
+use ferroscale_externalgrpc_proto::{decode_node, decode_resource_slice, v1};
 use ferroscale_model::Node;
+use ferroscale_model::{DeviceScope, ResourceSlice};
 use tokio::sync::Mutex;
 
 use crate::conversions::{self, NodeGroupDefaults};
@@ -233,11 +234,13 @@ impl NodeGroup for ExternalGrpcNodeGroup {
             ));
         }
         let node = decode_node(bytes).map_err(|error| invalid(error.to_string()))?;
+        let resource_slices =
+            template_slices(&node, &answer.resource_slice_bytes).map_err(invalid)?;
         let template = NodeTemplate {
             node,
             pods: Vec::new(),
             csi_node: None,
-            resource_slices: Vec::new(),
+            resource_slices,
         };
         *cached = Some(template.clone());
         Ok(template)
@@ -267,4 +270,36 @@ impl NodeGroup for ExternalGrpcNodeGroup {
             .map(Some)
             .map_err(|reason| RpcError::refused_answer(method, self.subject(), reason))
     }
+}
+
+/// The most ResourceSlices one template answer may carry; a node publishes a handful (one or a few
+/// per driver), so more is a server bug, refused before anything is decoded.
+pub(crate) const MAX_TEMPLATE_SLICES: usize = 128;
+
+/// `resourceSliceBytes` of a template answer as the template node's slices. Each must decode and
+/// be node-local (a template's slices are copied for every new node, which only makes sense for
+/// devices of the node itself, as upstream requires); it is pointed at the template node
+/// whatever node name the server wrote. The error names the field and the entry.
+fn template_slices(node: &Node, entries: &[Vec<u8>]) -> Result<Vec<ResourceSlice>, String> {
+    if entries.len() > MAX_TEMPLATE_SLICES {
+        return Err(format!(
+            "resourceSliceBytes has {} entries; at most {MAX_TEMPLATE_SLICES} are accepted",
+            entries.len()
+        ));
+    }
+    let mut slices = Vec::with_capacity(entries.len());
+    for (i, bytes) in entries.iter().enumerate() {
+        let mut slice = decode_resource_slice(bytes)
+            .map_err(|error| format!("resourceSliceBytes[{i}]: {error}"))?;
+        if slice.node_name().is_none() {
+            return Err(format!(
+                "resourceSliceBytes[{i}]: ResourceSlice {} is not node-local (no spec.nodeName); \
+                 a template carries only the devices of the template node itself",
+                slice.name
+            ));
+        }
+        slice.scope = DeviceScope::Node(node.name.clone());
+        slices.push(slice);
+    }
+    Ok(slices)
 }

@@ -5,9 +5,10 @@
 use std::collections::BTreeMap;
 
 use ferroscale_core::cloud::NodeTemplate;
-use ferroscale_model::{CsiNode, CsiNodeDriver, Pod, PodPhase, Resources};
-use ferroscale_objects::node_from_k8s;
+use ferroscale_model::{CsiNode, CsiNodeDriver, Pod, PodPhase, ResourceSlice, Resources};
+use ferroscale_objects::{node_from_k8s, resource_slice_from_k8s, unknown_field};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
+use k8s_openapi::api::resource::v1 as resource;
 use thiserror::Error;
 
 use crate::config::{GroupingKey, KwokConfig};
@@ -25,6 +26,11 @@ pub const DESIRED_COUNT_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/de
 /// The CSI drivers a group's nodes would report in their CSINode, with their volume limits:
 /// `<driver>=<count>` items separated by commas; a count of 0 means no limit.
 pub const CSI_DRIVERS_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/csi-drivers";
+/// The DRA devices a group's nodes would publish: a YAML (or JSON) list of ResourceSlice `spec`s
+/// (docs/behaviour.md KWOK-107). Each becomes a slice local to the node; `pool` may be left out.
+pub const RESOURCE_SLICES_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/resource-slices";
+/// The most slices the annotation may declare: a node publishes one or a few per driver.
+pub const MAX_TEMPLATE_SLICES: usize = 32;
 pub const DEFAULT_MAX_COUNT: usize = 200;
 /// Keeps ordinary pods off the fake nodes unless they tolerate it (unless `nodes.skipTaint`).
 pub const KWOK_TAINT_KEY: &str = "kwok-provider";
@@ -203,6 +209,92 @@ pub fn csi_drivers(origin: &str, node: &Node) -> Result<Vec<CsiNodeDriver>, Temp
     Ok(drivers)
 }
 
+/// The node-local ResourceSlices the [`RESOURCE_SLICES_ANNOTATION`] of a (prepared) template node
+/// declares, none without it. Each entry is a ResourceSlice `spec` as `kubectl` prints it, with
+/// `driver` and `devices`; the provider makes it local to the node (`nodeName` is the node's, and
+/// `nodeName`, `nodeSelector`, `allNodes` and `perDeviceNodeSelection` may not be written) and,
+/// when `pool` is left out, the only slice of a pool of its own (`<node>-<index>`, generation 0).
+/// Every value is checked by the same conversion as a ResourceSlice read from the cluster; the
+/// error names the node, the annotation and the entry.
+pub fn resource_slices(origin: &str, node: &Node) -> Result<Vec<ResourceSlice>, TemplateError> {
+    let Some(text) = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(RESOURCE_SLICES_ANNOTATION))
+    else {
+        return Ok(Vec::new());
+    };
+    let name = node_name(node);
+    let invalid = |value: &str, reason: String| TemplateError::Invalid {
+        origin: origin.to_string(),
+        node: name.clone(),
+        field: format!("metadata.annotations[{RESOURCE_SLICES_ANNOTATION}]"),
+        value: value.to_string(),
+        reason,
+    };
+    let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(text)
+        .map_err(|e| invalid(text, format!("not YAML or JSON: {e}")))?;
+    let entries = match value {
+        serde_yaml_ng::Value::Null => return Ok(Vec::new()),
+        serde_yaml_ng::Value::Sequence(entries) => entries,
+        _ => {
+            return Err(invalid(
+                text,
+                "expected a list of ResourceSlice specs ([{driver: ..., devices: [...]}])"
+                    .to_string(),
+            ));
+        }
+    };
+    if entries.len() > MAX_TEMPLATE_SLICES {
+        return Err(invalid(
+            &format!("{} entries", entries.len()),
+            format!("at most {MAX_TEMPLATE_SLICES} slices are accepted"),
+        ));
+    }
+    let mut slices = Vec::with_capacity(entries.len());
+    for (i, mut entry) in entries.into_iter().enumerate() {
+        let at = |reason: String| invalid(text, format!("[{i}]: {reason}"));
+        let Some(fields) = entry.as_mapping_mut() else {
+            return Err(at("expected a ResourceSlice spec (a mapping)".to_string()));
+        };
+        for key in [
+            "nodeName",
+            "nodeSelector",
+            "allNodes",
+            "perDeviceNodeSelection",
+        ] {
+            if fields.contains_key(key) {
+                return Err(at(format!(
+                    "{key} may not be set: a template's slices are local to its node"
+                )));
+            }
+        }
+        fields.insert("nodeName".into(), name.clone().into());
+        if !fields.contains_key("pool") {
+            let mut pool = serde_yaml_ng::Mapping::new();
+            pool.insert("name".into(), format!("{name}-{i}").into());
+            pool.insert("generation".into(), 0.into());
+            pool.insert("resourceSliceCount".into(), 1.into());
+            fields.insert("pool".into(), pool.into());
+        }
+        let spec: resource::ResourceSliceSpec = serde_path_to_error::deserialize(entry.clone())
+            .map_err(|e| at(format!("{}: {}", e.path(), e.inner())))?;
+        if let Some(unknown) = unknown_field(&entry, &spec) {
+            return Err(at(format!("unknown field {unknown}")));
+        }
+        let slice = resource::ResourceSlice {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(format!("{name}-{i}")),
+                ..Default::default()
+            },
+            spec,
+        };
+        slices.push(resource_slice_from_k8s(&slice).map_err(|e| at(e.to_string()))?);
+    }
+    Ok(slices)
+}
+
 /// One group per distinct grouping value, in order of first appearance; the first node with a
 /// value is the group's template. Nodes without the grouping key are not templates.
 pub fn group_specs(
@@ -268,6 +360,11 @@ pub fn group_specs(
             ));
         }
         csi_drivers(origin, node)?;
+        // Declared devices that cannot be read leave the group without devices rather than
+        // without a template: its pods without claims still scale it.
+        if let Err(error) = resource_slices(origin, node) {
+            tracing::warn!(group, "{error}; the group's template has no DRA devices");
+        }
         groups.push(GroupSpec {
             id: group.to_string(),
             min_size,
@@ -341,9 +438,15 @@ pub fn node_from_template(template: &Node, name: &str) -> Node {
 }
 
 /// The template node info the engine simulates: the prepared node plus the kube-proxy mirror pod
-/// every kwok node is assumed to run (100m CPU), and the CSINode of its CSI drivers annotation.
+/// every kwok node is assumed to run (100m CPU), the CSINode of its CSI drivers annotation, and
+/// the ResourceSlices of its resource-slices annotation (none when it is malformed: that was
+/// warned about when the groups were read).
 pub fn template_node_info(template: &Node) -> Result<NodeTemplate, String> {
     let node = node_from_k8s(template).map_err(|e| e.to_string())?;
+    let resource_slices = resource_slices("template", template).unwrap_or_else(|error| {
+        tracing::debug!("{error}; the template has no DRA devices");
+        Vec::new()
+    });
     let drivers = csi_drivers("template", template).map_err(|e| e.to_string())?;
     let csi_node = (!drivers.is_empty()).then(|| CsiNode {
         node_name: node.name.clone(),
@@ -362,7 +465,7 @@ pub fn template_node_info(template: &Node) -> Result<NodeTemplate, String> {
         node,
         pods: vec![kube_proxy],
         csi_node,
-        resource_slices: Vec::new(),
+        resource_slices,
     })
 }
 
@@ -650,6 +753,115 @@ items:
                     && err.contains(expected),
                 "{value:?}: {err}"
             );
+        }
+    }
+
+    const GPU: &str = r#"kind: Node
+metadata:
+  name: gpu
+  labels: {pool: gpu}
+  annotations:
+    cluster-autoscaler.kwok.nodegroup/resource-slices: |
+      - driver: gpu.example.com
+        devices:
+        - name: gpu-0
+          attributes: {model: {string: A100}}
+          capacity: {memory: {value: 80Gi}}
+        - name: gpu-1
+          attributes: {model: {string: A100}}
+          capacity: {memory: {value: 80Gi}}
+      - {driver: nic.example.com, pool: {name: shared-nics, generation: 2, resourceSliceCount: 1}, devices: [{name: nic-0}]}
+status: {allocatable: {cpu: "4"}}
+"#;
+
+    fn gpu_groups(text: &str) -> Vec<GroupSpec> {
+        let nodes = parse_template_nodes(text, "t").unwrap();
+        group_specs(
+            &nodes,
+            &config(GroupingKey::Label("pool".into()), false),
+            "t",
+        )
+        .unwrap()
+    }
+
+    /// docs/behaviour.md KWOK-107.
+    #[test]
+    fn resource_slices_annotation_gives_the_template_node_local_devices() {
+        let groups = gpu_groups(GPU);
+        let info = template_node_info(&groups[0].template).unwrap();
+        assert_eq!(info.resource_slices.len(), 2);
+        let gpus = &info.resource_slices[0];
+        assert_eq!(gpus.driver, "gpu.example.com");
+        assert_eq!(gpus.node_name(), Some(info.node.name.as_str()));
+        // No pool written: the only slice of a pool of its own.
+        assert_eq!(gpus.pool, format!("{}-0", info.node.name));
+        assert_eq!((gpus.pool_generation, gpus.pool_slice_count), (0, 1));
+        assert_eq!(gpus.devices.len(), 2);
+        assert_eq!(
+            gpus.devices[0].attributes.get("gpu.example.com/model"),
+            Some(&ferroscale_model::DeviceAttribute::String("A100".into()))
+        );
+        assert!(
+            gpus.devices[0]
+                .capacity
+                .contains_key("gpu.example.com/memory")
+        );
+        let nics = &info.resource_slices[1];
+        assert_eq!(
+            (nics.pool.as_str(), nics.pool_generation),
+            ("shared-nics", 2)
+        );
+        assert_eq!(nics.node_name(), Some(info.node.name.as_str()));
+        // Without the annotation there are no devices.
+        let plain = parse_template_nodes(LIST, "t").unwrap();
+        let info = template_node_info(&prepare_template(&plain[0], "small", false)).unwrap();
+        assert!(info.resource_slices.is_empty());
+    }
+
+    /// docs/behaviour.md KWOK-107: a malformed annotation costs the devices, not the group.
+    #[test]
+    fn a_bad_resource_slices_annotation_leaves_the_group_without_devices() {
+        for (bad, expected) in [
+            (
+                "- {driver: d.example.com, devices: [{name: a}",
+                "not YAML or JSON",
+            ),
+            ("driver: d.example.com", "expected a list"),
+            ("- just-a-string", "[0]: expected a ResourceSlice spec"),
+            ("- {devices: [{name: a}]}", "[0]: "),
+            (
+                "- {driver: d.example.com, nodeName: other}",
+                "nodeName may not be set",
+            ),
+            (
+                "- {driver: d.example.com, allNodes: true}",
+                "allNodes may not be set",
+            ),
+            (
+                "- {driver: d.example.com, devices: [{name: a, capacity: {m: {value: -1}}}]}",
+                "must not be negative",
+            ),
+            (
+                "- {driver: d.example.com, devices: [{name: a, colour: red}]}",
+                "unknown field",
+            ),
+        ] {
+            let annotation =
+                format!("    cluster-autoscaler.kwok.nodegroup/resource-slices: |\n      {bad}\n");
+            let text = format!(
+                "kind: Node\nmetadata:\n  name: gpu\n  labels: {{pool: gpu}}\n  annotations:\n{annotation}status: {{allocatable: {{cpu: \"4\"}}}}\n"
+            );
+            let groups = gpu_groups(&text);
+            assert_eq!(groups.len(), 1, "{bad}: the group stays");
+            let error = resource_slices("t", &groups[0].template)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains(RESOURCE_SLICES_ANNOTATION) && error.contains(expected),
+                "{bad}: {error}"
+            );
+            let info = template_node_info(&groups[0].template).unwrap();
+            assert!(info.resource_slices.is_empty(), "{bad}");
         }
     }
 }

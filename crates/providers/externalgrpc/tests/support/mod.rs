@@ -37,6 +37,8 @@ pub enum TemplateAnswer {
     Bytes(Vec<u8>),
     /// OK with the bytes in the pre-1.35 field 1 only.
     LegacyBytes(Vec<u8>),
+    /// OK with these `nodeBytes` and these `resourceSliceBytes` entries.
+    WithSlices(Vec<u8>, Vec<Vec<u8>>),
 }
 
 /// How the double answers `NodeGroupForNode` for a node outside every group.
@@ -345,6 +347,13 @@ impl CloudProvider for FakeCloud {
             Some(TemplateAnswer::LegacyBytes(bytes)) => {
                 Ok(Response::new(NodeGroupTemplateNodeInfoResponse {
                     legacy_node_info: bytes.clone(),
+                    ..Default::default()
+                }))
+            }
+            Some(TemplateAnswer::WithSlices(bytes, slices)) => {
+                Ok(Response::new(NodeGroupTemplateNodeInfoResponse {
+                    node_bytes: bytes.clone(),
+                    resource_slice_bytes: slices.clone(),
                     ..Default::default()
                 }))
             }
