@@ -30,6 +30,9 @@ struct PodShape<'a> {
     host_ports: &'a [ferroscale_model::HostPort],
     topology_spread: &'a [ferroscale_model::TopologySpreadConstraint],
     volumes: &'a [ferroscale_model::Volume],
+    /// `spec.resourceClaims`: pods naming the same template are interchangeable (each gets its
+    /// own claim of one spec); pods naming different claims are not (docs/dra.md DRA-127).
+    resource_claims: &'a [ferroscale_model::dra::PodResourceClaim],
 }
 
 fn shape(pod: &Pod) -> PodShape<'_> {
@@ -47,6 +50,7 @@ fn shape(pod: &Pod) -> PodShape<'_> {
         host_ports: &pod.host_ports,
         topology_spread: &pod.topology_spread,
         volumes: &pod.volumes,
+        resource_claims: &pod.resource_claims,
     }
 }
 

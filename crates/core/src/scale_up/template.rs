@@ -9,6 +9,7 @@ use ferroscale_model::taints::{
     CONDITION_TAINTS, DELETION_CANDIDATE, IGNORE_TAINT_PREFIX, STARTUP_TAINT_PREFIX,
     STATUS_TAINT_PREFIX, TO_BE_DELETED,
 };
+use ferroscale_model::dra::{DeviceScope, ResourceSlice};
 use ferroscale_model::{Node, Pod, Taint};
 use ferroscale_scheduling::{NodeId, Snapshot};
 
@@ -90,12 +91,29 @@ fn sanitize(
         .collect();
     rename_node(&mut node, &name);
     let csi_node = example.csi_node.as_ref().map(|c| c.renamed(&name));
+    let resource_slices = template_slices(&example.resource_slices, &name);
     NodeTemplate {
         node,
         pods,
         csi_node,
-        resource_slices: Vec::new(),
+        resource_slices,
     }
+}
+
+/// The node-local ResourceSlices a template node publishes (docs/dra.md DRA-123): each slice is
+/// pointed at the template node; its pool keeps its name here, and every copy of the template
+/// gets a pool of its own when it is added to a snapshot ([`add_template_copy`]). Slices that are
+/// not node-local describe devices the group's nodes share with others, not devices a new node
+/// brings, so a template drops them (upstream refuses such a template outright).
+fn template_slices(slices: &[ResourceSlice], node_name: &str) -> Vec<ResourceSlice> {
+    slices
+        .iter()
+        .filter(|s| s.node_name().is_some())
+        .map(|s| ResourceSlice {
+            scope: DeviceScope::Node(node_name.to_string()),
+            ..s.clone()
+        })
+        .collect()
 }
 
 fn rename_node(node: &mut Node, name: &str) {
@@ -118,6 +136,10 @@ pub(crate) fn instantiate(template: &NodeTemplate, name: &str) -> (Node, Vec<Arc
             pod.name = format!("{}-{name}", p.name);
             pod.uid = format!("{}-{name}", p.uid);
             pod.node_name = Some(name.to_string());
+            // A template pod's claims are the example node's claims, allocated there; a copy
+            // must not reserve them (docs/dra.md, Differences / Loop).
+            pod.resource_claims.clear();
+            pod.resource_claim_statuses.clear();
             Arc::new(pod)
         })
         .collect();
@@ -140,6 +162,16 @@ pub(crate) fn add_template_copy(
     // The copy's volume limits are its template's (NodeVolumeLimits).
     if let Some(csi_node) = &template.csi_node {
         snapshot.set_simulated_csi_node(csi_node.renamed(name));
+    }
+    // Its devices are its template's, in pools of its own, so two copies never share a device
+    // (docs/dra.md DRA-124).
+    if !template.resource_slices.is_empty() {
+        let slices = template
+            .resource_slices
+            .iter()
+            .map(|s| s.for_node_copy(name, name))
+            .collect();
+        snapshot.set_simulated_resource_slices(name, slices);
     }
     for pod in pods {
         snapshot.add_pod(id, pod);
