@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferroscale_model::taints::{TO_BE_DELETED, first_untolerated};
 use ferroscale_model::dra::ResourceSlice;
+use ferroscale_model::taints::{TO_BE_DELETED, first_untolerated};
 use ferroscale_model::{CsiNode, DaemonSet, Node, Pod, PodPhase, Timestamp};
 
 use crate::cloud::{CloudError, NodeGroup, NodeTemplate};

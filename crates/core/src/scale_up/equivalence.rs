@@ -129,6 +129,30 @@ mod tests {
         assert_eq!(groups, vec![vec![0, 2], vec![1], vec![3], vec![4], vec![5]]);
     }
 
+    /// docs/dra.md DRA-127.
+    #[test]
+    fn pods_share_a_group_only_with_the_same_claim_sources() {
+        use ferroscale_model::dra::{PodClaimSource, PodResourceClaim};
+        let with = |name: &str, source: PodClaimSource| {
+            let mut p = (*owned(name, "a", 100)).clone();
+            p.resource_claims.push(PodResourceClaim {
+                name: "gpu".into(),
+                source,
+            });
+            Arc::new(p)
+        };
+        let template = || PodClaimSource::Template("gpu-template".into());
+        let pods = vec![
+            with("a-1", template()),
+            with("a-2", template()),
+            with("a-3", PodClaimSource::Claim("gpu-a-3".into())),
+            with("a-4", PodClaimSource::Claim("gpu-a-4".into())),
+            owned("a-5", "a", 100),
+        ];
+        let groups = group_pods(&pods);
+        assert_eq!(groups, vec![vec![0, 1], vec![2], vec![3], vec![4]]);
+    }
+
     #[test]
     fn a_controller_keeps_at_most_ten_shapes() {
         let pods: Vec<_> = (0..12)

@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
+use ferroscale_model::dra::{DeviceScope, ResourceSlice};
 use ferroscale_model::labels::HOSTNAME;
 use ferroscale_model::taints::{
     CONDITION_TAINTS, DELETION_CANDIDATE, IGNORE_TAINT_PREFIX, STARTUP_TAINT_PREFIX,
     STATUS_TAINT_PREFIX, TO_BE_DELETED,
 };
-use ferroscale_model::dra::{DeviceScope, ResourceSlice};
 use ferroscale_model::{Node, Pod, Taint};
 use ferroscale_scheduling::{NodeId, Snapshot};
 
@@ -261,6 +261,73 @@ mod tests {
         );
         assert_eq!(t.pods.len(), 1, "only the DaemonSet pod is kept");
         assert_eq!(t.pods[0].name, "ds-pod");
+    }
+
+    fn gpu_slice(node: &str, scope: DeviceScope) -> ResourceSlice {
+        ResourceSlice {
+            name: format!("{node}-gpu"),
+            driver: "gpu.example.com".into(),
+            pool: node.into(),
+            pool_generation: 1,
+            pool_slice_count: 1,
+            scope,
+            devices: vec![ferroscale_model::dra::Device {
+                name: "gpu-0".into(),
+                ..Default::default()
+            }],
+            ..ResourceSlice::default()
+        }
+    }
+
+    /// docs/dra.md DRA-123.
+    #[test]
+    fn sanitising_points_node_local_slices_at_the_template_node() {
+        let mut example = example();
+        example.resource_slices = vec![
+            gpu_slice("real-node-1", DeviceScope::Node("real-node-1".into())),
+            gpu_slice("shared", DeviceScope::AllNodes),
+        ];
+        let t = sanitize_template(&example, "pool-a", "1234", &AutoscalingOptions::default());
+        assert_eq!(
+            t.resource_slices.len(),
+            1,
+            "only node-local slices are kept"
+        );
+        assert_eq!(
+            t.resource_slices[0].node_name(),
+            Some("template-node-for-pool-a-1234")
+        );
+        assert_eq!(t.resource_slices[0].pool, "real-node-1");
+    }
+
+    /// docs/dra.md DRA-124: every placeholder publishes the template's devices in a pool of its
+    /// own, and a template pod's claims stay with the example node.
+    #[test]
+    fn upcoming_placeholders_publish_their_own_devices() {
+        let mut example = example();
+        example.resource_slices = vec![gpu_slice(
+            "real-node-1",
+            DeviceScope::Node("real-node-1".into()),
+        )];
+        example.pods[0]
+            .resource_claims
+            .push(ferroscale_model::dra::PodResourceClaim {
+                name: "gpu".into(),
+                source: ferroscale_model::dra::PodClaimSource::Claim("ds-claim".into()),
+            });
+        let mut snapshot = Snapshot::new();
+        let group = NodeGroupView::new("pool-a", 0, 10, 2, Some(example));
+        inject_upcoming_nodes(&mut snapshot, &group, 2);
+        let mut pools = Vec::new();
+        for (id, info) in snapshot.nodes() {
+            assert!(info.pods.iter().all(|p| !p.has_resource_claims()));
+            let node_pools = snapshot.device_pools(id);
+            assert_eq!(node_pools.len(), 1, "{}", info.node.name);
+            assert_eq!(node_pools[0].total, 1);
+            pools.push(node_pools[0].pool.clone());
+        }
+        pools.dedup();
+        assert_eq!(pools.len(), 2, "each placeholder has a pool of its own");
     }
 
     #[test]
