@@ -416,7 +416,8 @@ pub fn dra_scale_up(nodes: usize) -> ScaleUpFixture {
 /// each asking 1/20 of a node's CPU and memory and holding one allocated device through its own
 /// claim: 40 % device utilization everywhere. The options are upstream's for the run: no unneeded
 /// time, scale-down and drain parallelism 2,000, no delay after add, 2,000 non-empty candidates,
-/// unready scale-down on. Devices decide: 60 % of the nodes can go.
+/// unready scale-down on. Devices decide: 60 % of the nodes can go. The state is the one after a
+/// first loop, which found every node unneeded.
 pub fn dra_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFixture {
     use std::collections::HashMap;
 
@@ -501,7 +502,7 @@ pub fn dra_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFix
             unreachable!("upstream's benchmark option --{flag}={value}: {error}");
         }
     }
-    crate::scale_down::fixtures::ScaleDownFixture {
+    let mut fixture = crate::scale_down::fixtures::ScaleDownFixture {
         snapshot,
         groups: vec![NodeGroupView::new(
             "ng1",
@@ -517,5 +518,10 @@ pub fn dra_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFix
         options,
         now: Timestamp::from_secs(1_000_000),
         underutilized: nodes,
-    }
+    };
+    // Upstream deletes in its one RunOnce because a node unneeded for exactly the unneeded time
+    // (zero) qualifies there; Ferroscale wants strictly longer, so the first loop runs here and
+    // the fixture's plans are the second loop, 10 s later, which deletes.
+    fixture.advance(std::time::Duration::from_secs(10));
+    fixture
 }

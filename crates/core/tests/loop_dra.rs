@@ -228,7 +228,12 @@ fn a_claim_no_template_can_satisfy_is_not_helped_and_says_why() {
         .find(|(group, _)| group == "gpu")
         .expect("a reason for the GPU group");
     assert!(gpu_reason.contains("default/gpu-0"), "{gpu_reason}");
-    assert!(gpu_reason.contains(MODEL_H100), "{gpu_reason}");
+    assert!(gpu_reason.contains("request gpu"), "{gpu_reason}");
+    // The selector is quoted as a string literal.
+    assert!(
+        gpu_reason.contains(&format!("{MODEL_H100:?}")),
+        "{gpu_reason}"
+    );
     // The pod's event carries the same reason.
     let events = cluster.events_with("NotTriggerScaleUp");
     assert!(
