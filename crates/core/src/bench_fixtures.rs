@@ -391,9 +391,11 @@ pub fn dra_scale_up(nodes: usize) -> ScaleUpFixture {
         .collect();
     let mut snapshot = Snapshot::new();
     snapshot.set_dra_objects(&objects);
-    let mut options = AutoscalingOptions::default();
-    options.max_nodes_per_scaleup = DRA_MAX_GROUP_SIZE;
-    options.max_nodes_total = DRA_MAX_GROUP_SIZE;
+    let options = AutoscalingOptions {
+        max_nodes_per_scaleup: DRA_MAX_GROUP_SIZE,
+        max_nodes_total: DRA_MAX_GROUP_SIZE,
+        ..AutoscalingOptions::default()
+    };
     ScaleUpFixture {
         snapshot,
         pending,
