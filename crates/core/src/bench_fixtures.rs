@@ -499,6 +499,9 @@ pub fn dra_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFix
         ("scale-down-non-empty-candidates-count", "2000"),
         ("scale-down-unready-enabled", "true"),
         ("scale-down-simulation-timeout", "60s"),
+        // Upstream's run leaves the candidate pool unset and expects 60 % of the nodes marked
+        // in one loop, so no pool limits the non-empty candidates there: every node may be one.
+        ("scale-down-candidates-pool-ratio", "1"),
     ] {
         if let Err(error) = options.set(flag, value) {
             unreachable!("upstream's benchmark option --{flag}={value}: {error}");

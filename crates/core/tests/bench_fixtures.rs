@@ -52,19 +52,19 @@ fn dra_scale_up_needs_a_node_per_eight_claim_pods() {
 
 /// Upstream's DRA scale-down workload checks that 60 % of the nodes are marked for deletion: at
 /// 40 % device utilization everywhere, the claims of 60 % of the nodes fit the free devices of
-/// the rest. Here at a tenth of the size.
+/// the rest. At full size: the candidate limits must not hide the answer.
 #[test]
 fn dra_scale_down_removes_sixty_percent_of_the_nodes() {
-    let mut f = dra_scale_down(80);
+    let mut f = dra_scale_down(800);
     let plan = f.plan();
-    assert_eq!(plan.unneeded.len(), 48, "{:?}", plan.unremovable);
+    assert_eq!(plan.unneeded.len(), 480, "{:?}", plan.unremovable);
     assert_eq!(
         plan.empty_to_delete.len() + plan.drain_to_delete.len(),
-        48,
+        480,
         "{:?} {:?}",
         plan.status,
         plan.held_back.first()
     );
     let again = f.plan();
-    assert_eq!(again.unneeded.len(), 48, "the plan reverted its changes");
+    assert_eq!(again.unneeded.len(), 480, "the plan reverted its changes");
 }
