@@ -92,6 +92,8 @@ impl RemovalSimulator {
 
         // Returning without the commit below reverts the branch as it drops.
         let mut branch = snapshot.branch();
+        // Removing the node releases its pods' claims, so each moved pod's claims are allocated
+        // again where `place` puts it, by the DynamicResources filter (docs/dra.md DRA-132).
         branch.remove_node(node);
         let copy = branch.add_node(Arc::new(replacement));
         self.excluded.insert(copy);
