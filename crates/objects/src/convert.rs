@@ -23,8 +23,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use thiserror::Error;
 
+mod dra;
 mod volumes;
 
+pub use dra::{
+    MAX_ALLOCATED_DEVICES, MAX_ATTRIBUTE_VALUE_LENGTH, MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE,
+    MAX_CONSTRAINTS_PER_CLAIM, MAX_DEVICES_PER_SLICE, MAX_EXPRESSION_LENGTH,
+    MAX_REQUESTS_PER_CLAIM, MAX_SELECTORS, MAX_SUBREQUESTS, device_class_from_k8s,
+    resource_claim_from_k8s, resource_claim_template_from_k8s, resource_slice_from_k8s,
+};
 use volumes::pod_volume;
 pub use volumes::{csi_node_from_k8s, pv_from_k8s, pvc_from_k8s, storage_class_from_k8s};
 

@@ -12,6 +12,7 @@ use std::fmt;
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::api::resource::v1 as resource;
 use k8s_openapi::api::scheduling::v1 as scheduling;
 use k8s_openapi::api::storage::v1 as storage;
 use serde::Serialize;
@@ -21,9 +22,10 @@ use thiserror::Error;
 
 use crate::K8sObject;
 use crate::convert::{
-    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, namespace_from_k8s,
-    node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s, pv_from_k8s, pvc_from_k8s,
-    storage_class_from_k8s,
+    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, device_class_from_k8s,
+    namespace_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
+    pv_from_k8s, pvc_from_k8s, resource_claim_from_k8s, resource_claim_template_from_k8s,
+    resource_slice_from_k8s, storage_class_from_k8s,
 };
 use crate::locate::locate_field_line;
 use crate::strict::unknown_field;
@@ -53,6 +55,10 @@ pub enum RawObject {
     PersistentVolume(Box<core::PersistentVolume>),
     StorageClass(Box<storage::StorageClass>),
     CsiNode(Box<storage::CSINode>),
+    ResourceSlice(Box<resource::ResourceSlice>),
+    DeviceClass(Box<resource::DeviceClass>),
+    ResourceClaim(Box<resource::ResourceClaim>),
+    ResourceClaimTemplate(Box<resource::ResourceClaimTemplate>),
     List(Vec<RawObject>),
     /// A kind the engine does not use; kept only to be reported.
     Skipped {
@@ -97,6 +103,31 @@ fn typed<T: DeserializeOwned + Serialize>(value: Value, prefix: &str) -> Result<
                 unknown.rsplit('.').next().unwrap_or(&unknown)
             ),
             field: field_at(&unknown),
+        }),
+    }
+}
+
+/// `resource.k8s.io/v1beta2` has the same shape as `v1` and is read with the `v1` types (strict
+/// reading still refuses any field `v1` lacks). `v1beta1` nests devices differently and is refused.
+const DRA_V1: &str = "resource.k8s.io/v1";
+const DRA_V1BETA2: &str = "resource.k8s.io/v1beta2";
+
+/// Takes a DRA object written for `v1beta2` as `v1`, and refuses one of a version whose shape the
+/// `v1` types do not read. An item of a list without its own `apiVersion` is taken as `v1`.
+fn dra_api_version(value: &mut Value, prefix: &str, kind: &str) -> Result<(), RawObjectError> {
+    match string_field(value, "apiVersion") {
+        None | Some(DRA_V1) => Ok(()),
+        Some(DRA_V1BETA2) => {
+            if let Some(version) = value.get_mut("apiVersion") {
+                *version = Value::from(DRA_V1);
+            }
+            Ok(())
+        }
+        Some(version) => Err(RawObjectError {
+            field: format!("{prefix}apiVersion"),
+            message: format!(
+                "{kind} of {version} is not read: write it as {DRA_V1} (as `kubectl get` prints it from a v1.34 or newer cluster)"
+            ),
         }),
     }
 }
@@ -164,6 +195,22 @@ impl RawObject {
             "PersistentVolume" => RawObject::PersistentVolume(typed(value, prefix)?),
             "StorageClass" => RawObject::StorageClass(typed(value, prefix)?),
             "CSINode" => RawObject::CsiNode(typed(value, prefix)?),
+            "ResourceSlice" => {
+                dra_api_version(&mut value, prefix, &kind)?;
+                RawObject::ResourceSlice(typed(value, prefix)?)
+            }
+            "DeviceClass" => {
+                dra_api_version(&mut value, prefix, &kind)?;
+                RawObject::DeviceClass(typed(value, prefix)?)
+            }
+            "ResourceClaim" => {
+                dra_api_version(&mut value, prefix, &kind)?;
+                RawObject::ResourceClaim(typed(value, prefix)?)
+            }
+            "ResourceClaimTemplate" => {
+                dra_api_version(&mut value, prefix, &kind)?;
+                RawObject::ResourceClaimTemplate(typed(value, prefix)?)
+            }
             _ => {
                 let metadata = value.get("metadata");
                 let name = metadata
@@ -229,6 +276,18 @@ impl RawObject {
             RawObject::CsiNode(csi_node) => {
                 out.push(K8sObject::CsiNode(csi_node_from_k8s(csi_node)?))
             }
+            RawObject::ResourceSlice(slice) => {
+                out.push(K8sObject::ResourceSlice(resource_slice_from_k8s(slice)?))
+            }
+            RawObject::DeviceClass(class) => {
+                out.push(K8sObject::DeviceClass(device_class_from_k8s(class)?))
+            }
+            RawObject::ResourceClaim(claim) => {
+                out.push(K8sObject::ResourceClaim(resource_claim_from_k8s(claim)?))
+            }
+            RawObject::ResourceClaimTemplate(template) => out.push(
+                K8sObject::ResourceClaimTemplate(resource_claim_template_from_k8s(template)?),
+            ),
             RawObject::List(items) => {
                 for (i, item) in items.iter().enumerate() {
                     item.convert(priorities, out, warnings)

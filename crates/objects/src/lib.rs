@@ -15,15 +15,25 @@ pub mod locate;
 pub mod strict;
 
 use ferroscale_model::{
-    CsiNode, DaemonSet, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
-    PodDisruptionBudget, PriorityClass, StorageClass,
+    CsiNode, DaemonSet, DeviceClass, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
+    PodDisruptionBudget, PriorityClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+    StorageClass,
 };
 
 pub use convert::{
-    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, namespace_from_k8s,
-    node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s, pv_from_k8s, pvc_from_k8s,
-    storage_class_from_k8s,
+    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, device_class_from_k8s,
+    namespace_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
+    pv_from_k8s, pvc_from_k8s, resource_claim_from_k8s, resource_claim_template_from_k8s,
+    resource_slice_from_k8s, storage_class_from_k8s,
 };
+/// The size limits DRA objects are held to (the API server's own validation limits).
+pub mod dra_limits {
+    pub use crate::convert::{
+        MAX_ALLOCATED_DEVICES, MAX_ATTRIBUTE_VALUE_LENGTH,
+        MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE, MAX_CONSTRAINTS_PER_CLAIM, MAX_DEVICES_PER_SLICE,
+        MAX_EXPRESSION_LENGTH, MAX_REQUESTS_PER_CLAIM, MAX_SELECTORS, MAX_SUBREQUESTS,
+    };
+}
 pub use documents::{
     Document, DocumentObject, ObjectsError, ParsedObjects, RawObject, RawObjectError,
     parse_objects_yaml, parse_objects_yaml_with, read_documents, split_documents,
@@ -47,6 +57,10 @@ pub enum K8sObject {
     PersistentVolume(PersistentVolume),
     StorageClass(StorageClass),
     CsiNode(CsiNode),
+    ResourceSlice(ResourceSlice),
+    DeviceClass(DeviceClass),
+    ResourceClaim(ResourceClaim),
+    ResourceClaimTemplate(ResourceClaimTemplate),
 }
 
 impl K8sObject {
@@ -65,6 +79,12 @@ impl K8sObject {
             K8sObject::PersistentVolume(v) => format!("PersistentVolume {}", v.name),
             K8sObject::StorageClass(c) => format!("StorageClass {}", c.name),
             K8sObject::CsiNode(c) => format!("CSINode {}", c.node_name),
+            K8sObject::ResourceSlice(s) => format!("ResourceSlice {}", s.name),
+            K8sObject::DeviceClass(c) => format!("DeviceClass {}", c.name),
+            K8sObject::ResourceClaim(c) => format!("ResourceClaim {}", c.key()),
+            K8sObject::ResourceClaimTemplate(t) => {
+                format!("ResourceClaimTemplate {}/{}", t.namespace, t.name)
+            }
         }
     }
 }
