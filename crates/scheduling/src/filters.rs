@@ -40,6 +40,7 @@
 //! skipped, `NodeResourcesFit` skips ignored extended resources, and `PodTopologySpread` applies
 //! the profile's default constraints to pods without their own.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 
@@ -262,8 +263,9 @@ impl Default for FilterSwitches {
 /// read the first time such a pod is checked; what it holds does not change.
 pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unfit> {
     let switches = snapshot.filter_switches();
-    // Pods with claims take a separate path, so every other pod pays one test of its volume list.
-    if uses_volume_filters(switches, pod) {
+    // Pods with volume or device claims take a separate path, so every other pod pays one
+    // test of its volume list and one of its claim list.
+    if uses_volume_filters(switches, pod) || pod.has_resource_claims() {
         return check_with_volumes(snapshot, pod, node, switches);
     }
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
@@ -272,9 +274,10 @@ pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unf
     check_inter_pod(snapshot, pod, node)
 }
 
-/// [`check`] for a pod the volume filters look at: their per-pod part first (it can reject the
-/// pod everywhere, like the scheduler's PreFilter; as in kube-scheduler v1.36 it never narrows the
-/// nodes), their per-node part after NodeResourcesFit.
+/// [`check`] for a pod the volume filters or the DynamicResources filter look at. Their
+/// per-pod parts come first (they can reject the pod everywhere, like the scheduler's PreFilter;
+/// as in kube-scheduler v1.36 they never narrow the nodes), their per-node parts after
+/// NodeResourcesFit: volumes, then devices.
 #[inline(never)]
 fn check_with_volumes(
     snapshot: &mut Snapshot,
@@ -282,11 +285,36 @@ fn check_with_volumes(
     node: NodeId,
     switches: FilterSwitches,
 ) -> Result<(), Unfit> {
-    let volumes = VolumePlan::for_pod(snapshot, switches.volumes, pod).map_err(Unfit::volume)?;
+    let volumes = if uses_volume_filters(switches, pod) {
+        Some(VolumePlan::for_pod(snapshot, switches.volumes, pod).map_err(Unfit::volume)?)
+    } else {
+        None
+    };
+    let devices = if pod.has_resource_claims() {
+        Some(snapshot.dra_plan(pod).map_err(Unfit::Dra)?)
+    } else {
+        None
+    };
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
     check_node_local(pod, info, switches, snapshot.scheduler_profile())
         .map_err(Rejected::into_unfit)?;
-    volumes.check_node(snapshot, info).map_err(Unfit::volume)?;
+    if let Some(volumes) = &volumes {
+        volumes.check_node(snapshot, info).map_err(Unfit::volume)?;
+    }
+    if let Some(plan) = devices {
+        let node_name = info.node.name.clone();
+        let verdict = plan.check_node(snapshot.dra(), &node_name, &info.node.labels, true);
+        match verdict {
+            Ok(allocation) => {
+                let fit = allocation.map(|a| (pod, node_name.as_str(), a));
+                snapshot.dra_learn(&plan, fit);
+            }
+            Err(unfit) => {
+                snapshot.dra_learn(&plan, None);
+                return Err(Unfit::Dra(unfit));
+            }
+        }
+    }
     check_inter_pod(snapshot, pod, node)
 }
 
@@ -314,22 +342,61 @@ fn uses_volume_filters(switches: FilterSwitches, pod: &Pod) -> bool {
 /// per-node capacity summary rejects most full nodes without touching the node itself. The
 /// snapshot is borrowed mutably for the same reason as in [`check`].
 pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
-    if uses_volume_filters(snapshot.filter_switches(), pod) {
+    if uses_volume_filters(snapshot.filter_switches(), pod) || pod.has_resource_claims() {
         return find_node_with_volumes(snapshot, pod, start);
     }
     find_node_where(snapshot, pod, start, |_, _| true)
 }
 
-/// [`find_node`] for a pod the volume filters look at.
+/// [`find_node`] for a pod the volume filters or the DynamicResources filter look at.
 #[inline(never)]
 fn find_node_with_volumes(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
-    // A pod the volume filters reject as a whole fits nowhere.
-    let volumes = VolumePlan::for_pod(snapshot, snapshot.filter_switches().volumes, pod).ok()?;
-    find_node_where(snapshot, pod, start, |snapshot, i| {
-        snapshot
-            .node(NodeId(i as u32))
-            .is_some_and(|info| volumes.check_node(snapshot, info).is_ok())
-    })
+    let switches = snapshot.filter_switches();
+    // A pod a per-pod part rejects fits nowhere.
+    let volumes = if uses_volume_filters(switches, pod) {
+        Some(VolumePlan::for_pod(snapshot, switches.volumes, pod).ok()?)
+    } else {
+        None
+    };
+    let devices = if pod.has_resource_claims() {
+        Some(snapshot.dra_plan(pod).ok()?)
+    } else {
+        None
+    };
+    // The allocation found on the last node the DynamicResources filter accepted.
+    let last_fit = RefCell::new(None);
+    let found = find_node_where(snapshot, pod, start, |snapshot, i| {
+        let Some(info) = snapshot.node(NodeId(i as u32)) else {
+            return false;
+        };
+        if let Some(volumes) = &volumes
+            && volumes.check_node(snapshot, info).is_err()
+        {
+            return false;
+        }
+        if let Some(plan) = &devices {
+            match plan.check_node(snapshot.dra(), &info.node.name, &info.node.labels, false) {
+                Ok(allocation) => *last_fit.borrow_mut() = Some((i, allocation)),
+                Err(_) => return false,
+            }
+        }
+        true
+    });
+    if let Some(plan) = &devices {
+        let fit = match (found, last_fit.into_inner()) {
+            (Some(node), Some((i, Some(allocation)))) if node.index() == i => snapshot
+                .node(node)
+                .map(|info| (info.node.name.clone(), allocation)),
+            _ => None,
+        };
+        match fit {
+            Some((node_name, allocation)) => {
+                snapshot.dra_learn(plan, Some((pod, &node_name, allocation)));
+            }
+            None => snapshot.dra_learn(plan, None),
+        }
+    }
+    found
 }
 
 /// The scan of [`find_node`], with `volumes_ok` as the per-node part of the volume filters.

@@ -16,7 +16,7 @@ use ferroscale_model::{
     ResourceSlice, Resources, TaintEffect, VolumeSource,
 };
 
-use crate::dra::{DraState, PoolUtilization};
+use crate::dra::{DraState, DraUndo, DraUnfit, NodeAllocation, PodPlan, PoolUtilization};
 use crate::filters::{FilterSwitches, InterPodPlan};
 use crate::scheduler_config::SchedulerProfile;
 use crate::topology::{NamespaceLabels, TopologyIndex};
@@ -131,6 +131,8 @@ enum Undo {
     RemovedNode(NodeId, NodeInfo),
     AddedPod(NodeId),
     RemovedPod(NodeId, usize, Arc<Pod>),
+    /// A change of a claim's allocation or reservation.
+    Dra(DraUndo),
 }
 
 /// An in-memory cluster on which scheduling is simulated.
@@ -263,8 +265,9 @@ impl Snapshot {
     /// Per pool of the node's local slices (cluster or simulated): devices in total and
     /// allocated now, branches included.
     pub fn device_pools(&self, node: NodeId) -> Vec<PoolUtilization> {
-        let _ = node;
-        Vec::new()
+        self.node(node)
+            .map(|info| self.dra.device_pools(&info.node.name))
+            .unwrap_or_default()
     }
 
     /// The claim's allocation in the snapshot now (`None` when it is not allocated or unknown).
@@ -275,6 +278,25 @@ impl Snapshot {
     /// The pods the claim is reserved for in the snapshot now.
     pub fn claim_reserved_for(&self, namespace: &str, name: &str) -> &[ClaimConsumer] {
         self.dra.claim_reserved_for(namespace, name)
+    }
+
+    /// The per-pod part of the DynamicResources filter for `pod` (compiling its selectors on
+    /// first use).
+    pub(crate) fn dra_plan(&mut self, pod: &Pod) -> Result<PodPlan, DraUnfit> {
+        PodPlan::prepare(&mut self.dra, pod)
+    }
+
+    pub(crate) fn dra(&self) -> &DraState {
+        &self.dra
+    }
+
+    /// Keeps what a filter run learnt: the selector verdicts its plan evaluated, and the
+    /// allocation it found for the pod on the node it accepted (for `add_pod` to reuse).
+    pub(crate) fn dra_learn(&mut self, plan: &PodPlan, fit: Option<(&Pod, &str, NodeAllocation)>) {
+        self.dra.keep_verdicts(plan.new_verdicts());
+        if let Some((pod, node, allocation)) = fit {
+            self.dra.remember_fit(pod, node, allocation);
+        }
     }
 
     /// Adds a node. A node with the same name replaces nothing: names must be unique, and adding a
@@ -297,6 +319,11 @@ impl Snapshot {
         };
         let pods = info.pods.clone();
         self.record(Undo::RemovedNode(id, info));
+        for pod in &pods {
+            if pod.has_resource_claims() {
+                self.release_claims(pod);
+            }
+        }
         pods
     }
 
@@ -306,8 +333,39 @@ impl Snapshot {
         if self.node(id).is_none() {
             return;
         }
+        // Only pods with device claims pay for a second handle on the pod.
+        let with_claims = pod.has_resource_claims().then(|| pod.clone());
         self.attach_pod(id, pod, None);
         self.record(Undo::AddedPod(id));
+        if let Some(pod) = with_claims {
+            self.place_claims(id, &pod);
+        }
+    }
+
+    /// The DynamicResources part of placing a pod: its claims are allocated on the node (when
+    /// they are not yet and devices are free) and reserved for it.
+    #[inline(never)]
+    fn place_claims(&mut self, id: NodeId, pod: &Pod) {
+        let Some(node) = self.node(id).map(|info| info.node.clone()) else {
+            return;
+        };
+        let mut changes = Vec::new();
+        self.dra
+            .place_pod(pod, &node.name, &node.labels, &mut changes);
+        for change in changes {
+            self.record(Undo::Dra(change));
+        }
+    }
+
+    /// The DynamicResources part of removing a pod: its reservations go, and its claims that
+    /// no pod uses any more are deallocated.
+    #[inline(never)]
+    fn release_claims(&mut self, pod: &Pod) {
+        let mut changes = Vec::new();
+        self.dra.unplace_pod(pod, &mut changes);
+        for change in changes {
+            self.record(Undo::Dra(change));
+        }
     }
 
     /// Removes the pod with this uid from a node; returns it.
@@ -315,6 +373,9 @@ impl Snapshot {
         let index = self.node(id)?.pods.iter().position(|p| p.uid == uid)?;
         let pod = self.detach_pod(id, index)?;
         self.record(Undo::RemovedPod(id, index, pod.clone()));
+        if pod.has_resource_claims() {
+            self.release_claims(&pod);
+        }
         Some(pod)
     }
 
@@ -591,6 +652,7 @@ impl Snapshot {
                 }
             }
             Undo::RemovedPod(id, index, pod) => self.attach_pod(id, pod, Some(index)),
+            Undo::Dra(change) => self.dra.undo(change),
         }
     }
 
@@ -615,6 +677,13 @@ impl Snapshot {
         }
         self.topology
             .assert_consistent(&self.slots, &self.namespace_labels);
+        self.dra.assert_consistent();
+    }
+
+    /// The claims' allocations and reservations, to compare two states. For tests.
+    #[cfg(test)]
+    pub(crate) fn dra_summary(&self) -> Vec<(String, Option<ClaimAllocation>, Vec<ClaimConsumer>)> {
+        self.dra.state_summary()
     }
 }
 
