@@ -59,7 +59,7 @@ const UPSTREAM_FLAGS: &[(&str, Expect)] = &[
     ("dynamic-node-delete-delay-after-taint-enabled", Implemented),
     ("emit-per-nodegroup-metrics", Implemented),
     ("enable-csi-node-aware-scheduling", Implemented),
-    ("enable-dynamic-resource-allocation", Refused),
+    ("enable-dynamic-resource-allocation", Implemented),
     ("enable-graceful-degradation", Implemented),
     ("enable-inter-pod-affinity-hostname-fast-path", Implemented),
     ("enable-proactive-scaleup", Implemented),

@@ -10,8 +10,12 @@ use std::sync::Arc;
 use ferroscale_model::labels::{HOSTNAME, ZONE};
 use ferroscale_model::node::ConditionStatus;
 use ferroscale_model::{
-    LabelSelector, NodeInclusionPolicy, OwnerRef, Pod, PodAffinityTerm, PodCondition, Resources,
-    Timestamp, TopologySpreadConstraint, UnsatisfiableAction,
+    AllocatedDevice, AllocationMode, ClaimAllocation, ClaimConsumer, ClaimSpec, Device,
+    DeviceClass, DeviceRequest, DeviceRequestKind, DeviceScope, DraObjects, ExactDeviceRequest,
+    LabelSelector, NodeInclusionPolicy, NodeOperator, NodeRequirement, NodeSelector,
+    NodeSelectorTerm, OwnerRef, Pod, PodAffinityTerm, PodClaimSource, PodCondition,
+    PodResourceClaim, ResourceClaim, ResourceSlice, Resources, Timestamp, TopologySpreadConstraint,
+    UnsatisfiableAction,
 };
 use ferroscale_scheduling::Snapshot;
 
@@ -268,4 +272,250 @@ pub fn karpenter_mix(pending: usize, groups: usize) -> ScaleUpFixture {
         })
         .collect();
     fixture
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dynamic Resource Allocation: upstream's two DRA workloads of
+// `pkg/core/bench/benchmark_runonce_test.go`, with every parameter taken from there.
+// ---------------------------------------------------------------------------------------------
+
+/// CPU (milli) and memory (bytes) of every node of upstream's DRA benchmarks.
+const DRA_NODE_CPU: i64 = 10_000;
+const DRA_NODE_MEMORY: i64 = 10_000;
+/// The largest size of upstream's one node group (`maxNGSize`).
+const DRA_MAX_GROUP_SIZE: usize = 10_000;
+const DRA_DRIVER: &str = "gpu.nvidia.com";
+const DRA_CLASS: &str = "default-class";
+
+/// A node of upstream's DRA benchmarks (10 CPUs, 10,000 bytes), ready.
+fn dra_node(name: &str) -> ferroscale_model::Node {
+    let mut n = ferroscale_model::Node::new(name, Resources::new(DRA_NODE_CPU, DRA_NODE_MEMORY));
+    n.allocatable.pods = 110;
+    n.capacity.pods = 110;
+    n
+}
+
+/// One node-local slice of `devices` devices `gpu-0`… in pool `pool`, complete in one slice.
+fn dra_slice(name: &str, node: &str, pool: &str, devices: usize) -> ResourceSlice {
+    ResourceSlice {
+        name: name.into(),
+        driver: DRA_DRIVER.into(),
+        pool: pool.into(),
+        pool_generation: 0,
+        pool_slice_count: 1,
+        scope: DeviceScope::Node(node.into()),
+        per_device_node_selection: false,
+        devices: (0..devices)
+            .map(|j| Device {
+                name: format!("gpu-{j}"),
+                ..Device::default()
+            })
+            .collect(),
+    }
+}
+
+/// Claim `claim-<i>` of upstream's DRA benchmarks: one device of `default-class` whose driver is
+/// `gpu.nvidia.com`.
+fn dra_claim(i: usize) -> ResourceClaim {
+    let name = format!("claim-{i}");
+    ResourceClaim {
+        namespace: "default".into(),
+        uid: name.clone(),
+        name,
+        spec: ClaimSpec {
+            requests: vec![DeviceRequest {
+                name: "req-0".into(),
+                kind: DeviceRequestKind::Exactly(ExactDeviceRequest {
+                    device_class_name: DRA_CLASS.into(),
+                    selectors: vec![format!("device.driver == \"{DRA_DRIVER}\"")],
+                    allocation_mode: AllocationMode::ExactCount(1),
+                    admin_access: false,
+                }),
+            }],
+            constraints: Vec::new(),
+        },
+        ..ResourceClaim::default()
+    }
+}
+
+/// Pod `pod-dra-<i>` (no controller, as upstream's `BuildTestPod`) using claim `claim-<i>`.
+fn dra_pod(i: usize, cpu: i64, memory: i64) -> Pod {
+    let mut p = Pod::new("default", format!("pod-dra-{i}"));
+    p.requests = Resources::new(cpu, memory);
+    p.resource_claims.push(PodResourceClaim {
+        name: format!("claim-{i}"),
+        source: PodClaimSource::Claim(format!("claim-{i}")),
+    });
+    p
+}
+
+/// The device class of upstream's DRA benchmarks: no selector of its own.
+fn dra_class() -> Arc<DeviceClass> {
+    Arc::new(DeviceClass {
+        name: DRA_CLASS.into(),
+        selectors: Vec::new(),
+        extended_resource_name: None,
+    })
+}
+
+/// Upstream's `BenchmarkRunOnceScaleUpDRA` (`setupScaleUpDRA(500)`): an empty cluster, one node
+/// group (0…10,000) whose template node (10 CPUs, 10,000 bytes of memory) has one node-local
+/// slice of 8 devices, and `nodes × 8` unschedulable pods, each asking 1/16 of the node's CPU and
+/// memory and one device through its own claim. Devices decide: the answer is `nodes` new nodes.
+/// `--max-nodes-per-scaleup` is 10,000, as upstream sets it.
+pub fn dra_scale_up(nodes: usize) -> ScaleUpFixture {
+    const PODS_PER_NODE: usize = 8;
+    let template = NodeTemplate {
+        node: dra_node("n-template"),
+        pods: Vec::new(),
+        csi_node: None,
+        resource_slices: vec![dra_slice(
+            "rs-template",
+            "n-template",
+            "n-template",
+            PODS_PER_NODE,
+        )],
+    };
+    let cpu = DRA_NODE_CPU / (PODS_PER_NODE as i64 * 2);
+    let memory = DRA_NODE_MEMORY / (PODS_PER_NODE as i64 * 2);
+    let total = nodes * PODS_PER_NODE;
+    let mut objects = DraObjects {
+        classes: vec![dra_class()],
+        ..DraObjects::default()
+    };
+    let pending = (0..total)
+        .map(|i| {
+            objects.claims.push(Arc::new(dra_claim(i)));
+            Arc::new(unschedulable(dra_pod(i, cpu, memory)))
+        })
+        .collect();
+    let mut snapshot = Snapshot::new();
+    snapshot.set_dra_objects(&objects);
+    let mut options = AutoscalingOptions::default();
+    options.max_nodes_per_scaleup = DRA_MAX_GROUP_SIZE;
+    options.max_nodes_total = DRA_MAX_GROUP_SIZE;
+    ScaleUpFixture {
+        snapshot,
+        pending,
+        groups: vec![NodeGroupView::new(
+            "ng1",
+            0,
+            DRA_MAX_GROUP_SIZE,
+            0,
+            Some(template),
+        )],
+        options,
+        backoff: NodeGroupBackoff::default(),
+        now: Timestamp::from_secs(100_000),
+    }
+}
+
+/// Upstream's `BenchmarkRunOnceScaleDownDRA` (`setupScaleDownDRA60Percent(800)`): `nodes` ready
+/// nodes of one group (0…10,000), each with one node-local slice of 10 devices in a pool named
+/// after the node, and `nodes × 4` running pods (`safe-to-evict`, pod `i` on node `i mod nodes`),
+/// each asking 1/20 of a node's CPU and memory and holding one allocated device through its own
+/// claim: 40 % device utilization everywhere. The options are upstream's for the run: no unneeded
+/// time, scale-down and drain parallelism 2,000, no delay after add, 2,000 non-empty candidates,
+/// unready scale-down on. Devices decide: 60 % of the nodes can go.
+pub fn dra_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFixture {
+    use std::collections::HashMap;
+
+    use crate::scale_down::{ControllerIndex, DeletionsInProgress, ScaleDownState};
+
+    const DEVICES_PER_NODE: usize = 10;
+    const PODS_PER_NODE: usize = 4;
+    let cpu = DRA_NODE_CPU / (DEVICES_PER_NODE as i64 * 2);
+    let memory = DRA_NODE_MEMORY / (DEVICES_PER_NODE as i64 * 2);
+    let names: Vec<String> = (0..nodes).map(|i| format!("ng1-node-{i}")).collect();
+    let mut objects = DraObjects {
+        classes: vec![dra_class()],
+        ..DraObjects::default()
+    };
+    for name in &names {
+        objects.slices.push(Arc::new(dra_slice(
+            &format!("rs-{name}"),
+            name,
+            name,
+            DEVICES_PER_NODE,
+        )));
+    }
+    let mut pods = Vec::with_capacity(nodes * PODS_PER_NODE);
+    for i in 0..nodes * PODS_PER_NODE {
+        let node = &names[i % nodes];
+        let mut pod = dra_pod(i, cpu, memory);
+        pod.node_name = Some(node.clone());
+        pod.phase = ferroscale_model::PodPhase::Running;
+        pod.annotations
+            .insert(ferroscale_model::pod::SAFE_TO_EVICT.into(), "true".into());
+        let mut claim = dra_claim(i);
+        claim.allocation = Some(ClaimAllocation {
+            devices: vec![AllocatedDevice {
+                request: "req-0".into(),
+                driver: DRA_DRIVER.into(),
+                pool: node.clone(),
+                device: format!("gpu-{}", i / nodes),
+                admin_access: false,
+            }],
+            node_selector: Some(NodeSelector {
+                terms: vec![NodeSelectorTerm {
+                    match_expressions: Vec::new(),
+                    match_fields: vec![NodeRequirement {
+                        key: "metadata.name".into(),
+                        operator: NodeOperator::In,
+                        values: vec![node.clone()],
+                    }],
+                }],
+            }),
+        });
+        claim.reserved_for.push(ClaimConsumer {
+            resource: "pods".into(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        });
+        objects.claims.push(Arc::new(claim));
+        pods.push(pod);
+    }
+    let mut snapshot = Snapshot::new();
+    snapshot.set_dra_objects(&objects);
+    let mut ids = Vec::with_capacity(nodes);
+    let mut group_of = HashMap::with_capacity(nodes);
+    for name in &names {
+        ids.push(snapshot.add_node(Arc::new(dra_node(name))));
+        group_of.insert(name.clone(), 0);
+    }
+    for (i, pod) in pods.into_iter().enumerate() {
+        snapshot.add_pod(ids[i % nodes], Arc::new(pod));
+    }
+    let mut options = AutoscalingOptions::default();
+    for (flag, value) in [
+        ("scale-down-unneeded-time", "0s"),
+        ("max-scale-down-parallelism", "2000"),
+        ("max-drain-parallelism", "2000"),
+        ("scale-down-delay-after-add", "0s"),
+        ("scale-down-enabled", "true"),
+        ("scale-down-non-empty-candidates-count", "2000"),
+        ("scale-down-unready-enabled", "true"),
+        ("scale-down-simulation-timeout", "60s"),
+    ] {
+        if let Err(error) = options.set(flag, value) {
+            unreachable!("upstream's benchmark option --{flag}={value}: {error}");
+        }
+    }
+    crate::scale_down::fixtures::ScaleDownFixture {
+        snapshot,
+        groups: vec![NodeGroupView::new(
+            "ng1",
+            0,
+            DRA_MAX_GROUP_SIZE,
+            nodes,
+            None,
+        )],
+        group_of,
+        controllers: ControllerIndex::new(),
+        deletions: DeletionsInProgress::default(),
+        state: ScaleDownState::new(),
+        options,
+        now: Timestamp::from_secs(1_000_000),
+        underutilized: nodes,
+    }
 }

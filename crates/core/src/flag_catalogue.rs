@@ -520,6 +520,9 @@ pub const FLAGS: &[Flag] = &[
     engine("enable-csi-node-aware-scheduling", Bool, "true", Loop,
         "Read CSINodes (the cluster's and the node-group templates') so the simulated NodeVolumeLimits filter limits CSI volumes per node.")
         .note("Off, no node (real or template) has volume limits in the simulation; the other volume filters run either way (docs/behaviour.md VOL-107)."),
+    engine("enable-dynamic-resource-allocation", Bool, "true", Loop,
+        "Simulate Dynamic Resource Allocation: ResourceClaims, DeviceClasses and ResourceSlices (deprecated upstream, always on).")
+        .note("Locked to true as in upstream 1.36: false is refused at start-up (docs/dra.md DRA-120)."),
     engine("unready-nodes-scope", Text, "cluster", Loop,
         "Which nodes the unready check counts: cluster (every node) or autoscaled (nodes of node groups).")
         .note("autoscaled also counts nodes whose node-group lookup failed, as upstream; the status ConfigMap's totals stay cluster-wide (docs/behaviour.md CS-107)."),
@@ -601,7 +604,6 @@ pub const FLAGS: &[Flag] = &[
     other_provider("cloud-provider-gce-lb-src-cidrs", CommaList, "", "GCE"),
     other_provider("cloud-provider-gce-l7lb-src-cidrs", CommaList, "", "GCE"),
     // --- not yet ---
-    not_yet("enable-dynamic-resource-allocation", Bool, "true", "dynamic resource allocation"),
     not_yet("enable-provisioning-requests", Bool, "false", "ProvisioningRequests"),
     not_yet("provisioning-request-initial-backoff-time", DUR, "1m0s", "ProvisioningRequests"),
     not_yet("provisioning-request-max-backoff-time", DUR, "10m0s", "ProvisioningRequests"),

@@ -812,6 +812,18 @@ impl AutoscalingOptions {
             "enable-csi-node-aware-scheduling" => {
                 self.enable_csi_node_aware_scheduling = parse_bool(f, v)?
             }
+            // Deprecated and locked to true upstream: DRA is always simulated, so there is no
+            // field to set, only a value to refuse (docs/dra.md DRA-120).
+            "enable-dynamic-resource-allocation" => {
+                if !parse_bool(f, v)? {
+                    return Err(OptionError::invalid(
+                        f,
+                        v,
+                        "--enable-dynamic-resource-allocation is deprecated and must be true: \
+                         dynamic resource allocation cannot be turned off",
+                    ));
+                }
+            }
             "force-ds" => self.force_ds = parse_bool(f, v)?,
             "startup-taint" | "ignore-taint" => self.startup_taints.push(v.to_string()),
             "startup-taint-prefix" => self.startup_taint_prefixes.push(v.to_string()),

@@ -1,7 +1,9 @@
 //! The benchmark fixtures must describe real work: small versions of each scenario produce a
 //! scale-up, and repeating a plan on a reverted branch gives the same answer.
 
-use ferroscale_core::bench_fixtures::{busy_cluster, constrained_cluster, karpenter_mix};
+use ferroscale_core::bench_fixtures::{
+    busy_cluster, constrained_cluster, dra_scale_down, dra_scale_up, karpenter_mix,
+};
 use ferroscale_core::scale_up::{ScaleUpStatus, plan_scale_up};
 
 #[test]
@@ -34,4 +36,29 @@ fn constrained_and_karpenter_fixtures_scale_up() {
         plan.increases.iter().map(|i| i.delta()).sum::<usize>() >= 20,
         "hostname anti-affinity alone needs 20 nodes"
     );
+}
+
+/// Upstream's DRA scale-up workload checks the group's target size: one new node per 8 claim pods
+/// (devices decide, the pods' CPU would fit twice as many). Here at a tenth of the size.
+#[test]
+fn dra_scale_up_needs_a_node_per_eight_claim_pods() {
+    let mut f = dra_scale_up(50);
+    let plan = f.plan_on_branch();
+    assert_eq!(plan.status, ScaleUpStatus::Successful);
+    assert_eq!(plan.increases.iter().map(|i| i.delta()).sum::<usize>(), 50);
+    let again = f.plan_on_branch();
+    assert_eq!(again.increases, plan.increases);
+}
+
+/// Upstream's DRA scale-down workload checks that 60 % of the nodes are marked for deletion: at
+/// 40 % device utilization everywhere, the claims of 60 % of the nodes fit the free devices of
+/// the rest. Here at a tenth of the size.
+#[test]
+fn dra_scale_down_removes_sixty_percent_of_the_nodes() {
+    let mut f = dra_scale_down(80);
+    let plan = f.plan();
+    assert_eq!(plan.unneeded.len(), 48, "{:?}", plan.unremovable);
+    assert_eq!(plan.empty_to_delete.len() + plan.drain_to_delete.len(), 48);
+    let again = f.plan();
+    assert_eq!(again.unneeded.len(), 48, "the plan reverted its changes");
 }

@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
+use ferroscale_model::dra::ResourceSlice;
 use ferroscale_model::{Node, Pod, Timestamp};
 use futures::StreamExt;
 
@@ -298,6 +299,19 @@ pub(super) async fn gather_groups(
             .find(|c| c.node_name == node)
             .map(|c| (**c).clone())
     };
+    // A template built from a real node brings the node's own devices (docs/dra.md DRA-122).
+    let mut slices_by_node: HashMap<&str, Vec<&ResourceSlice>> = HashMap::new();
+    for slice in &objects.dra.slices {
+        if let Some(node) = slice.node_name() {
+            slices_by_node.entry(node).or_default().push(slice);
+        }
+    }
+    let slices_of = |node: &str| -> Vec<ResourceSlice> {
+        slices_by_node
+            .get(node)
+            .map(|slices| slices.iter().map(|s| (*s).clone()).collect())
+            .unwrap_or_default()
+    };
     let ids: Vec<&str> = groups.iter().map(|g| g.id()).collect();
     template_cache.retain_groups(&ids);
 
@@ -317,6 +331,7 @@ pub(super) async fn gather_groups(
             &nodes,
             &pods_on,
             &csi_node_of,
+            &slices_of,
             &objects.daemonsets,
             template_cache,
             now,

@@ -67,6 +67,9 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
     // (docs/behaviour.md VOL-101–VOL-108); placeholders and template copies carry their group's CSINode.
     snapshot.set_volume_catalogue(Arc::new(VolumeCatalogue::new(&objects.volumes)));
     snapshot.set_csi_node_limits(options.enable_csi_node_aware_scheduling);
+    // The DynamicResources filter reads the cluster's devices, classes and claims; the claims'
+    // allocations are the devices in use (docs/dra.md DRA-121).
+    snapshot.set_dra_objects(&objects.dra);
     for ns in &objects.namespaces {
         snapshot.set_namespace_labels(ns.name.clone(), ns.labels.clone());
     }

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferroscale_model::dra::ResourceSlice;
 use ferroscale_model::taints::{TO_BE_DELETED, first_untolerated};
 use ferroscale_model::{CsiNode, DaemonSet, Node, Pod, PodPhase, Timestamp};
 
@@ -104,15 +105,17 @@ pub enum TemplateSource {
 }
 
 /// The template of `group` at `now`. `nodes` are the group's registered nodes, `pods_on` gives
-/// the pods bound to a node and `csi_node_of` its CSINode (a template built from a real node
-/// keeps the node's volume limits). Updates the cache when a good real node is found. The error
-/// is `TemplateNodeInfo()`'s when it was asked and failed (other than "not implemented").
+/// the pods bound to a node, `csi_node_of` its CSINode and `slices_of` its node-local
+/// ResourceSlices (a template built from a real node keeps the node's volume limits and devices,
+/// docs/dra.md DRA-122). Updates the cache when a good real node is found. The error is
+/// `TemplateNodeInfo()`'s when it was asked and failed (other than "not implemented").
 #[allow(clippy::too_many_arguments)]
 pub async fn choose_template(
     group: &dyn NodeGroup,
     nodes: &[Arc<Node>],
     pods_on: &dyn Fn(&str) -> Vec<Arc<Pod>>,
     csi_node_of: &dyn Fn(&str) -> Option<CsiNode>,
+    slices_of: &dyn Fn(&str) -> Vec<ResourceSlice>,
     daemonsets: &[DaemonSet],
     cache: &mut TemplateCache,
     now: Timestamp,
@@ -122,7 +125,7 @@ pub async fn choose_template(
         node: node.clone(),
         pods: pods_on(&node.name).iter().map(|p| (**p).clone()).collect(),
         csi_node: csi_node_of(&node.name),
-        resource_slices: Vec::new(),
+        resource_slices: slices_of(&node.name),
     };
     if let Some(node) = nodes.iter().find(|n| good_example(n, now)) {
         let mut template = sanitize_template(&from_node(node), group.id(), "template", options);

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ferroscale_model::taints::TO_BE_DELETED;
 use ferroscale_model::{Node, Pod, Timestamp};
+use ferroscale_scheduling::PoolUtilization;
 
 use super::utilization::{Utilization, UtilizationRules, is_long_terminating};
 use super::{BEING_DELETED_TAINT_MAX_AGE, SCALE_DOWN_DISABLED_ANNOTATION, UnremovableReason};
@@ -87,6 +88,7 @@ pub(super) fn check_eligibility<'p>(
     now: Timestamp,
     options: &AutoscalingOptions,
     gpu_label: &str,
+    device_pools: &[PoolUtilization],
 ) -> Eligibility {
     use UnremovableReason as R;
     if is_being_deleted(node, now) {
@@ -109,7 +111,9 @@ pub(super) fn check_eligibility<'p>(
         expendable_cutoff: options.expendable_pods_priority_cutoff,
         gpu_label,
     };
-    let Ok(utilization) = rules.measure(node, pods) else {
+    // A node with local DRA devices is measured by them and compared with the ordinary
+    // threshold, as upstream does (docs/dra.md DRA-130).
+    let Ok(utilization) = rules.measure_with_devices(node, pods, device_pools) else {
         return Eligibility::Unremovable(R::UnexpectedError, None);
     };
     let threshold = if rules.is_gpu_node(node) {
@@ -176,16 +180,16 @@ mod tests {
             .insert(SCALE_DOWN_DISABLED_ANNOTATION.into(), "true".into());
         // The annotation is checked before group membership.
         assert_eq!(
-            check_eligibility(&n, &[], None, now, &options, ""),
+            check_eligibility(&n, &[], None, now, &options, "", &[]),
             Eligibility::Unremovable(UnremovableReason::ScaleDownDisabledAnnotation, None)
         );
         n.annotations.clear();
         assert_eq!(
-            check_eligibility(&n, &[], None, now, &options, ""),
+            check_eligibility(&n, &[], None, now, &options, "", &[]),
             Eligibility::Unremovable(UnremovableReason::NotAutoscaled, None)
         );
         assert!(matches!(
-            check_eligibility(&n, &[], Some(&group), now, &options, ""),
+            check_eligibility(&n, &[], Some(&group), now, &options, "", &[]),
             Eligibility::Eligible(_)
         ));
     }

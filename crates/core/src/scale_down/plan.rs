@@ -138,7 +138,16 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
                 continue;
             }
         }
-        match check_eligibility(node, &info.pods, group, now, options, provider.gpu_label) {
+        let device_pools = snapshot.device_pools(*id);
+        match check_eligibility(
+            node,
+            &info.pods,
+            group,
+            now,
+            options,
+            provider.gpu_label,
+            &device_pools,
+        ) {
             Eligibility::Unremovable(reason, utilization) => {
                 plan.unremovable.push(unremovable(reason, utilization));
             }

@@ -76,6 +76,15 @@ impl RemovalSimulator {
         let Some(info) = snapshot.node(node) else {
             return Ok(Vec::new());
         };
+        // The node's pods that hold ResourceClaims leave it first, one by one, so that their
+        // claims lose the node's devices and can be allocated again where the pods land (the
+        // DynamicResources filter runs in `place`; docs/dra.md DRA-132).
+        let claim_pods: Vec<String> = info
+            .pods
+            .iter()
+            .filter(|p| p.has_resource_claims())
+            .map(|p| p.uid.clone())
+            .collect();
         let mut replacement = (*info.node).clone();
         replacement.taints.push(Taint {
             time_added: Some(self.now),
@@ -92,6 +101,9 @@ impl RemovalSimulator {
 
         // Returning without the commit below reverts the branch as it drops.
         let mut branch = snapshot.branch();
+        for uid in &claim_pods {
+            branch.remove_pod(node, uid);
+        }
         branch.remove_node(node);
         let copy = branch.add_node(Arc::new(replacement));
         self.excluded.insert(copy);

@@ -1,6 +1,7 @@
 //! Node utilization as scale-down measures it (docs/behaviour.md SD-50–SD-54): the share of
-//! allocatable that pod requests take, the larger of cpu and memory, or the GPU share alone on GPU
-//! nodes.
+//! allocatable that pod requests take, the larger of cpu and memory, the GPU share alone on GPU
+//! nodes, or on nodes with local DRA devices the share of devices allocated in their fullest
+//! pool (docs/dra.md DRA-130).
 //!
 //! Long-terminating and expendable pods do not count. DaemonSet and mirror pods count unless their
 //! ignore flag is set; then their requests leave the numerator **and** the allocatable.
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use ferroscale_model::resources::NVIDIA_GPU;
 use ferroscale_model::{Node, Pod, Resources, Timestamp};
+use ferroscale_scheduling::PoolUtilization;
 
 /// Grace period the API server gives a pod without `terminationGracePeriodSeconds`.
 const DEFAULT_GRACE: Duration = Duration::from_secs(30);
@@ -21,6 +23,8 @@ pub enum UtilizationResource {
     Cpu,
     Memory,
     Gpu,
+    /// The node's local DRA devices (its fullest pool).
+    Devices,
 }
 
 impl UtilizationResource {
@@ -29,6 +33,7 @@ impl UtilizationResource {
             UtilizationResource::Cpu => "cpu",
             UtilizationResource::Memory => "memory",
             UtilizationResource::Gpu => "gpu",
+            UtilizationResource::Devices => "devices",
         }
     }
 }
@@ -40,7 +45,11 @@ pub struct Utilization {
     pub memory: f64,
     /// Set on GPU nodes only.
     pub gpu: Option<f64>,
-    /// The value compared with the threshold: `gpu` on GPU nodes, else max(cpu, memory).
+    /// Set on nodes with local DRA devices (and no GPU label) only: the highest share of devices
+    /// allocated in one of the node's pools.
+    pub devices: Option<f64>,
+    /// The value compared with the threshold: `gpu` on GPU nodes, `devices` on nodes with local
+    /// devices, else max(cpu, memory).
     pub value: f64,
     pub resource: UtilizationResource,
 }
@@ -110,6 +119,7 @@ impl UtilizationRules<'_> {
                 ),
                 memory: share(counted.memory, node.allocatable.memory - ignored.memory),
                 gpu: Some(gpu),
+                devices: None,
                 value: gpu,
                 resource: UtilizationResource::Gpu,
             });
@@ -133,10 +143,54 @@ impl UtilizationRules<'_> {
             cpu,
             memory,
             gpu: None,
+            devices: None,
             value,
             resource,
         })
     }
+}
+
+impl UtilizationRules<'_> {
+    /// [`Self::measure`] for a node whose local device pools are `pools` (from
+    /// `Snapshot::device_pools`). As upstream does, a node with local devices and no GPU label is
+    /// measured by its devices alone: the highest share of allocated devices among its pools
+    /// (docs/dra.md DRA-130). Its cpu and memory shares are kept for reports only.
+    pub fn measure_with_devices<'p>(
+        &self,
+        node: &Node,
+        pods: impl IntoIterator<Item = &'p std::sync::Arc<Pod>>,
+        pools: &[PoolUtilization],
+    ) -> Result<Utilization, &'static str> {
+        let devices = highest_pool_share(pools);
+        let measured = self.measure(node, pods);
+        let Some(devices) = devices.filter(|_| !self.is_gpu_node(node)) else {
+            return measured;
+        };
+        let (cpu, memory) = measured.map_or((0.0, 0.0), |u| (u.cpu, u.memory));
+        Ok(Utilization {
+            cpu,
+            memory,
+            gpu: None,
+            devices: Some(devices),
+            value: devices,
+            resource: UtilizationResource::Devices,
+        })
+    }
+}
+
+/// The highest `allocated / total` among the pools, a pool without devices counting 0; `None`
+/// when the node has no local pool.
+pub fn highest_pool_share(pools: &[PoolUtilization]) -> Option<f64> {
+    pools
+        .iter()
+        .map(|p| {
+            if p.total > 0 {
+                p.allocated.min(p.total) as f64 / p.total as f64
+            } else {
+                0.0
+            }
+        })
+        .reduce(f64::max)
 }
 
 /// `used / allocatable`, 0 when nothing is allocatable (informational only on GPU nodes).
@@ -264,6 +318,34 @@ mod tests {
         // Missing GPU allocatable: utilization 0.
         n.allocatable.set(NVIDIA_GPU, 0);
         assert_eq!(gpu_rules.measure(&n, &[]).unwrap().value, 0.0);
+    }
+
+    fn pool(pool: &str, total: usize, allocated: usize) -> PoolUtilization {
+        PoolUtilization {
+            driver: "gpu.example.com".into(),
+            pool: pool.into(),
+            total,
+            allocated,
+        }
+    }
+
+    /// docs/dra.md DRA-130: the fullest pool decides, cpu and memory do not.
+    #[test]
+    fn nodes_with_local_devices_are_measured_by_their_fullest_pool() {
+        let pools = [pool("a", 10, 4), pool("b", 4, 3), pool("empty", 0, 0)];
+        let u = rules()
+            .measure_with_devices(&node(), &[pod("a", 100, GIB / 8)], &pools)
+            .unwrap();
+        assert_eq!(u.resource, UtilizationResource::Devices);
+        assert!((u.value - 0.75).abs() < 1e-9, "{}", u.value);
+        assert_eq!(u.devices, Some(u.value));
+        assert!((u.cpu - 0.025).abs() < 1e-9, "cpu is kept for reports");
+        // No local pool: the usual measure.
+        let plain = rules()
+            .measure_with_devices(&node(), &[pod("a", 100, GIB / 8)], &[])
+            .unwrap();
+        assert_eq!(plain.resource, UtilizationResource::Cpu);
+        assert_eq!(plain.devices, None);
     }
 
     #[test]

@@ -30,6 +30,9 @@ struct PodShape<'a> {
     host_ports: &'a [ferroscale_model::HostPort],
     topology_spread: &'a [ferroscale_model::TopologySpreadConstraint],
     volumes: &'a [ferroscale_model::Volume],
+    /// `spec.resourceClaims`: pods naming the same template are interchangeable (each gets its
+    /// own claim of one spec); pods naming different claims are not (docs/dra.md DRA-127).
+    resource_claims: &'a [ferroscale_model::dra::PodResourceClaim],
 }
 
 fn shape(pod: &Pod) -> PodShape<'_> {
@@ -47,6 +50,7 @@ fn shape(pod: &Pod) -> PodShape<'_> {
         host_ports: &pod.host_ports,
         topology_spread: &pod.topology_spread,
         volumes: &pod.volumes,
+        resource_claims: &pod.resource_claims,
     }
 }
 
@@ -123,6 +127,30 @@ mod tests {
         ];
         let groups = group_pods(&pods);
         assert_eq!(groups, vec![vec![0, 2], vec![1], vec![3], vec![4], vec![5]]);
+    }
+
+    /// docs/dra.md DRA-127.
+    #[test]
+    fn pods_share_a_group_only_with_the_same_claim_sources() {
+        use ferroscale_model::dra::{PodClaimSource, PodResourceClaim};
+        let with = |name: &str, source: PodClaimSource| {
+            let mut p = (*owned(name, "a", 100)).clone();
+            p.resource_claims.push(PodResourceClaim {
+                name: "gpu".into(),
+                source,
+            });
+            Arc::new(p)
+        };
+        let template = || PodClaimSource::Template("gpu-template".into());
+        let pods = vec![
+            with("a-1", template()),
+            with("a-2", template()),
+            with("a-3", PodClaimSource::Claim("gpu-a-3".into())),
+            with("a-4", PodClaimSource::Claim("gpu-a-4".into())),
+            owned("a-5", "a", 100),
+        ];
+        let groups = group_pods(&pods);
+        assert_eq!(groups, vec![vec![0, 1], vec![2], vec![3], vec![4]]);
     }
 
     #[test]

@@ -54,9 +54,12 @@ pub(super) struct Estimate {
 
 /// Whether `--fastpath-binpacking-enabled` may estimate this pod's group arithmetically: its
 /// verdict on a node must not depend on pods placed elsewhere, so no topology spread constraint
-/// and no required anti-affinity over a topology wider than one node.
+/// and no required anti-affinity over a topology wider than one node. A pod with ResourceClaims
+/// never takes it: a shared claim, once allocated, pins every later pod to the first node's
+/// devices, so each pod runs the full filter (docs/dra.md DRA-126).
 fn fastpath_allowed(pod: &Pod) -> bool {
-    pod.topology_spread.is_empty()
+    !pod.has_resource_claims()
+        && pod.topology_spread.is_empty()
         && pod
             .pod_anti_affinity
             .iter()

@@ -113,6 +113,16 @@ fn template_verdicts(
         .collect()
 }
 
+/// What a pod is told about a group whose template rejects it: the filter's reason, and for the
+/// DynamicResources filter the longer explanation that names the claim, the request and the
+/// selector no device of the template passed (docs/dra.md DRA-128).
+fn rejection_reason(unfit: &Unfit) -> String {
+    match unfit {
+        Unfit::Dra(dra) => dra.detail(),
+        other => other.to_string(),
+    }
+}
+
 /// `pod didn't trigger scale-up: 2 <reason>, 1 <reason>`.
 fn not_triggered_message(verdict: &PodVerdict) -> String {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
@@ -362,7 +372,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
                 // A skipped group's verdict exists only with
                 // --scaleup-simulation-for-skipped-node-groups-enabled (docs/behaviour.md SU-109).
                 let reason = match (&s.skip, s.verdicts.get(group_of[pod])) {
-                    (_, Some(Err(unfit))) => unfit.to_string(),
+                    (_, Some(Err(unfit))) => rejection_reason(unfit),
                     (Some(skip), _) => skip.clone(),
                     _ => return None,
                 };

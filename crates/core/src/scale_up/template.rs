@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use ferroscale_model::dra::{DeviceScope, ResourceSlice};
 use ferroscale_model::labels::HOSTNAME;
 use ferroscale_model::taints::{
     CONDITION_TAINTS, DELETION_CANDIDATE, IGNORE_TAINT_PREFIX, STARTUP_TAINT_PREFIX,
@@ -90,12 +91,29 @@ fn sanitize(
         .collect();
     rename_node(&mut node, &name);
     let csi_node = example.csi_node.as_ref().map(|c| c.renamed(&name));
+    let resource_slices = template_slices(&example.resource_slices, &name);
     NodeTemplate {
         node,
         pods,
         csi_node,
-        resource_slices: Vec::new(),
+        resource_slices,
     }
+}
+
+/// The node-local ResourceSlices a template node publishes (docs/dra.md DRA-123): each slice is
+/// pointed at the template node; its pool keeps its name here, and every copy of the template
+/// gets a pool of its own when it is added to a snapshot ([`add_template_copy`]). Slices that are
+/// not node-local describe devices the group's nodes share with others, not devices a new node
+/// brings, so a template drops them (upstream refuses such a template outright).
+fn template_slices(slices: &[ResourceSlice], node_name: &str) -> Vec<ResourceSlice> {
+    slices
+        .iter()
+        .filter(|s| s.node_name().is_some())
+        .map(|s| ResourceSlice {
+            scope: DeviceScope::Node(node_name.to_string()),
+            ..s.clone()
+        })
+        .collect()
 }
 
 fn rename_node(node: &mut Node, name: &str) {
@@ -118,6 +136,10 @@ pub(crate) fn instantiate(template: &NodeTemplate, name: &str) -> (Node, Vec<Arc
             pod.name = format!("{}-{name}", p.name);
             pod.uid = format!("{}-{name}", p.uid);
             pod.node_name = Some(name.to_string());
+            // A template pod's claims are the example node's claims, allocated there; a copy
+            // must not reserve them (docs/dra.md, Differences / Loop).
+            pod.resource_claims.clear();
+            pod.resource_claim_statuses.clear();
             Arc::new(pod)
         })
         .collect();
@@ -140,6 +162,16 @@ pub(crate) fn add_template_copy(
     // The copy's volume limits are its template's (NodeVolumeLimits).
     if let Some(csi_node) = &template.csi_node {
         snapshot.set_simulated_csi_node(csi_node.renamed(name));
+    }
+    // Its devices are its template's, in pools of its own, so two copies never share a device
+    // (docs/dra.md DRA-124).
+    if !template.resource_slices.is_empty() {
+        let slices = template
+            .resource_slices
+            .iter()
+            .map(|s| s.for_node_copy(name, name))
+            .collect();
+        snapshot.set_simulated_resource_slices(name, slices);
     }
     for pod in pods {
         snapshot.add_pod(id, pod);
@@ -229,6 +261,73 @@ mod tests {
         );
         assert_eq!(t.pods.len(), 1, "only the DaemonSet pod is kept");
         assert_eq!(t.pods[0].name, "ds-pod");
+    }
+
+    fn gpu_slice(node: &str, scope: DeviceScope) -> ResourceSlice {
+        ResourceSlice {
+            name: format!("{node}-gpu"),
+            driver: "gpu.example.com".into(),
+            pool: node.into(),
+            pool_generation: 1,
+            pool_slice_count: 1,
+            scope,
+            devices: vec![ferroscale_model::dra::Device {
+                name: "gpu-0".into(),
+                ..Default::default()
+            }],
+            ..ResourceSlice::default()
+        }
+    }
+
+    /// docs/dra.md DRA-123.
+    #[test]
+    fn sanitising_points_node_local_slices_at_the_template_node() {
+        let mut example = example();
+        example.resource_slices = vec![
+            gpu_slice("real-node-1", DeviceScope::Node("real-node-1".into())),
+            gpu_slice("shared", DeviceScope::AllNodes),
+        ];
+        let t = sanitize_template(&example, "pool-a", "1234", &AutoscalingOptions::default());
+        assert_eq!(
+            t.resource_slices.len(),
+            1,
+            "only node-local slices are kept"
+        );
+        assert_eq!(
+            t.resource_slices[0].node_name(),
+            Some("template-node-for-pool-a-1234")
+        );
+        assert_eq!(t.resource_slices[0].pool, "real-node-1");
+    }
+
+    /// docs/dra.md DRA-124: every placeholder publishes the template's devices in a pool of its
+    /// own, and a template pod's claims stay with the example node.
+    #[test]
+    fn upcoming_placeholders_publish_their_own_devices() {
+        let mut example = example();
+        example.resource_slices = vec![gpu_slice(
+            "real-node-1",
+            DeviceScope::Node("real-node-1".into()),
+        )];
+        example.pods[0]
+            .resource_claims
+            .push(ferroscale_model::dra::PodResourceClaim {
+                name: "gpu".into(),
+                source: ferroscale_model::dra::PodClaimSource::Claim("ds-claim".into()),
+            });
+        let mut snapshot = Snapshot::new();
+        let group = NodeGroupView::new("pool-a", 0, 10, 2, Some(example));
+        inject_upcoming_nodes(&mut snapshot, &group, 2);
+        let mut pools = Vec::new();
+        for (id, info) in snapshot.nodes() {
+            assert!(info.pods.iter().all(|p| !p.has_resource_claims()));
+            let node_pools = snapshot.device_pools(id);
+            assert_eq!(node_pools.len(), 1, "{}", info.node.name);
+            assert_eq!(node_pools[0].total, 1);
+            pools.push(node_pools[0].pool.clone());
+        }
+        pools.dedup();
+        assert_eq!(pools.len(), 2, "each placeholder has a pool of its own");
     }
 
     #[test]

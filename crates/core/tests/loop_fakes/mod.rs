@@ -315,6 +315,8 @@ pub struct ClusterState {
     pub controllers: Vec<WorkloadController>,
     /// Claims, volumes, storage classes and CSINodes `gather` reports.
     pub volumes: ferroscale_model::VolumeObjects,
+    /// ResourceSlices, DeviceClasses, ResourceClaims and claim templates `gather` reports.
+    pub dra: ferroscale_model::DraObjects,
 }
 
 pub struct FakeCluster {
@@ -368,6 +370,7 @@ impl ClusterApi for FakeCluster {
             pods: state.pods.values().cloned().map(Arc::new).collect(),
             controllers: state.controllers.clone(),
             volumes: state.volumes.clone(),
+            dra: state.dra.clone(),
             ..ClusterObjects::default()
         })
     }
