@@ -180,9 +180,7 @@ impl ClusterDra {
             return false;
         }
         let slices = node_slices(node, devices);
-        self.objects
-            .slices
-            .extend(slices.into_iter().map(Arc::new));
+        self.objects.slices.extend(slices.into_iter().map(Arc::new));
         true
     }
 
@@ -397,7 +395,11 @@ mod tests {
         dra.make_template_claims(&mut pod);
         assert_eq!(dra.objects().claims.len(), 2);
         assert!(dra.release(&pod, true));
-        assert_eq!(dra.objects().claims.len(), 1, "the pod's own claim is deleted");
+        assert_eq!(
+            dra.objects().claims.len(),
+            1,
+            "the pod's own claim is deleted"
+        );
         let shared = dra.claim("ml", "team-gpu").unwrap();
         assert_eq!(shared.reserved_for, vec![other.clone()]);
         assert!(shared.allocation.is_some(), "another pod still uses it");

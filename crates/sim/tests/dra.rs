@@ -8,7 +8,7 @@ use std::time::Duration;
 use ferroscale_core::options::AutoscalingOptions;
 use ferroscale_model::{
     ClaimAllocation, ClaimConsumer, DeviceScope, Node, Pod, PodClaimSource, PodResourceClaim,
-    Resources, ResourceClaim, Timestamp,
+    ResourceClaim, Resources, Timestamp,
 };
 use ferroscale_objects::K8sObject;
 use ferroscale_sim::cluster::Cluster;
@@ -20,6 +20,11 @@ use ferroscale_sim::scenario::{Scenario, bundled, parse_scenario};
 
 /// The selector of the bundled scenario's H100 claim, which no device passes.
 const H100_SELECTOR: &str = r#"device.attributes["gpu.example.com"].model == "h100""#;
+
+/// The selector as reasons quote it.
+fn quoted_selector() -> String {
+    format!("{H100_SELECTOR:?}")
+}
 
 fn gpu_dra(text_change: impl Fn(String) -> String) -> Scenario {
     let text = bundled("gpu-dra").expect("the bundled gpu-dra scenario");
@@ -85,7 +90,10 @@ fn the_gpu_dra_scenario_scales_the_gpu_group_to_the_devices_needed_and_back() {
             Some("gpu")
         );
         let claim = claim_of(cluster, &record.pod);
-        assert_eq!(claim.owner_pod_uid.as_deref(), Some(record.pod.uid.as_str()));
+        assert_eq!(
+            claim.owner_pod_uid.as_deref(),
+            Some(record.pod.uid.as_str())
+        );
         let allocation = claim.allocation.as_ref().expect("the claim is allocated");
         assert_eq!(allocation.devices.len(), 1);
         let device = &allocation.devices[0];
@@ -103,7 +111,12 @@ fn the_gpu_dra_scenario_scales_the_gpu_group_to_the_devices_needed_and_back() {
     }
     let h100 = cluster.live_pod("ml", "wants-h100").expect("the H100 pod");
     assert!(h100.is_pending());
-    assert!(cluster.dra().claim("ml", "h100").is_some_and(|c| c.allocation.is_none()));
+    assert!(
+        cluster
+            .dra()
+            .claim("ml", "h100")
+            .is_some_and(|c| c.allocation.is_none())
+    );
     let gpu_slices = cluster
         .dra()
         .objects()
@@ -157,7 +170,7 @@ fn explain_the_timeline_and_the_report_name_the_claim_and_selector_a_pod_waits_f
         .map(|(_, r)| r.clone())
         .expect("a verdict for the GPU group");
     assert!(gpu.contains("ml/h100"), "{gpu}");
-    assert!(gpu.contains(H100_SELECTOR), "{gpu}");
+    assert!(gpu.contains(&quoted_selector()), "{gpu}");
     let text = render_explanation(&explanation);
     assert!(text.contains(&gpu), "{text}");
 
@@ -167,7 +180,7 @@ fn explain_the_timeline_and_the_report_name_the_claim_and_selector_a_pod_waits_f
         .iter()
         .find(|e| e.why.contains("ml/h100"))
         .unwrap_or_else(|| panic!("the timeline names the claim: {:#?}", result.timeline));
-    assert!(line.why.contains(H100_SELECTOR), "{}", line.why);
+    assert!(line.why.contains(&quoted_selector()), "{}", line.why);
     // The report escapes the reason like any text (quotes and apostrophes included).
     let escaped = gpu
         .replace('&', "&amp;")
@@ -276,7 +289,14 @@ fn claims_are_made_allocated_on_binding_and_released_when_pods_end() {
         Timestamp::from_secs(1),
     );
     assert_eq!(deleted, 5);
-    assert!(cluster.dra().objects().claims.iter().all(|c| c.name == "shared"));
+    assert!(
+        cluster
+            .dra()
+            .objects()
+            .claims
+            .iter()
+            .all(|c| c.name == "shared")
+    );
     let shared = cluster.dra().claim("ml", "shared").unwrap();
     assert!(shared.allocation.is_none() && shared.reserved_for.is_empty());
 
@@ -361,7 +381,10 @@ fn scenarios_read_the_dra_kinds_and_group_devices() {
             _ => "other",
         })
         .collect();
-    assert_eq!(kinds, ["DeviceClass", "ResourceClaimTemplate", "ResourceClaim"]);
+    assert_eq!(
+        kinds,
+        ["DeviceClass", "ResourceClaimTemplate", "ResourceClaim"]
+    );
     let devices = &scenario.node_groups[1].devices;
     assert_eq!(devices.len(), 1);
     assert_eq!(devices[0].count, 4);
@@ -369,11 +392,10 @@ fn scenarios_read_the_dra_kinds_and_group_devices() {
     assert!(devices[0].capacity.contains_key("gpu.example.com/memory"));
     let simulation = Simulation::new(&scenario, options(&scenario));
     let gpu = simulation.cloud().group("gpu").expect("the gpu group");
-    let template =
-        futures::executor::block_on(ferroscale_core::cloud::NodeGroup::template_node_info(
-            gpu.as_ref(),
-        ))
-        .expect("a template");
+    let template = futures::executor::block_on(
+        ferroscale_core::cloud::NodeGroup::template_node_info(gpu.as_ref()),
+    )
+    .expect("a template");
     assert_eq!(template.resource_slices.len(), 1);
     let slice = &template.resource_slices[0];
     assert_eq!(slice.node_name(), Some(template.node.name.as_str()));
@@ -403,8 +425,18 @@ fn a_malformed_dra_object_is_refused_naming_object_field_and_value() {
 fn bad_group_devices_are_refused_naming_the_field() {
     let scenario = bundled("gpu-dra").expect("bundled");
     for (from, to, field, message) in [
-        ("count: 4", "count: 129", "nodeGroups[1].devices[0].count", "129"),
-        ("count: 4", "count: -1", "nodeGroups[1].devices[0].count", "-1"),
+        (
+            "count: 4",
+            "count: 129",
+            "nodeGroups[1].devices[0].count",
+            "129",
+        ),
+        (
+            "count: 4",
+            "count: -1",
+            "nodeGroups[1].devices[0].count",
+            "-1",
+        ),
         (
             "driver: gpu.example.com\n        name: gpu",
             "driver: \"\"\n        name: gpu",

@@ -853,7 +853,10 @@ impl Validator<'_> {
         let mut out: Vec<GroupDevices> = Vec::new();
         for (j, entry) in raw.iter().enumerate() {
             let driver = entry.driver.trim();
-            if driver.is_empty() || driver.len() > MAX_DRIVER_NAME || driver.contains(char::is_whitespace) {
+            if driver.is_empty()
+                || driver.len() > MAX_DRIVER_NAME
+                || driver.contains(char::is_whitespace)
+            {
                 return Err(self.error(
                     at(j, "driver"),
                     format!(
@@ -947,9 +950,12 @@ impl Validator<'_> {
             let mut capacity = std::collections::BTreeMap::new();
             for (name, value) in &entry.capacity {
                 let field = at(j, &format!("capacity.{name}"));
-                let quantity = Quantity::parse(value).map_err(|e| self.error(field.clone(), e.to_string()))?;
+                let quantity =
+                    Quantity::parse(value).map_err(|e| self.error(field.clone(), e.to_string()))?;
                 if quantity < Quantity::ZERO {
-                    return Err(self.error(field, format!("must not be negative (found {value:?})")));
+                    return Err(
+                        self.error(field, format!("must not be negative (found {value:?})"))
+                    );
                 }
                 capacity.insert(qualified(driver, name), quantity);
             }
