@@ -287,8 +287,7 @@ impl ClusterDra {
                 continue;
             }
             let claim = &self.objects.claims[index];
-            let reserved = claim.reserved_for.iter().any(|c| c.uid == pod.uid);
-            if !reserved && !(claim.reserved_for.is_empty() && claim.allocation.is_some()) {
+            if !claim.reserved_for.iter().any(|c| c.uid == pod.uid) {
                 continue;
             }
             let claim = Arc::make_mut(&mut self.objects.claims[index]);

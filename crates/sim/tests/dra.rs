@@ -482,3 +482,46 @@ fn bad_group_devices_are_refused_naming_the_field() {
         assert!(e.line.is_some(), "{e}");
     }
 }
+
+/// An evicted pod's own claim goes with it, and the pod its controller re-creates gets a new claim
+/// from the template, allocated again wherever the replacement lands.
+#[test]
+fn a_re_created_pod_gets_a_claim_of_its_own() {
+    let mut cluster = Cluster::new(Vec::new());
+    cluster.set_group_devices("gpu", two_gpus());
+    for object in gpu_objects() {
+        cluster.add_dra_object(&object);
+    }
+    cluster.add_node(gpu_node("gpu-0"), Some("gpu".into()));
+    let mut pod = claiming_pod("web-0", PodClaimSource::Template("one-gpu".into()));
+    pod.owner_references.push(ferroscale_model::OwnerRef {
+        api_version: "apps/v1".into(),
+        kind: "ReplicaSet".into(),
+        name: "web".into(),
+        uid: "uid-rs-web".into(),
+        controller: true,
+    });
+    let t0 = Timestamp::from_secs(0);
+    cluster.add_pod(pod, t0, None);
+    cluster.schedule(t0);
+    let old = cluster.live_pod("ml", "web-0").unwrap().pod.clone();
+    let old_claim = claim_of(&cluster, &old).name.clone();
+    let eviction = cluster
+        .evict("ml", "web-0", Timestamp::from_secs(1))
+        .expect("no budget stops it");
+    let replacement = eviction.replacement.expect("the ReplicaSet re-creates it");
+    assert!(
+        cluster.dra().claim("ml", &old_claim).is_none(),
+        "deleted with its pod"
+    );
+    let name = replacement.trim_start_matches("ml/");
+    let new = cluster.live_pod("ml", name).unwrap().pod.clone();
+    let new_claim = claim_of(&cluster, &new);
+    assert_ne!(new_claim.name, old_claim);
+    assert_eq!(new_claim.owner_pod_uid.as_deref(), Some(new.uid.as_str()));
+    assert!(new_claim.allocation.is_none());
+    cluster.schedule(Timestamp::from_secs(2));
+    let new = cluster.live_pod("ml", name).unwrap().pod.clone();
+    assert!(new.node_name.is_some());
+    assert!(claim_of(&cluster, &new).allocation.is_some());
+}
