@@ -108,7 +108,8 @@ fn claim_name_base(pod: &str, pod_claim: &str) -> String {
         let n = s.len() * MAX_CLAIM_NAME_BASE / base.len();
         s.chars().take(n).collect()
     };
-    format!("{}-{}-", keep(pod), keep(pod_claim))
+    // Like the real controller, the shortened base has no trailing `-`.
+    format!("{}-{}", keep(pod), keep(pod_claim))
 }
 
 /// Five characters from the API server's suffix alphabet, deterministic in `n` so runs repeat.
@@ -361,8 +362,10 @@ mod tests {
         let pod = "p".repeat(60);
         let claim = "c".repeat(30);
         let base = claim_name_base(&pod, &claim);
-        assert!(base.len() <= MAX_CLAIM_NAME_BASE + 2, "{base}");
-        assert!(base.contains("-c"), "the claim name keeps a part: {base}");
+        assert!(base.len() <= MAX_CLAIM_NAME_BASE, "{base}");
+        // Both names keep a share in proportion to their length: 60 and 30 of 92 characters.
+        assert_eq!(base, format!("{}-{}", "p".repeat(37), "c".repeat(18)));
+        assert_eq!(claim_name_base("web", "gpu"), "web-gpu-");
     }
 
     #[test]
