@@ -525,3 +525,90 @@ fn a_re_created_pod_gets_a_claim_of_its_own() {
     assert!(new.node_name.is_some());
     assert!(claim_of(&cluster, &new).allocation.is_some());
 }
+
+const DRAIN: &str = r#"apiVersion: ferroscale/v1alpha1
+kind: Scenario
+name: gpu-drain
+duration: 30m
+options:
+  scan-interval: 10s
+  scale-down-unneeded-time: 2m
+  scale-down-delay-after-add: 2m
+  scale-down-utilization-threshold: 0.6
+nodeGroups:
+  - id: gpu
+    minSize: 0
+    maxSize: 5
+    devices:
+      - {driver: gpu.example.com, name: gpu, count: 2}
+    template: {status: {allocatable: {cpu: "8", memory: 64Gi, pods: "110"}}}
+objects:
+  - inline: {apiVersion: resource.k8s.io/v1, kind: DeviceClass, metadata: {name: gpu}, spec: {selectors: [{cel: {expression: 'device.driver == "gpu.example.com"'}}]}}
+  - inline: {apiVersion: resource.k8s.io/v1, kind: ResourceClaimTemplate, metadata: {name: one-gpu, namespace: ml}, spec: {spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu}}]}}}}
+events:
+  - at: 1m
+    create:
+      count: 4
+      pod:
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: infer
+          namespace: ml
+          labels: {app: infer}
+          ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: infer, uid: rs-infer, controller: true}]
+        spec:
+          containers: [{name: c, resources: {requests: {cpu: "1"}, claims: [{name: gpu}]}}]
+          resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+  - at: 8m
+    delete: {selector: app=infer, count: 2}
+expect:
+  - at: 7m
+    group: gpu
+    nodes: {min: 2, max: 2}
+  - at: end
+    group: gpu
+    nodes: {min: 1, max: 1}
+  - at: end
+    runningPods: 2
+"#;
+
+/// Scale-down drains a GPU node whose devices are half used (under the threshold) onto the other
+/// one: the evicted pod's claim is deleted with it, its replacement gets a new claim, and that
+/// claim is allocated the free GPU of the node that stays.
+#[test]
+fn a_drained_pod_gets_a_new_claim_allocated_on_the_node_that_stays() {
+    let scenario =
+        parse_scenario(DRAIN, "gpu-drain", Path::new(".")).unwrap_or_else(|e| panic!("{e}"));
+    let mut simulation = Simulation::new(&scenario, options(&scenario));
+    simulation.play_to_end();
+    let cluster = simulation.cluster();
+    let running: Vec<_> = cluster.live_pods().filter(|r| r.is_running()).collect();
+    assert_eq!(running.len(), 2);
+    assert!(
+        running.iter().any(|r| r.replaces.is_some()),
+        "one pod was evicted and re-created"
+    );
+    let mut devices = std::collections::HashSet::new();
+    for record in &running {
+        let claim = claim_of(cluster, &record.pod);
+        assert_eq!(
+            claim.owner_pod_uid.as_deref(),
+            Some(record.pod.uid.as_str())
+        );
+        let (pool, device) = allocated(claim);
+        assert_eq!(Some(pool.as_str()), record.pod.node_name.as_deref());
+        assert!(devices.insert(device), "two GPUs of one node");
+    }
+    assert_eq!(
+        cluster.dra().objects().claims.len(),
+        2,
+        "the claims of deleted and evicted pods are gone"
+    );
+    let result = simulation.finish();
+    assert!(
+        result.summary.all_expectations_hold(),
+        "{:?}",
+        result.summary.expectations
+    );
+}
