@@ -11,7 +11,9 @@
 //! taints and cordons, the Eviction API refusing evictions a PodDisruptionBudget does not allow
 //! (disruptions computed the way the disruption controller does), and workload controllers that
 //! re-create an evicted pod as a new pending pod, so a drain moves workloads and a pod nobody
-//! re-creates shows up as lost.
+//! re-creates shows up as lost. The storage controllers live in [`crate::storage`], the DRA
+//! controllers (claims made from templates, allocations written back on binding, released when
+//! pods end, devices published by group nodes) in [`crate::dra`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
