@@ -96,7 +96,7 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
         namespaces: cluster.namespaces().to_vec(),
         priority_expander_config: None,
         volumes: cluster.storage().objects().clone(),
-        dra: Default::default(),
+        dra: cluster.dra().objects().clone(),
     }
 }
 

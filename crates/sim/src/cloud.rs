@@ -23,6 +23,8 @@ use ferroscale_model::{
     Timestamp,
 };
 
+use crate::dra::{GroupDevices, node_slices};
+
 /// Provider ids look like `sim://<group>/<node name>`, so the group of a node is known without a
 /// search.
 const PROVIDER_ID_SCHEME: &str = "sim://";
@@ -77,6 +79,8 @@ pub struct GroupSpec {
     pub existing_nodes: Vec<Node>,
     /// The CSI drivers (with volume limits) the group's nodes report in their CSINode.
     pub csi_drivers: Vec<CsiNodeDriver>,
+    /// The DRA devices the group's nodes publish as ResourceSlices.
+    pub devices: Vec<GroupDevices>,
 }
 
 /// One machine of a simulated group.
@@ -469,6 +473,7 @@ impl NodeGroup for SimulatedNodeGroup {
             .map(|ds| daemonset_pod_for(ds, &node))
             .collect();
         // The template reports the drivers its nodes will, so their volume limits are simulated.
+        let name_of_template = node.name.clone();
         let csi_node = (!self.spec.csi_drivers.is_empty()).then(|| CsiNode {
             node_name: node.name.clone(),
             drivers: self.spec.csi_drivers.clone(),
@@ -477,7 +482,8 @@ impl NodeGroup for SimulatedNodeGroup {
             node,
             pods,
             csi_node,
-            resource_slices: Vec::new(),
+            // ... and the devices its nodes publish, so claims are simulated on new nodes.
+            resource_slices: node_slices(&name_of_template, &self.spec.devices),
         })
     }
 
@@ -761,6 +767,7 @@ mod tests {
     fn spec(id: &str) -> GroupSpec {
         GroupSpec {
             csi_drivers: Vec::new(),
+            devices: Vec::new(),
             id: id.to_string(),
             min_size: 0,
             max_size: 5,

@@ -11,7 +11,9 @@
 //! taints and cordons, the Eviction API refusing evictions a PodDisruptionBudget does not allow
 //! (disruptions computed the way the disruption controller does), and workload controllers that
 //! re-create an evicted pod as a new pending pod, so a drain moves workloads and a pod nobody
-//! re-creates shows up as lost.
+//! re-creates shows up as lost. The storage controllers live in [`crate::storage`], the DRA
+//! controllers (claims made from templates, allocations written back on binding, released when
+//! pods end, devices published by group nodes) in [`crate::dra`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -25,6 +27,7 @@ use ferroscale_objects::K8sObject;
 use ferroscale_scheduling::{NodeId, SchedulerProfile, Snapshot, find_node};
 
 use crate::cloud::{daemonset_pod_for, daemonset_runs_on};
+use crate::dra::{ClusterDra, GroupDevices};
 use crate::storage::ClusterStorage;
 
 /// Index of a pod in [`Cluster::pods`]; stable for the whole run.
@@ -146,6 +149,13 @@ pub struct Cluster {
     namespaces: Vec<Namespace>,
     /// Claims, volumes, classes and CSINodes, with the controllers that change them.
     storage: ClusterStorage,
+    /// ResourceSlices, DeviceClasses, ResourceClaims and templates, with the controllers that
+    /// change them.
+    dra: ClusterDra,
+    /// The DRA objects changed in a way the snapshot did not make itself (a claim made or
+    /// deleted, slices published or removed, a node re-added): it reads them again before it
+    /// next places a pod.
+    dra_stale: bool,
     /// Live pods (not deleted) by `namespace/name`.
     live_by_key: HashMap<String, PodIndex>,
     /// Re-creations so far, for unique names of re-created pods.
@@ -225,6 +235,44 @@ impl Cluster {
     /// The storage objects as they are now (claims bound by the scheduler stand-in included).
     pub fn storage(&self) -> &ClusterStorage {
         &self.storage
+    }
+
+    /// Keeps a ResourceSlice, DeviceClass, ResourceClaim or ResourceClaimTemplate; returns false
+    /// for any other object.
+    pub fn add_dra_object(&mut self, object: &K8sObject) -> bool {
+        let added = self.dra.add(object);
+        if added {
+            self.dra_stale = true;
+        }
+        added
+    }
+
+    /// The devices every node of `group` publishes as ResourceSlices once registered.
+    pub fn set_group_devices(&mut self, group: &str, devices: Vec<GroupDevices>) {
+        self.dra.set_group_devices(group, devices);
+    }
+
+    /// The DRA objects as they are now (claims made, allocated and reserved by the simulated
+    /// control plane included).
+    pub fn dra(&self) -> &ClusterDra {
+        &self.dra
+    }
+
+    /// Gives the scheduler stand-in's snapshot the DRA objects as they are now, if they changed
+    /// behind its back.
+    fn sync_dra(&mut self) {
+        if self.dra_stale {
+            self.dra.load_into(&mut self.snapshot);
+            self.dra_stale = false;
+        }
+    }
+
+    /// A pod no longer uses its claims (`deleted`: the pod is gone, and the claims it owns with
+    /// it).
+    fn release_claims(&mut self, pod: &Pod, deleted: bool) {
+        if pod.has_resource_claims() && self.dra.release(pod, deleted) {
+            self.dra_stale = true;
+        }
     }
 
     /// The scheduler stand-in reads the storage objects as they are now.
@@ -351,6 +399,10 @@ impl Cluster {
         if self.storage.node_registered(&node.name, group.as_deref()) {
             self.storage_changed();
         }
+        // Node-local slices attach to their node by name when the snapshot reads them.
+        if self.dra.node_registered(&node.name, group.as_deref()) || !self.dra.is_empty() {
+            self.dra_stale = true;
+        }
         let daemon_pods: Vec<Pod> = self
             .daemonsets
             .iter()
@@ -383,8 +435,14 @@ impl Cluster {
         if self.storage.node_removed(name) {
             self.storage_changed();
         }
+        if self.dra.node_removed(name) {
+            self.dra_stale = true;
+        }
         let mut requeued = 0;
         for pod in self.snapshot.remove_node(entry.id) {
+            // Its devices went with the node: the pod waits for new ones (a DaemonSet pod is
+            // gone, with the claims it owned).
+            self.release_claims(&pod, pod.is_daemonset_pod());
             let Some(index) = self.pod_by_uid.get(&pod.uid).copied() else {
                 continue;
             };
@@ -517,6 +575,8 @@ impl Cluster {
             copy.scheduled_condition = None;
             copy.creation_time = now;
             copy.deletion_time = None;
+            // The new pod gets claims of its own from the resourceclaim controller.
+            copy.resource_claim_statuses.clear();
             let shape = self.pods[index].shape;
             let new_index = self.add_pod(copy, now, shape);
             self.pods[new_index].replaces = Some(index);
@@ -558,6 +618,8 @@ impl Cluster {
                 self.fresh.retain(|i| *i != index);
             }
         }
+        let pod = self.pods[index].pod.clone();
+        self.release_claims(&pod, true);
     }
 
     /// The snapshot has no in-place node update: remove and re-add with the same pods.
@@ -573,6 +635,9 @@ impl Cluster {
         }
         entry.node = node;
         entry.id = id;
+        if !self.dra.is_empty() {
+            self.dra_stale = true;
+        }
     }
 
     /// Adds a pod. A pod with `spec.nodeName` of a registered node is bound at once; any other pod
@@ -652,6 +717,9 @@ impl Cluster {
         if pod.has_checked_volumes() && self.storage.adopt_ephemeral_claims(&pod) {
             self.storage_changed();
         }
+        if pod.has_resource_claims() && self.dra.make_template_claims(&mut pod) {
+            self.dra_stale = true;
+        }
         self.pods.push(PodRecord {
             pod: Arc::new(pod),
             pending_since: now,
@@ -681,7 +749,17 @@ impl Cluster {
             last_transition: Some(now),
         });
         record.bound_at = Some(now);
-        self.snapshot.add_pod(node, record.pod.clone());
+        let pod = record.pod.clone();
+        if !pod.has_resource_claims() {
+            self.snapshot.add_pod(node, pod);
+            return;
+        }
+        // The snapshot allocates the pod's claims on the node and reserves them for it, as the
+        // scheduler's Reserve does; the claim objects then show what it wrote.
+        self.sync_dra();
+        self.snapshot.add_pod(node, pod.clone());
+        // The snapshot made this change itself: it needs no re-read.
+        self.dra.write_back(&pod, &self.snapshot);
     }
 
     /// The volume binder's part of binding a pod: its unbound claims get volumes usable on the
@@ -745,6 +823,8 @@ impl Cluster {
                 self.snapshot.remove_pod(entry.id, &record.pod.uid);
                 self.capacity_changed = true;
             }
+            let pod = self.pods[*index].pod.clone();
+            self.release_claims(&pod, true);
         }
         self.pending.retain(|i| !deleted.contains(i));
         self.fresh.retain(|i| !deleted.contains(i));
@@ -766,6 +846,7 @@ impl Cluster {
         if candidates.is_empty() {
             return SchedulingOutcome::default();
         }
+        self.sync_dra();
         candidates.sort_by_key(|i| {
             let r = &self.pods[*i];
             (

@@ -5,6 +5,7 @@ pub mod api;
 pub mod clock;
 pub mod cloud;
 pub mod cluster;
+pub mod dra;
 pub mod explain;
 pub mod record;
 pub mod replay;

@@ -27,6 +27,10 @@ use ferroscale_model::{
     Node, NodeSelector, PersistentVolume, PersistentVolumeClaim, Pod, PodDisruptionBudget,
     Resources, StorageClass, Timestamp, VolumeBindingMode, VolumePhase,
 };
+use ferroscale_model::{
+    AllocationMode, ClaimSpec, DeviceAttribute, DeviceClass, DeviceRequestKind, DeviceScope,
+    ExactDeviceRequest, PodClaimSource, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use serde_json::{Map, Value, json};
 
 /// Workload kinds whose pods scale-down may move only while the controller exists.
@@ -376,6 +380,17 @@ fn pod_spec(pod: &Pod) -> Map<String, Value> {
         })
         .collect();
     put(&mut spec, "volumes", Value::Array(volumes));
+    let claims: Vec<Value> = pod
+        .resource_claims
+        .iter()
+        .map(|c| match &c.source {
+            PodClaimSource::Claim(name) => json!({"name": c.name, "resourceClaimName": name}),
+            PodClaimSource::Template(name) => {
+                json!({"name": c.name, "resourceClaimTemplateName": name})
+            }
+        })
+        .collect();
+    put(&mut spec, "resourceClaims", Value::Array(claims));
     spec
 }
 
@@ -442,6 +457,17 @@ pub fn pod_object(pod: &Pod, time: TimeBase) -> Value {
             scheduled["lastTransitionTime"] = json!(time.write(at));
         }
         status.insert("conditions".into(), json!([scheduled]));
+    }
+    let claim_statuses: Vec<Value> = pod
+        .resource_claim_statuses
+        .iter()
+        .map(|s| match &s.claim_name {
+            Some(claim) => json!({"name": s.name, "resourceClaimName": claim}),
+            None => json!({"name": s.name}),
+        })
+        .collect();
+    if !claim_statuses.is_empty() {
+        status.insert("resourceClaimStatuses".into(), Value::Array(claim_statuses));
     }
     json!({
         "apiVersion": "v1",
@@ -700,6 +726,236 @@ pub fn storage_class_object(class: &StorageClass) -> Value {
     object
 }
 
+/// `{cel: {expression}}` selectors.
+fn cel_selectors(selectors: &[String]) -> Value {
+    Value::Array(
+        selectors
+            .iter()
+            .map(|e| json!({"cel": {"expression": e}}))
+            .collect(),
+    )
+}
+
+/// A device request's class, selectors, mode and admin access (`exactly` or a `firstAvailable`
+/// alternative).
+fn exact_request(request: &ExactDeviceRequest) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("deviceClassName".into(), json!(request.device_class_name));
+    if !request.selectors.is_empty() {
+        out.insert("selectors".into(), cel_selectors(&request.selectors));
+    }
+    match request.allocation_mode {
+        AllocationMode::ExactCount(count) => {
+            out.insert("allocationMode".into(), json!("ExactCount"));
+            out.insert("count".into(), json!(count));
+        }
+        AllocationMode::All => {
+            out.insert("allocationMode".into(), json!("All"));
+        }
+    }
+    if request.admin_access {
+        out.insert("adminAccess".into(), json!(true));
+    }
+    out
+}
+
+/// `spec` of a claim (and of a template's claim): its requests and constraints.
+fn claim_spec(spec: &ClaimSpec) -> Value {
+    let requests: Vec<Value> = spec
+        .requests
+        .iter()
+        .map(|r| match &r.kind {
+            DeviceRequestKind::Exactly(exact) => {
+                json!({"name": r.name, "exactly": exact_request(exact)})
+            }
+            DeviceRequestKind::FirstAvailable(alternatives) => {
+                let subs: Vec<Value> = alternatives
+                    .iter()
+                    .map(|sub| {
+                        let mut out = exact_request(&sub.request);
+                        out.insert("name".into(), json!(sub.name));
+                        Value::Object(out)
+                    })
+                    .collect();
+                json!({"name": r.name, "firstAvailable": subs})
+            }
+        })
+        .collect();
+    let constraints: Vec<Value> = spec
+        .constraints
+        .iter()
+        .map(|c| {
+            let mut out = Map::new();
+            if !c.requests.is_empty() {
+                out.insert("requests".into(), json!(c.requests));
+            }
+            if let Some(attribute) = &c.match_attribute {
+                out.insert("matchAttribute".into(), json!(attribute));
+            }
+            if let Some(attribute) = &c.distinct_attribute {
+                out.insert("distinctAttribute".into(), json!(attribute));
+            }
+            Value::Object(out)
+        })
+        .collect();
+    let mut devices = Map::new();
+    put(&mut devices, "requests", Value::Array(requests));
+    put(&mut devices, "constraints", Value::Array(constraints));
+    json!({ "devices": devices })
+}
+
+/// A `resource.k8s.io/v1` DeviceClass.
+pub fn device_class_object(class: &DeviceClass) -> Value {
+    let mut spec = Map::new();
+    if !class.selectors.is_empty() {
+        spec.insert("selectors".into(), cel_selectors(&class.selectors));
+    }
+    if let Some(name) = &class.extended_resource_name {
+        spec.insert("extendedResourceName".into(), json!(name));
+    }
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": class.name},
+        "spec": spec,
+    })
+}
+
+/// A `resource.k8s.io/v1` ResourceClaimTemplate.
+pub fn claim_template_object(template: &ResourceClaimTemplate) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": template.name, "namespace": template.namespace},
+        "spec": {"spec": claim_spec(&template.spec)},
+    })
+}
+
+/// A `resource.k8s.io/v1` ResourceClaim with its allocation and reservations. The owning pod is
+/// known by UID only, which is all the engine reads of it.
+pub fn resource_claim_object(claim: &ResourceClaim) -> Value {
+    let mut metadata = Map::new();
+    metadata.insert("name".into(), json!(claim.name));
+    metadata.insert("namespace".into(), json!(claim.namespace));
+    if !claim.uid.is_empty() {
+        metadata.insert("uid".into(), json!(claim.uid));
+    }
+    if let Some(owner) = &claim.owner_pod_uid {
+        metadata.insert(
+            "ownerReferences".into(),
+            json!([{"apiVersion": "v1", "kind": "Pod", "name": "", "uid": owner,
+                    "controller": true}]),
+        );
+    }
+    if claim.deleting {
+        // The moment is not kept; only that the claim is going matters.
+        metadata.insert("deletionTimestamp".into(), json!("1970-01-01T00:00:00Z"));
+    }
+    let mut status = Map::new();
+    if let Some(allocation) = &claim.allocation {
+        let results: Vec<Value> = allocation
+            .devices
+            .iter()
+            .map(|d| {
+                let mut out = json!({"request": d.request, "driver": d.driver, "pool": d.pool,
+                                     "device": d.device});
+                if d.admin_access {
+                    out["adminAccess"] = json!(true);
+                }
+                out
+            })
+            .collect();
+        let mut allocated = json!({"devices": {"results": results}});
+        if let Some(selector) = &allocation.node_selector {
+            allocated["nodeSelector"] = node_selector(selector);
+        }
+        status.insert("allocation".into(), allocated);
+    }
+    let reserved: Vec<Value> = claim
+        .reserved_for
+        .iter()
+        .map(|c| json!({"resource": c.resource, "name": c.name, "uid": c.uid}))
+        .collect();
+    put(&mut status, "reservedFor", Value::Array(reserved));
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": metadata,
+        "spec": claim_spec(&claim.spec),
+        "status": status,
+    })
+}
+
+/// `nodeName`, `nodeSelector` or `allNodes` of a slice or a device.
+fn put_scope(out: &mut Map<String, Value>, scope: &DeviceScope) {
+    match scope {
+        DeviceScope::Node(name) => out.insert("nodeName".into(), json!(name)),
+        DeviceScope::Selector(selector) => {
+            out.insert("nodeSelector".into(), node_selector(selector))
+        }
+        DeviceScope::AllNodes => out.insert("allNodes".into(), json!(true)),
+    };
+}
+
+/// A `resource.k8s.io/v1` ResourceSlice.
+pub fn resource_slice_object(slice: &ResourceSlice) -> Value {
+    let devices: Vec<Value> = slice
+        .devices
+        .iter()
+        .map(|d| {
+            let mut out = Map::new();
+            out.insert("name".into(), json!(d.name));
+            let attributes: Map<String, Value> = d
+                .attributes
+                .iter()
+                .map(|(name, value)| {
+                    let value = match value {
+                        DeviceAttribute::Int(v) => json!({"int": v}),
+                        DeviceAttribute::Bool(v) => json!({"bool": v}),
+                        DeviceAttribute::String(v) => json!({"string": v}),
+                        DeviceAttribute::Version(v) => json!({"version": v}),
+                    };
+                    (name.clone(), value)
+                })
+                .collect();
+            if !attributes.is_empty() {
+                out.insert("attributes".into(), Value::Object(attributes));
+            }
+            let capacity: Map<String, Value> = d
+                .capacity
+                .iter()
+                .map(|(name, q)| (name.clone(), json!({"value": q.to_string()})))
+                .collect();
+            if !capacity.is_empty() {
+                out.insert("capacity".into(), Value::Object(capacity));
+            }
+            if let Some(scope) = &d.scope {
+                put_scope(&mut out, scope);
+            }
+            Value::Object(out)
+        })
+        .collect();
+    let mut spec = Map::new();
+    spec.insert("driver".into(), json!(slice.driver));
+    spec.insert(
+        "pool".into(),
+        json!({"name": slice.pool, "generation": slice.pool_generation,
+               "resourceSliceCount": slice.pool_slice_count}),
+    );
+    if slice.per_device_node_selection {
+        spec.insert("perDeviceNodeSelection".into(), json!(true));
+    } else {
+        put_scope(&mut spec, &slice.scope);
+    }
+    spec.insert("devices".into(), Value::Array(devices));
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": slice.name},
+        "spec": spec,
+    })
+}
+
 /// A `storage.k8s.io/v1` CSINode.
 pub fn csi_node_object(csi_node: &CsiNode) -> Value {
     let drivers: Vec<Value> = csi_node
@@ -927,6 +1183,11 @@ pub fn scenario_yaml(
     written.extend(volumes.volumes.iter().map(|v| volume_object(v)));
     written.extend(volumes.claims.iter().map(|c| claim_object(c)));
     written.extend(volumes.csi_nodes.iter().map(|c| csi_node_object(c)));
+    let dra = &objects.dra;
+    written.extend(dra.classes.iter().map(|c| device_class_object(c)));
+    written.extend(dra.templates.iter().map(|t| claim_template_object(t)));
+    written.extend(dra.claims.iter().map(|c| resource_claim_object(c)));
+    written.extend(dra.slices.iter().map(|s| resource_slice_object(s)));
     // DaemonSet pods are started on each node by the simulator from the DaemonSets above.
     let daemonsets: BTreeSet<(&str, &str)> = objects
         .daemonsets
@@ -1150,7 +1411,108 @@ mod tests {
                 source,
             });
         }
+        pod.resource_claims = vec![
+            ferroscale_model::PodResourceClaim {
+                name: "gpu".into(),
+                source: PodClaimSource::Template("one-gpu".into()),
+            },
+            ferroscale_model::PodResourceClaim {
+                name: "shared".into(),
+                source: PodClaimSource::Claim("team-gpu".into()),
+            },
+        ];
+        pod.resource_claim_statuses = vec![ferroscale_model::PodResourceClaimStatus {
+            name: "gpu".into(),
+            claim_name: Some("web-1-gpu-bcdfg".into()),
+        }];
         pod
+    }
+
+    /// DeviceClasses, templates, claims (allocated and reserved, owned by a pod, being deleted) and
+    /// slices (node-local and per-device) of the live loop, and pods' claims, are written so that
+    /// reading the scenario gives the same DRA objects.
+    #[test]
+    fn a_written_scenario_keeps_dra_objects() {
+        const DRA: &str = r#"
+apiVersion: ferroscale/v1alpha1
+kind: Scenario
+duration: 1m
+objects:
+  - inline: {apiVersion: resource.k8s.io/v1, kind: DeviceClass, metadata: {name: gpu}, spec: {selectors: [{cel: {expression: 'device.driver == "gpu.example.com"'}}], extendedResourceName: example.com/gpu}}
+  - inline: {apiVersion: resource.k8s.io/v1, kind: ResourceClaimTemplate, metadata: {name: two-gpus, namespace: ml}, spec: {spec: {devices: {requests: [{name: gpus, exactly: {deviceClassName: gpu, allocationMode: ExactCount, count: 2, selectors: [{cel: {expression: 'device.attributes["gpu.example.com"].model == "a100"'}}]}}, {name: any, firstAvailable: [{name: big, deviceClassName: gpu, allocationMode: All}, {name: small, deviceClassName: gpu}]}], constraints: [{requests: [gpus], matchAttribute: gpu.example.com/numa}]}}}}
+  - inline:
+      apiVersion: resource.k8s.io/v1
+      kind: ResourceClaim
+      metadata:
+        name: train-0-gpu-bcdfg
+        namespace: ml
+        uid: claim-uid
+        deletionTimestamp: "2026-01-01T00:00:00Z"
+        ownerReferences: [{apiVersion: v1, kind: Pod, name: train-0, uid: pod-uid, controller: true}]
+      spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu, adminAccess: true}}]}}
+      status:
+        allocation:
+          devices: {results: [{request: gpu, driver: gpu.example.com, pool: node-1, device: gpu-0, adminAccess: true}]}
+          nodeSelector: {nodeSelectorTerms: [{matchFields: [{key: metadata.name, operator: In, values: [node-1]}]}]}
+        reservedFor: [{resource: pods, name: train-0, uid: pod-uid}]
+  - inline:
+      apiVersion: resource.k8s.io/v1
+      kind: ResourceSlice
+      metadata: {name: node-1-gpu}
+      spec:
+        driver: gpu.example.com
+        pool: {name: node-1, generation: 3, resourceSliceCount: 1}
+        nodeName: node-1
+        devices:
+          - name: gpu-0
+            attributes: {model: {string: a100}, numa: {int: 1}, healthy: {bool: true}, fw: {version: 1.2.3}}
+            capacity: {memory: {value: 80Gi}}
+  - inline:
+      apiVersion: resource.k8s.io/v1
+      kind: ResourceSlice
+      metadata: {name: fabric}
+      spec:
+        driver: fabric.example.com
+        pool: {name: fabric, generation: 1, resourceSliceCount: 1}
+        perDeviceNodeSelection: true
+        devices:
+          - {name: link-0, allNodes: true}
+          - {name: link-1, nodeSelector: {nodeSelectorTerms: [{matchExpressions: [{key: rack, operator: In, values: [r1]}]}]}}
+"#;
+        use ferroscale_objects::K8sObject;
+        let read = parse_scenario(DRA, "dra.yaml", std::path::Path::new("."))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut capture = capture();
+        for object in &read.objects {
+            let dra = &mut capture.objects.dra;
+            match object {
+                K8sObject::DeviceClass(c) => dra.classes.push(Arc::new(c.clone())),
+                K8sObject::ResourceClaimTemplate(t) => dra.templates.push(Arc::new(t.clone())),
+                K8sObject::ResourceClaim(c) => dra.claims.push(Arc::new(c.clone())),
+                K8sObject::ResourceSlice(s) => dra.slices.push(Arc::new(s.clone())),
+                _ => {}
+            }
+        }
+        assert_eq!(capture.objects.dra.slices.len(), 2);
+        let text = scenario_yaml(&capture, &[], DEFAULT_REPLAY_DURATION, None).unwrap();
+        let replayed = parse_scenario(&text, "replay.yaml", std::path::Path::new("."))
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let dra_objects = |objects: &[K8sObject]| -> Vec<K8sObject> {
+            objects
+                .iter()
+                .filter(|o| {
+                    matches!(
+                        o,
+                        K8sObject::DeviceClass(_)
+                            | K8sObject::ResourceClaimTemplate(_)
+                            | K8sObject::ResourceClaim(_)
+                            | K8sObject::ResourceSlice(_)
+                    )
+                })
+                .cloned()
+                .collect()
+        };
+        assert_eq!(dra_objects(&replayed.objects), dra_objects(&read.objects));
     }
 
     #[test]

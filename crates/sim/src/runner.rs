@@ -407,6 +407,7 @@ fn group_spec(group: &crate::scenario::ScenarioNodeGroup, objects: &[K8sObject])
         price_per_hour: group.price_per_hour.unwrap_or(0.0),
         template: group.template.clone(),
         csi_drivers: group.csi_drivers.clone(),
+        devices: group.devices.clone(),
     }
 }
 
@@ -495,6 +496,7 @@ impl<'p> Simulation<'p> {
         for group in cloud.groups() {
             let spec = group.spec();
             cluster.set_group_csi_drivers(&spec.id, spec.csi_drivers.clone());
+            cluster.set_group_devices(&spec.id, spec.devices.clone());
         }
         // The scheduler stand-in follows the same kube-scheduler profile the engine simulates.
         cluster.set_scheduler_profile(options.scheduler_profile());
@@ -534,7 +536,9 @@ impl<'p> Simulation<'p> {
                 K8sObject::Namespace(ns) => cluster.add_namespace(ns.clone()),
                 K8sObject::PodDisruptionBudget(pdb) => pdbs.push(pdb.clone()),
                 other => {
-                    cluster.add_storage_object(other);
+                    if !cluster.add_dra_object(other) {
+                        cluster.add_storage_object(other);
+                    }
                 }
             }
         }

@@ -1,6 +1,7 @@
 //! Scenarios compiled into the binary: the default that `ferroscale simulate` runs without an
 //! argument, the upstream scalability scenarios (docs/behaviour.md SIM-101), a full simulated
-//! day, and a StatefulSet whose volumes pin it to one zone.
+//! day, a StatefulSet whose volumes pin it to one zone, and GPUs claimed through Dynamic Resource
+//! Allocation.
 
 use std::path::Path;
 
@@ -41,6 +42,7 @@ pub const BUNDLED: &[(&str, &str)] = &[
         "zonal-volumes",
         include_str!("../../scenarios/zonal-volumes.yaml"),
     ),
+    ("gpu-dra", include_str!("../../scenarios/gpu-dra.yaml")),
 ];
 
 /// The text of a bundled scenario.

@@ -6,13 +6,17 @@ use std::time::Duration;
 
 use ferroscale_core::cloud::ErrorClass;
 use ferroscale_model::time::format_duration;
-use ferroscale_model::{ConditionStatus, CsiNodeDriver, LabelSelector, Node, Pod};
+use ferroscale_model::{
+    ConditionStatus, CsiNodeDriver, DeviceAttribute, LabelSelector, Node, Pod, Quantity,
+};
 use ferroscale_objects::{
     ConvertError, K8sObject, ObjectsError, PriorityClasses, RawObject, locate_field_line,
     node_from_k8s, pod_from_k8s, read_documents, unknown_field,
 };
 use serde_yaml_ng::{Mapping, Value};
 use thiserror::Error;
+
+use crate::dra::GroupDevices;
 
 mod bundled;
 mod limits;
@@ -49,6 +53,25 @@ pub struct Scenario {
 }
 
 pub const DEFAULT_SEED: u64 = 1;
+
+/// The most devices of one driver a group's node publishes (one ResourceSlice holds 128).
+pub const MAX_DEVICES_PER_DRIVER: usize = 128;
+/// The most attributes and capacities of one device together, as the API allows.
+pub const MAX_DEVICE_PROPERTIES: usize = 32;
+/// The most `devices` entries of one group.
+pub const MAX_DEVICE_ENTRIES: usize = 16;
+/// The longest driver name (a DNS subdomain).
+const MAX_DRIVER_NAME: usize = 253;
+
+/// `MAJOR.MINOR.PATCH` with optional pre-release and build parts, as CEL's semver reads it.
+fn is_semver(text: &str) -> bool {
+    let core = text.split(['-', '+']).next().unwrap_or("");
+    let parts: Vec<&str> = core.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+}
 pub const DEFAULT_PROVISIONING_DELAY: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone)]
@@ -72,6 +95,9 @@ pub struct ScenarioNodeGroup {
     /// `csiDrivers`: the CSI drivers the group's nodes report in their CSINode (and its
     /// template with them), with their volume limits.
     pub csi_drivers: Vec<CsiNodeDriver>,
+    /// `devices`: the DRA devices the group's nodes publish as node-local ResourceSlices (and
+    /// its template with them).
+    pub devices: Vec<GroupDevices>,
 }
 
 /// Cloud provider calls a failure window can make fail.
@@ -771,6 +797,7 @@ impl Validator<'_> {
                 topology_keys: Vec::new(),
             });
         }
+        let devices = self.group_devices(i, &raw.devices)?;
         let mut template =
             node_from_k8s(&raw.template).map_err(|e| self.convert_error(&at("template"), e))?;
         if template.name.is_empty() {
@@ -793,7 +820,154 @@ impl Validator<'_> {
             template,
             nodes: raw.nodes,
             csi_drivers,
+            devices,
         })
+    }
+
+    /// `nodeGroups[i].devices`, checked: a driver name, 0 to 128 devices (a slice's most), at
+    /// most 32 attributes and capacities per device (the API's limit), each attribute with
+    /// exactly one value and each capacity a non-negative quantity. Bare names are qualified
+    /// with the driver name, as the API does.
+    fn group_devices(
+        &self,
+        i: usize,
+        raw: &[raw::RawDevices],
+    ) -> Result<Vec<GroupDevices>, ScenarioError> {
+        let at = |j: usize, field: &str| format!("nodeGroups[{i}].devices[{j}].{field}");
+        let qualified = |driver: &str, name: &str| {
+            if name.contains('/') {
+                name.to_string()
+            } else {
+                format!("{driver}/{name}")
+            }
+        };
+        if raw.len() > MAX_DEVICE_ENTRIES {
+            return Err(self.error(
+                format!("nodeGroups[{i}].devices"),
+                format!(
+                    "a group lists at most {MAX_DEVICE_ENTRIES} kinds of devices (found {})",
+                    raw.len()
+                ),
+            ));
+        }
+        let mut out: Vec<GroupDevices> = Vec::new();
+        for (j, entry) in raw.iter().enumerate() {
+            let driver = entry.driver.trim();
+            if driver.is_empty()
+                || driver.len() > MAX_DRIVER_NAME
+                || driver.contains(char::is_whitespace)
+            {
+                return Err(self.error(
+                    at(j, "driver"),
+                    format!(
+                        "a driver name of 1 to {MAX_DRIVER_NAME} characters without spaces is \
+                         needed (found {:?})",
+                        entry.driver
+                    ),
+                ));
+            }
+            let name_prefix = entry.name.clone().unwrap_or_else(|| "device".to_string());
+            if name_prefix.is_empty()
+                || !name_prefix
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            {
+                return Err(self.error(
+                    at(j, "name"),
+                    format!(
+                        "device names are lowercase letters, digits and `-` (found {name_prefix:?})"
+                    ),
+                ));
+            }
+            if out
+                .iter()
+                .any(|d| d.driver == driver && d.name_prefix == name_prefix)
+            {
+                return Err(self.error(
+                    at(j, "name"),
+                    format!("devices {name_prefix:?} of driver {driver:?} are listed twice"),
+                ));
+            }
+            let same_driver: usize = out
+                .iter()
+                .filter(|d| d.driver == driver)
+                .map(|d| d.count)
+                .sum();
+            let count = usize::try_from(entry.count)
+                .ok()
+                .filter(|c| same_driver + c <= MAX_DEVICES_PER_DRIVER)
+                .ok_or_else(|| {
+                    self.error(
+                        at(j, "count"),
+                        format!(
+                            "a node publishes 0 to {MAX_DEVICES_PER_DRIVER} devices of one \
+                             driver (found {}{})",
+                            entry.count,
+                            if same_driver > 0 {
+                                format!(" after {same_driver} listed before")
+                            } else {
+                                String::new()
+                            }
+                        ),
+                    )
+                })?;
+            if entry.attributes.len() + entry.capacity.len() > MAX_DEVICE_PROPERTIES {
+                return Err(self.error(
+                    at(j, "attributes"),
+                    format!(
+                        "a device has at most {MAX_DEVICE_PROPERTIES} attributes and capacities \
+                         together (found {})",
+                        entry.attributes.len() + entry.capacity.len()
+                    ),
+                ));
+            }
+            let mut attributes = std::collections::BTreeMap::new();
+            for (name, value) in &entry.attributes {
+                let field = at(j, &format!("attributes.{name}"));
+                let values = [
+                    value.int.map(DeviceAttribute::Int),
+                    value.bool.map(DeviceAttribute::Bool),
+                    value.string.clone().map(DeviceAttribute::String),
+                    value.version.clone().map(DeviceAttribute::Version),
+                ];
+                let mut set = values.into_iter().flatten();
+                let (Some(attribute), None) = (set.next(), set.next()) else {
+                    return Err(self.error(
+                        field,
+                        "an attribute needs exactly one of `int`, `bool`, `string` or `version`",
+                    ));
+                };
+                if let DeviceAttribute::Version(v) = &attribute
+                    && !is_semver(v)
+                {
+                    return Err(self.error(
+                        field,
+                        format!("{v:?} is not a semantic version such as 1.2.3"),
+                    ));
+                }
+                attributes.insert(qualified(driver, name), attribute);
+            }
+            let mut capacity = std::collections::BTreeMap::new();
+            for (name, value) in &entry.capacity {
+                let field = at(j, &format!("capacity.{name}"));
+                let quantity =
+                    Quantity::parse(value).map_err(|e| self.error(field.clone(), e.to_string()))?;
+                if quantity < Quantity::ZERO {
+                    return Err(
+                        self.error(field, format!("must not be negative (found {value:?})"))
+                    );
+                }
+                capacity.insert(qualified(driver, name), quantity);
+            }
+            out.push(GroupDevices {
+                driver: driver.to_string(),
+                name_prefix,
+                count,
+                attributes,
+                capacity,
+            });
+        }
+        Ok(out)
     }
 
     /// Reads every initial object, then converts them and the event pods once every PriorityClass

@@ -52,6 +52,34 @@ pub(super) struct RawNodeGroup {
     /// CSI drivers the group's nodes report, with their volume limits.
     #[serde(default)]
     pub csi_drivers: Vec<RawCsiDriver>,
+    /// DRA devices the group's nodes publish as ResourceSlices.
+    #[serde(default)]
+    pub devices: Vec<RawDevices>,
+}
+
+/// `count` devices of one driver on every node of a group, named `<name>-<i>`, with the same
+/// attributes and capacities.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawDevices {
+    pub driver: String,
+    pub name: Option<String>,
+    pub count: i64,
+    #[serde(default)]
+    pub attributes: std::collections::BTreeMap<String, RawDeviceAttribute>,
+    /// Capacity name → quantity string.
+    #[serde(default)]
+    pub capacity: std::collections::BTreeMap<String, String>,
+}
+
+/// A device attribute as the API writes it: exactly one of the four fields.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDeviceAttribute {
+    pub int: Option<i64>,
+    pub bool: Option<bool>,
+    pub string: Option<String>,
+    pub version: Option<String>,
 }
 
 /// One CSI driver of a group's nodes: `count` volumes at most (no limit without one).
