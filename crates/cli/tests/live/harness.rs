@@ -430,6 +430,18 @@ impl Cluster {
             .expect("delete Deployment");
     }
 
+    /// Replaces the kwok provider's templates (before the autoscaler starts and reads them).
+    pub async fn use_templates(&self, templates: String) {
+        Api::<ConfigMap>::namespaced(self.client.clone(), NAMESPACE)
+            .patch(
+                "kwok-provider-templates",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"data": {"templates": templates}})),
+            )
+            .await
+            .expect("replace the kwok templates");
+    }
+
     /// Waits until `app` has `replicas` Running pods, and returns them (name → node).
     pub async fn wait_running(&self, app: &str, replicas: usize) -> BTreeMap<String, String> {
         let mut running = BTreeMap::new();

@@ -9,6 +9,7 @@
 mod api_access;
 mod chart_arguments;
 mod clusterapi;
+mod dra;
 mod exoscale;
 mod harness;
 mod replay;

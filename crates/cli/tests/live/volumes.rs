@@ -9,9 +9,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 
 use crate::harness::{self, App, Cluster, is_ready, wait_until};
 use crate::wait_for_first_status;
@@ -33,18 +33,6 @@ fn zonal_templates(zone_b_cpu: &str) -> String {
         template("zone-a", "4"),
         template("zone-b", zone_b_cpu)
     )
-}
-
-/// Replaces the kwok provider's templates (before the autoscaler starts and reads them).
-async fn use_templates(cluster: &Cluster, templates: String) {
-    Api::<ConfigMap>::namespaced(cluster.client.clone(), harness::NAMESPACE)
-        .patch(
-            "kwok-provider-templates",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"data": {"templates": templates}})),
-        )
-        .await
-        .expect("replace the kwok templates");
 }
 
 /// The class, and one static volume per replica in zone-b, each pre-bound to its claim
@@ -200,7 +188,7 @@ async fn zone_a_stays_at(cluster: &Cluster, count: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stateful_set_with_zonal_volumes_grows_only_the_volumes_zone() {
     let cluster = Cluster::start().await;
-    use_templates(&cluster, zonal_templates("16")).await;
+    cluster.use_templates(zonal_templates("16")).await;
     create_zone_b_volumes(&cluster).await;
     let _autoscaler = cluster.start_autoscaler("main", &["--expander=least-waste"]);
     wait_for_first_status(&cluster).await;
@@ -219,7 +207,7 @@ async fn a_stateful_set_with_zonal_volumes_grows_only_the_volumes_zone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn balancing_similar_groups_respects_the_volumes_zone() {
     let cluster = Cluster::start().await;
-    use_templates(&cluster, zonal_templates("4")).await;
+    cluster.use_templates(zonal_templates("4")).await;
     create_zone_b_volumes(&cluster).await;
     // The groups differ in their `pool` label too (the kwok provider's grouping key), which
     // similarity must not count, as for any label naming the group.
