@@ -16,11 +16,11 @@ use ferroscale_model::dra::MAX_CLAIM_CONSUMERS;
 use ferroscale_model::{
     AllocatedDevice, AllocationMode, ClaimAllocation, DeviceAttribute, DeviceRequestKind,
     DeviceScope, ExactDeviceRequest, Labels, NodeOperator, NodeRequirement, NodeSelector,
-    NodeSelectorTerm, Pod, PodClaimSource,
+    NodeSelectorTerm, Pod, PodClaimSource, PodResourceClaim, PodResourceClaimStatus,
 };
 
 use super::cel::DeviceView;
-use super::{ClaimIdx, DeviceIdx, DraReason, DraState, DraUnfit, Verdict};
+use super::{AllocationNote, ClaimIdx, DeviceIdx, DraReason, DraState, DraUnfit, Verdict};
 
 /// How many device placements one allocation may try before giving up on the node: a bound on
 /// the work of pathological claims (many devices, constraints no combination satisfies).
@@ -33,7 +33,7 @@ struct SelectorRef {
     /// The class, for the class's selectors.
     class: Option<String>,
     index: usize,
-    source: String,
+    source: Arc<str>,
 }
 
 /// A request (or one `firstAvailable` alternative) to allocate.
@@ -43,7 +43,9 @@ struct ExactPlan {
     request: String,
     /// The alternative's name, for a `firstAvailable` alternative.
     sub: Option<String>,
-    class: String,
+    /// `request` or `request/alternative`, as allocation results and verdicts name it.
+    full_name: Arc<str>,
+    class: Arc<str>,
     selectors: Vec<SelectorRef>,
     mode: AllocationMode,
     admin: bool,
@@ -54,10 +56,7 @@ struct ExactPlan {
 impl ExactPlan {
     /// `request` or `request/alternative`, as allocation results name it.
     fn full_name(&self) -> String {
-        match &self.sub {
-            Some(sub) => format!("{}/{sub}", self.request),
-            None => self.request.clone(),
-        }
+        self.full_name.to_string()
     }
 }
 
@@ -92,6 +91,17 @@ impl ConstraintPlan {
     }
 }
 
+/// What a plan depends on besides the state: the pod's identity and its claim entries.
+#[derive(Debug)]
+struct PlanKey {
+    uid: String,
+    namespace: String,
+    name: String,
+    claims: Vec<PodResourceClaim>,
+    statuses: Vec<PodResourceClaimStatus>,
+    epoch: u64,
+}
+
 /// A claim of the pod that needs an allocation.
 #[derive(Debug)]
 struct ClaimPlan {
@@ -108,9 +118,12 @@ pub(crate) struct NodeAllocation {
     pub(crate) claims: Vec<(ClaimIdx, ClaimAllocation, Vec<DeviceIdx>)>,
 }
 
-/// The pod's claims, resolved once per check (the scheduler's PreFilter).
+/// The pod's claims, resolved (the scheduler's PreFilter) once per pod and state of the claims
+/// (see `DraState::plan`).
 #[derive(Debug)]
 pub(crate) struct PodPlan {
+    /// What the plan was made from: the pod's identity and claim entries, and the state's epoch.
+    made_for: PlanKey,
     /// Allocated claims: their key and the nodes the allocation is usable from.
     allocated: Vec<(String, Option<NodeSelector>)>,
     to_allocate: Vec<ClaimPlan>,
@@ -166,6 +179,14 @@ impl PodPlan {
         }
 
         let mut plan = PodPlan {
+            made_for: PlanKey {
+                uid: pod.uid.clone(),
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                claims: pod.resource_claims.clone(),
+                statuses: pod.resource_claim_statuses.clone(),
+                epoch: state.epoch,
+            },
             allocated: Vec::new(),
             to_allocate: Vec::new(),
             computed: RefCell::new(HashMap::new()),
@@ -240,6 +261,23 @@ impl PodPlan {
             });
         }
         Ok(plan)
+    }
+
+    /// Whether the plan was made for this pod (same identity and claim entries) on the state of
+    /// `epoch`: then it is what `prepare` would make now.
+    pub(crate) fn is_current(&self, pod: &Pod, epoch: u64) -> bool {
+        let key = &self.made_for;
+        key.epoch == epoch
+            && key.uid == pod.uid
+            && key.namespace == pod.namespace
+            && key.name == pod.name
+            && key.claims == pod.resource_claims
+            && key.statuses == pod.resource_claim_statuses
+    }
+
+    /// The epoch of the state the plan was made on.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.made_for.epoch
     }
 
     /// Whether every claim of the pod is allocated already (nothing to search for).
@@ -329,7 +367,7 @@ impl PodPlan {
                 DraReason::CannotAllocate {
                     request: None,
                     selector: None,
-                    note: String::new(),
+                    note: AllocationNote::NotDiagnosed,
                 },
             ));
         }
@@ -354,47 +392,49 @@ impl PodPlan {
                     AllocationMode::ExactCount(n) => n as usize,
                     AllocationMode::All => 1,
                 };
-                let matching: Vec<DeviceIdx> = candidates
-                    .iter()
-                    .copied()
-                    .filter(|d| self.selectable(state, claim, p, *d).unwrap_or(false))
-                    .collect();
-                if matching.len() < needed {
+                // Matching devices, and how many of them the request may take now.
+                let (mut matching, mut free) = (0, 0);
+                for d in candidates {
+                    if self.selectable(state, claim, p, *d).unwrap_or(false) {
+                        matching += 1;
+                        if p.admin || state.in_use[*d as usize] == 0 {
+                            free += 1;
+                        }
+                    }
+                }
+                if matching < needed {
                     let selector = self.most_rejecting_selector(state, p, candidates);
                     let note = if candidates.is_empty() {
-                        "the node has no devices".to_string()
+                        AllocationNote::NoDevices
                     } else {
-                        format!(
-                            "{} of the node's {} devices match class {}, {needed} needed",
-                            matching.len(),
-                            candidates.len(),
-                            p.class
-                        )
+                        AllocationNote::TooFewMatching {
+                            matching,
+                            devices: candidates.len(),
+                            class: p.class.clone(),
+                            needed,
+                        }
                     };
                     return DraUnfit::new(
                         claim.key.clone(),
                         DraReason::CannotAllocate {
-                            request: Some(p.full_name()),
+                            request: Some(p.full_name.clone()),
                             selector: selector
                                 .or_else(|| (!candidates.is_empty()).then(|| p.class.clone())),
                             note,
                         },
                     );
                 }
-                let free = matching
-                    .iter()
-                    .filter(|d| p.admin || state.in_use[**d as usize] == 0)
-                    .count();
                 if free < needed {
                     return DraUnfit::new(
                         claim.key.clone(),
                         DraReason::CannotAllocate {
-                            request: Some(p.full_name()),
+                            request: Some(p.full_name.clone()),
                             selector: None,
-                            note: format!(
-                                "{free} of the {} matching devices are free, {needed} needed",
-                                matching.len()
-                            ),
+                            note: AllocationNote::TooFewFree {
+                                free,
+                                matching,
+                                needed,
+                            },
                         },
                     );
                 }
@@ -409,9 +449,7 @@ impl PodPlan {
             DraReason::CannotAllocate {
                 request: None,
                 selector: None,
-                note: "no combination of free matching devices satisfies all requests and \
-                       constraints together"
-                    .to_string(),
+                note: AllocationNote::NoCombination,
             },
         )
     }
@@ -422,7 +460,7 @@ impl PodPlan {
         state: &DraState,
         p: &ExactPlan,
         candidates: &[DeviceIdx],
-    ) -> Option<String> {
+    ) -> Option<Arc<str>> {
         p.selectors
             .iter()
             .map(|s| {
@@ -467,7 +505,7 @@ impl PodPlan {
                             request: p.full_name(),
                             class: selector.class.clone(),
                             index: selector.index,
-                            expression: selector.source.clone(),
+                            expression: selector.source.to_string(),
                             message: message.to_string(),
                             compile: false,
                         },
@@ -568,13 +606,14 @@ fn exact_plan(
             id,
             class: owner,
             index,
-            source: source.clone(),
+            source: Arc::from(source.as_str()),
         });
     }
     Ok(ExactPlan {
         request: request.to_string(),
         sub: sub.map(str::to_string),
-        class: class.name.clone(),
+        full_name: Arc::from(full_name),
+        class: Arc::from(class.name.as_str()),
         selectors,
         mode: exact.allocation_mode,
         admin: exact.admin_access,
