@@ -46,8 +46,8 @@ use cel::{CompileError, Selector};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DraUnfit {
     /// The claim, as `namespace/name` (for a template claim not made yet: the namespace and the
-    /// name of the pod's claim entry).
-    pub claim: String,
+    /// name of the pod's claim entry). Shared with the pod's plan: verdicts are made often.
+    pub claim: Arc<str>,
     /// Boxed: verdicts are passed around by value on the filters' hot path.
     pub reason: Box<DraReason>,
 }
@@ -151,7 +151,7 @@ impl fmt::Display for AllocationNote {
 }
 
 impl DraUnfit {
-    pub(crate) fn new(claim: impl Into<String>, reason: DraReason) -> DraUnfit {
+    pub(crate) fn new(claim: impl Into<Arc<str>>, reason: DraReason) -> DraUnfit {
         DraUnfit {
             claim: claim.into(),
             reason: Box::new(reason),
@@ -233,9 +233,7 @@ impl DraUnfit {
 
     /// The claim's name without its namespace.
     fn claim_name(&self) -> &str {
-        self.claim
-            .split_once('/')
-            .map_or(self.claim.as_str(), |(_, n)| n)
+        self.claim.split_once('/').map_or(&self.claim, |(_, n)| n)
     }
 }
 

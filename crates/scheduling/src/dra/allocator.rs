@@ -106,7 +106,7 @@ struct PlanKey {
 #[derive(Debug)]
 struct ClaimPlan {
     claim: ClaimIdx,
-    key: String,
+    key: Arc<str>,
     requests: Vec<RequestPlan>,
     constraints: Vec<ConstraintPlan>,
 }
@@ -129,6 +129,11 @@ pub(crate) struct PodPlan {
     to_allocate: Vec<ClaimPlan>,
     /// Selector verdicts computed by this plan, for the state's cache.
     computed: RefCell<HashMap<(u32, u32), Verdict>>,
+    /// Some claim to allocate needs at least one device that no other claim uses, and no
+    /// request asks for `All` devices or admin access (see [`PodPlan::allocate`]).
+    needs_free_device: bool,
+    /// The devices of the node being checked (a buffer reused from check to check).
+    candidates: RefCell<Vec<DeviceIdx>>,
 }
 
 impl PodPlan {
@@ -190,6 +195,8 @@ impl PodPlan {
             allocated: Vec::new(),
             to_allocate: Vec::new(),
             computed: RefCell::new(HashMap::new()),
+            needs_free_device: false,
+            candidates: RefCell::new(Vec::new()),
         };
         let shapes = state.catalogue.shape_count();
         for (id, key) in claims {
@@ -255,12 +262,45 @@ impl PodPlan {
                 .collect();
             plan.to_allocate.push(ClaimPlan {
                 claim: id,
-                key,
+                key: Arc::from(key),
                 requests,
                 constraints,
             });
         }
+        plan.needs_free_device = plan.devices_needed() > 0 && plan.only_exact_plain_requests();
         Ok(plan)
+    }
+
+    /// The fewest devices any allocation of the plan takes: per request its count, the fewest
+    /// of a `firstAvailable` request's alternatives (an `All` request counts none).
+    fn devices_needed(&self) -> usize {
+        let count = |p: &ExactPlan| match p.mode {
+            AllocationMode::ExactCount(n) => n as usize,
+            AllocationMode::All => 0,
+        };
+        self.to_allocate
+            .iter()
+            .flat_map(|c| &c.requests)
+            .map(|r| match r {
+                RequestPlan::Exact(p) => count(p),
+                RequestPlan::FirstAvailable(alternatives) => {
+                    alternatives.iter().map(count).min().unwrap_or(0)
+                }
+            })
+            .sum()
+    }
+
+    /// No request (or alternative) of the claims to allocate asks for `All` devices or for
+    /// admin access: every device picked must be free.
+    fn only_exact_plain_requests(&self) -> bool {
+        self.to_allocate
+            .iter()
+            .flat_map(|c| &c.requests)
+            .flat_map(|r| match r {
+                RequestPlan::Exact(p) => std::slice::from_ref(p),
+                RequestPlan::FirstAvailable(alternatives) => alternatives.as_slice(),
+            })
+            .all(|p| !p.admin && matches!(p.mode, AllocationMode::ExactCount(_)))
     }
 
     /// Whether the plan was made for this pod (same identity and claim entries) on the state of
@@ -321,14 +361,38 @@ impl PodPlan {
         labels: &Labels,
         explain: bool,
     ) -> Result<NodeAllocation, DraUnfit> {
-        let mut candidates = Vec::new();
+        // The candidates' buffer is the plan's, reused from node to node.
+        let mut candidates = self.candidates.take();
+        candidates.clear();
         let incomplete = state
             .catalogue
             .reachable(node_name, labels, &mut candidates);
+        let outcome = self.allocate_from(state, node_name, &candidates, incomplete, explain);
+        self.candidates.replace(candidates);
+        outcome
+    }
+
+    /// [`PodPlan::allocate`] among the devices the node reaches.
+    fn allocate_from(
+        &self,
+        state: &DraState,
+        node_name: &str,
+        candidates: &[DeviceIdx],
+        incomplete: Option<(String, &'static str)>,
+        explain: bool,
+    ) -> Result<NodeAllocation, DraUnfit> {
+        // A node none of whose devices is free cannot satisfy a plan that needs a device and
+        // has neither `All` nor admin-access requests: the search would try every candidate
+        // and stop at each before evaluating any selector (the common case of a full node).
+        let hopeless =
+            self.needs_free_device && candidates.iter().all(|d| state.in_use[*d as usize] > 0);
+        if hopeless {
+            return Err(self.failure(state, candidates, explain));
+        }
         let mut search = Search {
             plan: self,
             state,
-            candidates: &candidates,
+            candidates,
             incomplete,
             taken: Vec::new(),
             picks: vec![Vec::new(); self.to_allocate.len()],
@@ -361,17 +425,23 @@ impl PodPlan {
         if let Some(error) = search.error {
             return Err(error);
         }
+        Err(self.failure(state, candidates, explain))
+    }
+
+    /// The verdict when no allocation was found: diagnosed when `explain`, a verdict naming
+    /// nothing otherwise.
+    fn failure(&self, state: &DraState, candidates: &[DeviceIdx], explain: bool) -> DraUnfit {
         if !explain {
-            return Err(DraUnfit::new(
-                String::new(),
+            return DraUnfit::new(
+                "",
                 DraReason::CannotAllocate {
                     request: None,
                     selector: None,
                     note: AllocationNote::NotDiagnosed,
                 },
-            ));
+            );
         }
-        Err(self.diagnose(state, &candidates))
+        self.diagnose(state, candidates)
     }
 
     /// Why no allocation was found: the first request with too few matching devices (and the
@@ -443,7 +513,7 @@ impl PodPlan {
         let key = self
             .to_allocate
             .first()
-            .map_or_else(String::new, |c| c.key.clone());
+            .map_or_else(|| Arc::from(""), |c| c.key.clone());
         DraUnfit::new(
             key,
             DraReason::CannotAllocate {

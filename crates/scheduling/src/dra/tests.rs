@@ -181,7 +181,7 @@ fn a_claim_fits_only_where_a_matching_device_is_free() {
     let p1 = pod_with("p1", &["c1"]);
     let unfit = dra_unfit(check(&mut c.snapshot, &p1, c.nodes[0]));
     assert_eq!(unfit.to_string(), "cannot allocate all claims");
-    assert_eq!(unfit.claim, "default/c1");
+    assert_eq!(&*unfit.claim, "default/c1");
     assert!(
         unfit.detail().contains("the node has no devices"),
         "{}",
