@@ -13,11 +13,15 @@
 //!   every expression is compiled once (the private `cel` module).
 //! * The **plan** of a pod (the scheduler's PreFilter) resolves its claims and rejects the pod on
 //!   every node when a claim is missing, not made yet, being deleted, reserved for too many pods
-//!   or names a class that does not exist.
+//!   or names a class that does not exist. A pod checked against node after node (the
+//!   estimator's scans) keeps its plan while nothing changes (`DraState::plan`).
 //! * The **allocator** (the private `allocator` module) then looks, per node, for devices for every claim of the
 //!   pod that is not allocated yet, as the scheduler's structured allocator does: requests in
 //!   order, `firstAvailable` alternatives in order, exact counts and `All`, admin access,
 //!   `matchAttribute` and `distinctAttribute` constraints, with backtracking.
+//!   A node none of whose devices is free is turned away before the search when the search
+//!   could only fail there, and a rejection's explanation is kept as counts and shared names,
+//!   formatted only when read ([`DraUnfit::detail`]).
 //! * The **state** (claim allocations, reservations, devices in use) changes through
 //!   `Snapshot::add_pod` and `Snapshot::remove_pod`, and every change is recorded for the undo
 //!   log (`DraUndo`) so that a reverted branch leaves it exactly as it was.
