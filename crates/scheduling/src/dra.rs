@@ -13,11 +13,15 @@
 //!   every expression is compiled once (the private `cel` module).
 //! * The **plan** of a pod (the scheduler's PreFilter) resolves its claims and rejects the pod on
 //!   every node when a claim is missing, not made yet, being deleted, reserved for too many pods
-//!   or names a class that does not exist.
+//!   or names a class that does not exist. A pod checked against node after node (the
+//!   estimator's scans) keeps its plan while nothing changes (`DraState::plan`).
 //! * The **allocator** (the private `allocator` module) then looks, per node, for devices for every claim of the
 //!   pod that is not allocated yet, as the scheduler's structured allocator does: requests in
 //!   order, `firstAvailable` alternatives in order, exact counts and `All`, admin access,
 //!   `matchAttribute` and `distinctAttribute` constraints, with backtracking.
+//!   A node none of whose devices is free is turned away before the search when the search
+//!   could only fail there, and a rejection's explanation is kept as counts and shared names,
+//!   formatted only when read ([`DraUnfit::detail`]).
 //! * The **state** (claim allocations, reservations, devices in use) changes through
 //!   `Snapshot::add_pod` and `Snapshot::remove_pod`, and every change is recorded for the undo
 //!   log (`DraUndo`) so that a reverted branch leaves it exactly as it was.
@@ -29,7 +33,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use ferroscale_model::{
     ClaimAllocation, ClaimConsumer, Device, DeviceClass, DeviceScope, DraObjects, Labels, Pod,
@@ -46,8 +50,8 @@ use cel::{CompileError, Selector};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DraUnfit {
     /// The claim, as `namespace/name` (for a template claim not made yet: the namespace and the
-    /// name of the pod's claim entry).
-    pub claim: String,
+    /// name of the pod's claim entry). Shared with the pod's plan: verdicts are made often.
+    pub claim: Arc<str>,
     /// Boxed: verdicts are passed around by value on the filters' hot path.
     pub reason: Box<DraReason>,
 }
@@ -73,11 +77,12 @@ pub enum DraReason {
     /// No set of devices reachable from the node satisfies every claim of the pod. `request`
     /// names the first request that could not be satisfied and `selector` the selector (a CEL
     /// expression, or the class name when the class has no selector) that rejected the most
-    /// candidate devices, when one did; `note` says in a few words what stood in the way.
+    /// candidate devices, when one did; `note` says what stood in the way. (Shared strings and
+    /// counts rather than text: the estimator's scans make many of these and read none.)
     CannotAllocate {
-        request: Option<String>,
-        selector: Option<String>,
-        note: String,
+        request: Option<Arc<str>>,
+        selector: Option<Arc<str>>,
+        note: AllocationNote,
     },
     /// A selector failed to compile or to evaluate. `class` is set when the selector is the
     /// class's, `index` is its position in the class's or the request's list.
@@ -94,8 +99,63 @@ pub enum DraReason {
     AllocationError { request: String, message: String },
 }
 
+/// What stood in the way of an allocation, for [`DraReason::CannotAllocate`]; its `Display` is
+/// the few words the detail shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllocationNote {
+    /// Not diagnosed: a scan that only needed yes or no.
+    NotDiagnosed,
+    /// The node reaches no device.
+    NoDevices,
+    /// Fewer of the node's devices match the request than it needs.
+    TooFewMatching {
+        matching: usize,
+        devices: usize,
+        class: Arc<str>,
+        needed: usize,
+    },
+    /// Enough devices match, but fewer of them are free than the request needs.
+    TooFewFree {
+        free: usize,
+        matching: usize,
+        needed: usize,
+    },
+    /// Each request alone could be satisfied, but not all of them with the constraints.
+    NoCombination,
+}
+
+impl fmt::Display for AllocationNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AllocationNote::NotDiagnosed => Ok(()),
+            AllocationNote::NoDevices => f.write_str("the node has no devices"),
+            AllocationNote::TooFewMatching {
+                matching,
+                devices,
+                class,
+                needed,
+            } => write!(
+                f,
+                "{matching} of the node's {devices} devices match class {class}, {needed} needed"
+            ),
+            AllocationNote::TooFewFree {
+                free,
+                matching,
+                needed,
+            } => write!(
+                f,
+                "{free} of the {matching} matching devices are free, {needed} needed"
+            ),
+            AllocationNote::NoCombination => f.write_str(
+                "no combination of free matching devices satisfies all requests and constraints \
+                 together",
+            ),
+        }
+    }
+}
+
 impl DraUnfit {
-    pub(crate) fn new(claim: impl Into<String>, reason: DraReason) -> DraUnfit {
+    pub(crate) fn new(claim: impl Into<Arc<str>>, reason: DraReason) -> DraUnfit {
         DraUnfit {
             claim: claim.into(),
             reason: Box::new(reason),
@@ -177,9 +237,7 @@ impl DraUnfit {
 
     /// The claim's name without its namespace.
     fn claim_name(&self) -> &str {
-        self.claim
-            .split_once('/')
-            .map_or(self.claim.as_str(), |(_, n)| n)
+        self.claim.split_once('/').map_or(&self.claim, |(_, n)| n)
     }
 }
 
@@ -579,11 +637,16 @@ pub(crate) struct DraState {
     cluster_slices: Vec<Arc<ResourceSlice>>,
     simulated_slices: HashMap<String, Vec<Arc<ResourceSlice>>>,
     pub(crate) selectors: SelectorCache,
-    /// Changes whenever an allocation changes (never goes back), so a cached allocation is
-    /// known to be computed on the state of now.
-    epoch: u64,
+    /// Changes whenever the catalogue, an allocation or a reservation changes (never goes
+    /// back), so a cached plan or allocation is known to be computed on the state of now.
+    pub(crate) epoch: u64,
     /// The allocation the last `check` found for a pod on a node, for `add_pod` to reuse.
     last_fit: Option<LastFit>,
+    /// The plan of the pod checked last: a pod checked against node after node (the
+    /// estimator's scans) resolves its claims once. Only used while `epoch` is the plan's, so
+    /// a stale plan is never used. Behind a mutex only to keep the snapshot `Sync` (a plan has
+    /// cells); it is always reached through `&mut self`, without locking.
+    kept_plan: Mutex<Option<PodPlan>>,
 }
 
 /// What the last successful `check` of a pod with claims found.
@@ -743,6 +806,33 @@ impl DraState {
             .then_some(fit.allocation)
     }
 
+    /// The per-pod part of the filter for `pod`: the plan kept from the pod's last check when
+    /// nothing changed since, a new one otherwise.
+    pub(crate) fn plan(&mut self, pod: &Pod) -> Result<PodPlan, DraUnfit> {
+        let epoch = self.epoch;
+        let kept = self
+            .kept_plan
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match kept {
+            Some(plan) if plan.is_current(pod, epoch) => Ok(plan),
+            _ => PodPlan::prepare(self, pod),
+        }
+    }
+
+    /// Takes back a plan after a check: its selector verdicts go to the cache, and the plan is
+    /// kept for the pod's next check.
+    pub(crate) fn keep_plan(&mut self, plan: PodPlan) {
+        self.keep_verdicts(plan.new_verdicts());
+        if plan.epoch() == self.epoch {
+            *self
+                .kept_plan
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner) = Some(plan);
+        }
+    }
+
     /// Stores selector verdicts a plan computed, for the plans to come.
     pub(crate) fn keep_verdicts(&mut self, verdicts: Vec<((u32, u32), Verdict)>) {
         self.selectors.verdicts.extend(verdicts);
@@ -799,6 +889,7 @@ impl DraState {
                 uid: pod.uid.clone(),
             });
             undo.push(DraUndo::Reserved(claim));
+            self.epoch += 1;
         }
     }
 
@@ -825,6 +916,7 @@ impl DraState {
             };
             let consumer = entry.reserved_for.remove(position);
             undo.push(DraUndo::Unreserved(claim, position, consumer));
+            self.epoch += 1;
             if entry.reserved_for.is_empty()
                 && let Some(allocation) = entry.allocation.clone()
             {
@@ -840,11 +932,13 @@ impl DraState {
         match op {
             DraUndo::Reserved(claim) => {
                 self.claims[claim as usize].reserved_for.pop();
+                self.epoch += 1;
             }
             DraUndo::Unreserved(claim, position, consumer) => {
                 let reserved = &mut self.claims[claim as usize].reserved_for;
                 let position = position.min(reserved.len());
                 reserved.insert(position, consumer);
+                self.epoch += 1;
             }
             DraUndo::Allocated(claim) => self.set_allocation(claim, None, Vec::new()),
             DraUndo::Deallocated(claim, allocation, devices) => {

@@ -55,7 +55,7 @@ use ferroscale_model::{
     TopologySpreadConstraint, UnsatisfiableAction,
 };
 
-use crate::dra::DraUnfit;
+use crate::dra::{DraUnfit, NodeAllocation, PodPlan};
 use crate::scheduler_config::{
     FilterPlugin, SchedulerProfile, SpreadDefaulting, default_spread_owner,
 };
@@ -299,33 +299,61 @@ fn check_with_volumes(
     } else {
         None
     };
+    let verdict = check_planned(
+        snapshot,
+        pod,
+        node,
+        switches,
+        volumes.as_ref(),
+        devices.as_ref(),
+    );
+    let Some(plan) = devices else {
+        return verdict.map(|_| ());
+    };
+    // The plan goes back to the snapshot on every path, for the pod's next check.
+    match verdict {
+        Ok(Some((node_name, allocation))) => {
+            snapshot.dra_learn(plan, Some((pod, &node_name, allocation)));
+            Ok(())
+        }
+        Ok(None) => {
+            snapshot.dra_learn(plan, None);
+            Ok(())
+        }
+        Err(unfit) => {
+            snapshot.dra_learn(plan, None);
+            Err(unfit)
+        }
+    }
+}
+
+/// The filters of [`check_with_volumes`] once the per-pod parts are resolved; on success, the
+/// node's name and the devices found there when the pod's claims need an allocation.
+fn check_planned(
+    snapshot: &mut Snapshot,
+    pod: &Pod,
+    node: NodeId,
+    switches: FilterSwitches,
+    volumes: Option<&VolumePlan>,
+    devices: Option<&PodPlan>,
+) -> Result<Option<(String, NodeAllocation)>, Unfit> {
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
     check_node_local(pod, info, switches, snapshot.scheduler_profile())
         .map_err(Rejected::into_unfit)?;
-    if let Some(volumes) = &volumes {
+    if let Some(volumes) = volumes {
         volumes.check_node(snapshot, info).map_err(Unfit::volume)?;
     }
     // DynamicResources comes last in the scheduler's default order, after InterPodAffinity: a
     // node both reject is reported with the inter-pod reason.
     check_inter_pod(snapshot, pod, node)?;
-    if let Some(plan) = devices {
-        let Some(info) = snapshot.node(node) else {
-            return Err(Unfit::NodeMissing);
-        };
-        let node_name = info.node.name.clone();
-        let verdict = plan.check_node(snapshot.dra(), &node_name, &info.node.labels, true);
-        match verdict {
-            Ok(allocation) => {
-                let fit = allocation.map(|a| (pod, node_name.as_str(), a));
-                snapshot.dra_learn(&plan, fit);
-            }
-            Err(unfit) => {
-                snapshot.dra_learn(&plan, None);
-                return Err(Unfit::Dra(unfit));
-            }
-        }
-    }
-    Ok(())
+    let Some(plan) = devices else {
+        return Ok(None);
+    };
+    let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
+    let allocation = plan
+        .check_node(snapshot.dra(), &info.node.name, &info.node.labels, true)
+        .map_err(Unfit::Dra)?;
+    Ok(allocation.map(|a| (info.node.name.clone(), a)))
 }
 
 /// Filters 8 and 9 (PodTopologySpread, InterPodAffinity) for one node.
@@ -392,7 +420,7 @@ fn find_node_with_volumes(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> O
         }
         true
     });
-    if let Some(plan) = &devices {
+    if let Some(plan) = devices {
         let fit = match (found, last_fit.into_inner()) {
             (Some(node), Some((i, Some(allocation)))) if node.index() == i => snapshot
                 .node(node)

@@ -23,7 +23,7 @@ pub mod snapshot;
 mod topology;
 pub mod volumes;
 
-pub use dra::{DraReason, DraUnfit, PoolUtilization};
+pub use dra::{AllocationNote, DraReason, DraUnfit, PoolUtilization};
 pub use filters::{Unfit, UnfitKind, check, find_node};
 pub use scheduler_config::{FilterPlugin, SchedulerConfigError, SchedulerProfile};
 pub use snapshot::{Branch, NodeId, NodeInfo, Snapshot};

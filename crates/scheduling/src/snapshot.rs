@@ -281,19 +281,21 @@ impl Snapshot {
     }
 
     /// The per-pod part of the DynamicResources filter for `pod` (compiling its selectors on
-    /// first use).
+    /// first use); the plan of the pod's previous check when nothing changed since. Give it
+    /// back with [`Snapshot::dra_learn`].
     pub(crate) fn dra_plan(&mut self, pod: &Pod) -> Result<PodPlan, DraUnfit> {
-        PodPlan::prepare(&mut self.dra, pod)
+        self.dra.plan(pod)
     }
 
     pub(crate) fn dra(&self) -> &DraState {
         &self.dra
     }
 
-    /// Keeps what a filter run learnt: the selector verdicts its plan evaluated, and the
-    /// allocation it found for the pod on the node it accepted (for `add_pod` to reuse).
-    pub(crate) fn dra_learn(&mut self, plan: &PodPlan, fit: Option<(&Pod, &str, NodeAllocation)>) {
-        self.dra.keep_verdicts(plan.new_verdicts());
+    /// Keeps what a filter run learnt: the plan itself (for the pod's next check), the selector
+    /// verdicts it evaluated, and the allocation it found for the pod on the node it accepted
+    /// (for `add_pod` to reuse).
+    pub(crate) fn dra_learn(&mut self, plan: PodPlan, fit: Option<(&Pod, &str, NodeAllocation)>) {
+        self.dra.keep_plan(plan);
         if let Some((pod, node, allocation)) = fit {
             self.dra.remember_fit(pod, node, allocation);
         }

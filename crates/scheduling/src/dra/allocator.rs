@@ -16,11 +16,11 @@ use ferroscale_model::dra::MAX_CLAIM_CONSUMERS;
 use ferroscale_model::{
     AllocatedDevice, AllocationMode, ClaimAllocation, DeviceAttribute, DeviceRequestKind,
     DeviceScope, ExactDeviceRequest, Labels, NodeOperator, NodeRequirement, NodeSelector,
-    NodeSelectorTerm, Pod, PodClaimSource,
+    NodeSelectorTerm, Pod, PodClaimSource, PodResourceClaim, PodResourceClaimStatus,
 };
 
 use super::cel::DeviceView;
-use super::{ClaimIdx, DeviceIdx, DraReason, DraState, DraUnfit, Verdict};
+use super::{AllocationNote, ClaimIdx, DeviceIdx, DraReason, DraState, DraUnfit, Verdict};
 
 /// How many device placements one allocation may try before giving up on the node: a bound on
 /// the work of pathological claims (many devices, constraints no combination satisfies).
@@ -33,7 +33,7 @@ struct SelectorRef {
     /// The class, for the class's selectors.
     class: Option<String>,
     index: usize,
-    source: String,
+    source: Arc<str>,
 }
 
 /// A request (or one `firstAvailable` alternative) to allocate.
@@ -43,7 +43,9 @@ struct ExactPlan {
     request: String,
     /// The alternative's name, for a `firstAvailable` alternative.
     sub: Option<String>,
-    class: String,
+    /// `request` or `request/alternative`, as allocation results and verdicts name it.
+    full_name: Arc<str>,
+    class: Arc<str>,
     selectors: Vec<SelectorRef>,
     mode: AllocationMode,
     admin: bool,
@@ -54,10 +56,7 @@ struct ExactPlan {
 impl ExactPlan {
     /// `request` or `request/alternative`, as allocation results name it.
     fn full_name(&self) -> String {
-        match &self.sub {
-            Some(sub) => format!("{}/{sub}", self.request),
-            None => self.request.clone(),
-        }
+        self.full_name.to_string()
     }
 }
 
@@ -92,11 +91,22 @@ impl ConstraintPlan {
     }
 }
 
+/// What a plan depends on besides the state: the pod's identity and its claim entries.
+#[derive(Debug)]
+struct PlanKey {
+    uid: String,
+    namespace: String,
+    name: String,
+    claims: Vec<PodResourceClaim>,
+    statuses: Vec<PodResourceClaimStatus>,
+    epoch: u64,
+}
+
 /// A claim of the pod that needs an allocation.
 #[derive(Debug)]
 struct ClaimPlan {
     claim: ClaimIdx,
-    key: String,
+    key: Arc<str>,
     requests: Vec<RequestPlan>,
     constraints: Vec<ConstraintPlan>,
 }
@@ -108,14 +118,22 @@ pub(crate) struct NodeAllocation {
     pub(crate) claims: Vec<(ClaimIdx, ClaimAllocation, Vec<DeviceIdx>)>,
 }
 
-/// The pod's claims, resolved once per check (the scheduler's PreFilter).
+/// The pod's claims, resolved (the scheduler's PreFilter) once per pod and state of the claims
+/// (see `DraState::plan`).
 #[derive(Debug)]
 pub(crate) struct PodPlan {
+    /// What the plan was made from: the pod's identity and claim entries, and the state's epoch.
+    made_for: PlanKey,
     /// Allocated claims: their key and the nodes the allocation is usable from.
     allocated: Vec<(String, Option<NodeSelector>)>,
     to_allocate: Vec<ClaimPlan>,
     /// Selector verdicts computed by this plan, for the state's cache.
     computed: RefCell<HashMap<(u32, u32), Verdict>>,
+    /// Some claim to allocate needs at least one device that no other claim uses, and no
+    /// request asks for `All` devices or admin access (see [`PodPlan::allocate`]).
+    needs_free_device: bool,
+    /// The devices of the node being checked (a buffer reused from check to check).
+    candidates: RefCell<Vec<DeviceIdx>>,
 }
 
 impl PodPlan {
@@ -166,9 +184,19 @@ impl PodPlan {
         }
 
         let mut plan = PodPlan {
+            made_for: PlanKey {
+                uid: pod.uid.clone(),
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                claims: pod.resource_claims.clone(),
+                statuses: pod.resource_claim_statuses.clone(),
+                epoch: state.epoch,
+            },
             allocated: Vec::new(),
             to_allocate: Vec::new(),
             computed: RefCell::new(HashMap::new()),
+            needs_free_device: false,
+            candidates: RefCell::new(Vec::new()),
         };
         let shapes = state.catalogue.shape_count();
         for (id, key) in claims {
@@ -234,12 +262,62 @@ impl PodPlan {
                 .collect();
             plan.to_allocate.push(ClaimPlan {
                 claim: id,
-                key,
+                key: Arc::from(key),
                 requests,
                 constraints,
             });
         }
+        plan.needs_free_device = plan.devices_needed() > 0 && plan.only_exact_plain_requests();
         Ok(plan)
+    }
+
+    /// The fewest devices any allocation of the plan takes: per request its count, the fewest
+    /// of a `firstAvailable` request's alternatives (an `All` request counts none).
+    fn devices_needed(&self) -> usize {
+        let count = |p: &ExactPlan| match p.mode {
+            AllocationMode::ExactCount(n) => n as usize,
+            AllocationMode::All => 0,
+        };
+        self.to_allocate
+            .iter()
+            .flat_map(|c| &c.requests)
+            .map(|r| match r {
+                RequestPlan::Exact(p) => count(p),
+                RequestPlan::FirstAvailable(alternatives) => {
+                    alternatives.iter().map(count).min().unwrap_or(0)
+                }
+            })
+            .sum()
+    }
+
+    /// No request (or alternative) of the claims to allocate asks for `All` devices or for
+    /// admin access: every device picked must be free.
+    fn only_exact_plain_requests(&self) -> bool {
+        self.to_allocate
+            .iter()
+            .flat_map(|c| &c.requests)
+            .flat_map(|r| match r {
+                RequestPlan::Exact(p) => std::slice::from_ref(p),
+                RequestPlan::FirstAvailable(alternatives) => alternatives.as_slice(),
+            })
+            .all(|p| !p.admin && matches!(p.mode, AllocationMode::ExactCount(_)))
+    }
+
+    /// Whether the plan was made for this pod (same identity and claim entries) on the state of
+    /// `epoch`: then it is what `prepare` would make now.
+    pub(crate) fn is_current(&self, pod: &Pod, epoch: u64) -> bool {
+        let key = &self.made_for;
+        key.epoch == epoch
+            && key.uid == pod.uid
+            && key.namespace == pod.namespace
+            && key.name == pod.name
+            && key.claims == pod.resource_claims
+            && key.statuses == pod.resource_claim_statuses
+    }
+
+    /// The epoch of the state the plan was made on.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.made_for.epoch
     }
 
     /// Whether every claim of the pod is allocated already (nothing to search for).
@@ -283,14 +361,38 @@ impl PodPlan {
         labels: &Labels,
         explain: bool,
     ) -> Result<NodeAllocation, DraUnfit> {
-        let mut candidates = Vec::new();
+        // The candidates' buffer is the plan's, reused from node to node.
+        let mut candidates = self.candidates.take();
+        candidates.clear();
         let incomplete = state
             .catalogue
             .reachable(node_name, labels, &mut candidates);
+        let outcome = self.allocate_from(state, node_name, &candidates, incomplete, explain);
+        self.candidates.replace(candidates);
+        outcome
+    }
+
+    /// [`PodPlan::allocate`] among the devices the node reaches.
+    fn allocate_from(
+        &self,
+        state: &DraState,
+        node_name: &str,
+        candidates: &[DeviceIdx],
+        incomplete: Option<(String, &'static str)>,
+        explain: bool,
+    ) -> Result<NodeAllocation, DraUnfit> {
+        // A node none of whose devices is free cannot satisfy a plan that needs a device and
+        // has neither `All` nor admin-access requests: the search would try every candidate
+        // and stop at each before evaluating any selector (the common case of a full node).
+        let hopeless =
+            self.needs_free_device && candidates.iter().all(|d| state.in_use[*d as usize] > 0);
+        if hopeless {
+            return Err(self.failure(state, candidates, explain));
+        }
         let mut search = Search {
             plan: self,
             state,
-            candidates: &candidates,
+            candidates,
             incomplete,
             taken: Vec::new(),
             picks: vec![Vec::new(); self.to_allocate.len()],
@@ -323,17 +425,23 @@ impl PodPlan {
         if let Some(error) = search.error {
             return Err(error);
         }
+        Err(self.failure(state, candidates, explain))
+    }
+
+    /// The verdict when no allocation was found: diagnosed when `explain`, a verdict naming
+    /// nothing otherwise.
+    fn failure(&self, state: &DraState, candidates: &[DeviceIdx], explain: bool) -> DraUnfit {
         if !explain {
-            return Err(DraUnfit::new(
-                String::new(),
+            return DraUnfit::new(
+                "",
                 DraReason::CannotAllocate {
                     request: None,
                     selector: None,
-                    note: String::new(),
+                    note: AllocationNote::NotDiagnosed,
                 },
-            ));
+            );
         }
-        Err(self.diagnose(state, &candidates))
+        self.diagnose(state, candidates)
     }
 
     /// Why no allocation was found: the first request with too few matching devices (and the
@@ -354,47 +462,49 @@ impl PodPlan {
                     AllocationMode::ExactCount(n) => n as usize,
                     AllocationMode::All => 1,
                 };
-                let matching: Vec<DeviceIdx> = candidates
-                    .iter()
-                    .copied()
-                    .filter(|d| self.selectable(state, claim, p, *d).unwrap_or(false))
-                    .collect();
-                if matching.len() < needed {
+                // Matching devices, and how many of them the request may take now.
+                let (mut matching, mut free) = (0, 0);
+                for d in candidates {
+                    if self.selectable(state, claim, p, *d).unwrap_or(false) {
+                        matching += 1;
+                        if p.admin || state.in_use[*d as usize] == 0 {
+                            free += 1;
+                        }
+                    }
+                }
+                if matching < needed {
                     let selector = self.most_rejecting_selector(state, p, candidates);
                     let note = if candidates.is_empty() {
-                        "the node has no devices".to_string()
+                        AllocationNote::NoDevices
                     } else {
-                        format!(
-                            "{} of the node's {} devices match class {}, {needed} needed",
-                            matching.len(),
-                            candidates.len(),
-                            p.class
-                        )
+                        AllocationNote::TooFewMatching {
+                            matching,
+                            devices: candidates.len(),
+                            class: p.class.clone(),
+                            needed,
+                        }
                     };
                     return DraUnfit::new(
                         claim.key.clone(),
                         DraReason::CannotAllocate {
-                            request: Some(p.full_name()),
+                            request: Some(p.full_name.clone()),
                             selector: selector
                                 .or_else(|| (!candidates.is_empty()).then(|| p.class.clone())),
                             note,
                         },
                     );
                 }
-                let free = matching
-                    .iter()
-                    .filter(|d| p.admin || state.in_use[**d as usize] == 0)
-                    .count();
                 if free < needed {
                     return DraUnfit::new(
                         claim.key.clone(),
                         DraReason::CannotAllocate {
-                            request: Some(p.full_name()),
+                            request: Some(p.full_name.clone()),
                             selector: None,
-                            note: format!(
-                                "{free} of the {} matching devices are free, {needed} needed",
-                                matching.len()
-                            ),
+                            note: AllocationNote::TooFewFree {
+                                free,
+                                matching,
+                                needed,
+                            },
                         },
                     );
                 }
@@ -403,15 +513,13 @@ impl PodPlan {
         let key = self
             .to_allocate
             .first()
-            .map_or_else(String::new, |c| c.key.clone());
+            .map_or_else(|| Arc::from(""), |c| c.key.clone());
         DraUnfit::new(
             key,
             DraReason::CannotAllocate {
                 request: None,
                 selector: None,
-                note: "no combination of free matching devices satisfies all requests and \
-                       constraints together"
-                    .to_string(),
+                note: AllocationNote::NoCombination,
             },
         )
     }
@@ -422,7 +530,7 @@ impl PodPlan {
         state: &DraState,
         p: &ExactPlan,
         candidates: &[DeviceIdx],
-    ) -> Option<String> {
+    ) -> Option<Arc<str>> {
         p.selectors
             .iter()
             .map(|s| {
@@ -467,7 +575,7 @@ impl PodPlan {
                             request: p.full_name(),
                             class: selector.class.clone(),
                             index: selector.index,
-                            expression: selector.source.clone(),
+                            expression: selector.source.to_string(),
                             message: message.to_string(),
                             compile: false,
                         },
@@ -568,13 +676,14 @@ fn exact_plan(
             id,
             class: owner,
             index,
-            source: source.clone(),
+            source: Arc::from(source.as_str()),
         });
     }
     Ok(ExactPlan {
         request: request.to_string(),
         sub: sub.map(str::to_string),
-        class: class.name.clone(),
+        full_name: Arc::from(full_name),
+        class: Arc::from(class.name.as_str()),
         selectors,
         mode: exact.allocation_mode,
         admin: exact.admin_access,

@@ -181,7 +181,7 @@ fn a_claim_fits_only_where_a_matching_device_is_free() {
     let p1 = pod_with("p1", &["c1"]);
     let unfit = dra_unfit(check(&mut c.snapshot, &p1, c.nodes[0]));
     assert_eq!(unfit.to_string(), "cannot allocate all claims");
-    assert_eq!(unfit.claim, "default/c1");
+    assert_eq!(&*unfit.claim, "default/c1");
     assert!(
         unfit.detail().contains("the node has no devices"),
         "{}",
@@ -1028,5 +1028,62 @@ fn a_pool_with_a_duplicate_device_name_is_not_used() {
             .to_string()
             .ends_with("resource pool gpu.example.com/n0 is currently invalid"),
         "{unfit}"
+    );
+}
+
+/// DRA-116: a pod checked again after the claim state changed is checked on the state of now,
+/// never on what its earlier check resolved: a shared claim another pod allocated elsewhere
+/// meanwhile pins it there, a reservation that fills the claim turns it away, and a reverted
+/// branch brings the earlier verdicts back.
+#[test]
+fn a_pod_checked_again_sees_the_claim_state_of_now() {
+    // One unallocated claim shared by two pods, one GPU on each node.
+    let mut c = cluster(&[1, 1], vec![claim("shared", 1)], DraObjects::default());
+    let first = pod_with("first", &["shared"]);
+    let second = pod_with("second", &["shared"]);
+    assert_eq!(check(&mut c.snapshot, &second, c.nodes[1]), Ok(()));
+    {
+        let mut branch = c.snapshot.branch();
+        branch.add_pod(c.nodes[0], Arc::new(first));
+        let unfit = dra_unfit(check(&mut branch, &second, c.nodes[1]));
+        assert_eq!(unfit.to_string(), "resourceclaim not available on the node");
+        assert_eq!(check(&mut branch, &second, c.nodes[0]), Ok(()));
+    }
+    assert_eq!(check(&mut c.snapshot, &second, c.nodes[1]), Ok(()));
+
+    // An allocated claim with room for one more pod.
+    let mut almost_full = claim("almost-full", 1);
+    almost_full.allocation = Some(allocated_on("n0", &["gpu-0"]));
+    almost_full.reserved_for = (0..MAX_CLAIM_CONSUMERS - 1).map(consumer).collect();
+    let mut c = cluster(&[1], vec![almost_full], DraObjects::default());
+    let last = pod_with("last", &["almost-full"]);
+    let late = pod_with("late", &["almost-full"]);
+    assert_eq!(check(&mut c.snapshot, &late, c.nodes[0]), Ok(()));
+    {
+        let mut branch = c.snapshot.branch();
+        branch.add_pod(c.nodes[0], Arc::new(last));
+        let unfit = dra_unfit(check(&mut branch, &late, c.nodes[0]));
+        assert_eq!(unfit.to_string(), "resourceclaim in use");
+    }
+    assert_eq!(check(&mut c.snapshot, &late, c.nodes[0]), Ok(()));
+}
+
+/// DRA-103: a pod checked again with other claim entries (same name and uid) is checked for
+/// those entries.
+#[test]
+fn a_pod_with_other_claim_entries_is_checked_for_them() {
+    let mut c = cluster(&[1], vec![claim("c1", 1)], DraObjects::default());
+    assert_eq!(
+        check(&mut c.snapshot, &pod_with("p", &["c1"]), c.nodes[0]),
+        Ok(())
+    );
+    let unfit = dra_unfit(check(
+        &mut c.snapshot,
+        &pod_with("p", &["gone"]),
+        c.nodes[0],
+    ));
+    assert_eq!(
+        unfit.to_string(),
+        "resourceclaim.resource.k8s.io \"gone\" not found"
     );
 }
