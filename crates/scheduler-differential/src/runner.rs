@@ -635,18 +635,12 @@ impl Runner {
     /// Deletes the case's DRA objects; the scheduler's delete protection on allocated claims
     /// (removed by the controller manager, not running here) is dropped first.
     async fn delete_devices(&self, case: &Case) -> Result<(), RunError> {
-        let unprotect = serde_json::json!({ "metadata": { "finalizers": null } });
-        let patch = Patch::Merge(&unprotect);
-        let pp = PatchParams::default();
         let dp = DeleteParams::default();
         for claim in &case.devices.claims {
             let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
             let name = claim.metadata.name.as_deref().unwrap_or_default();
             let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), ns);
-            ignore_missing(api.patch(name, &pp, &patch).await)
-                .map_err(api_error(format!("unprotect resource claim {ns}/{name}")))?;
-            ignore_missing(api.delete(name, &dp).await)
-                .map_err(api_error(format!("delete resource claim {ns}/{name}")))?;
+            unprotect_and_delete(&api, name, &format!("resource claim {ns}/{name}")).await?;
         }
         let slices: Api<ResourceSlice> = Api::all(self.client.clone());
         for slice in &case.devices.slices {
@@ -666,26 +660,17 @@ impl Runner {
     /// Deletes the case's storage; the protection finalizers (removed by controllers that do not
     /// run here) are dropped first.
     async fn delete_storage(&self, case: &Case) -> Result<(), RunError> {
-        let unprotect = serde_json::json!({ "metadata": { "finalizers": null } });
-        let patch = Patch::Merge(&unprotect);
-        let pp = PatchParams::default();
         let dp = DeleteParams::default();
         for claim in &case.storage.claims {
             let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
             let name = claim.metadata.name.as_deref().unwrap_or_default();
             let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
-            ignore_missing(api.patch(name, &pp, &patch).await)
-                .map_err(api_error(format!("unprotect claim {ns}/{name}")))?;
-            ignore_missing(api.delete(name, &dp).await)
-                .map_err(api_error(format!("delete claim {ns}/{name}")))?;
+            unprotect_and_delete(&api, name, &format!("claim {ns}/{name}")).await?;
         }
         let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
         for volume in &case.storage.volumes {
             let name = volume.metadata.name.as_deref().unwrap_or_default();
-            ignore_missing(volumes.patch(name, &pp, &patch).await)
-                .map_err(api_error(format!("unprotect volume {name}")))?;
-            ignore_missing(volumes.delete(name, &dp).await)
-                .map_err(api_error(format!("delete volume {name}")))?;
+            unprotect_and_delete(&volumes, name, &format!("volume {name}")).await?;
         }
         let classes: Api<StorageClass> = Api::all(self.client.clone());
         for class in &case.storage.classes {
@@ -767,6 +752,23 @@ fn claim_names(pod: &Pod) -> Vec<String> {
         .filter_map(|v| v.persistent_volume_claim.as_ref())
         .map(|c| c.claim_name.clone())
         .collect()
+}
+
+/// Deletes an object whose finalizers a controller that does not run here would remove (claim
+/// and volume protection, the scheduler's delete protection of allocated ResourceClaims): they
+/// are dropped first. A missing object is already gone.
+async fn unprotect_and_delete<K>(api: &Api<K>, name: &str, what: &str) -> Result<(), RunError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let unprotect = serde_json::json!({ "metadata": { "finalizers": null } });
+    ignore_missing(
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&unprotect))
+            .await,
+    )
+    .map_err(api_error(format!("unprotect {what}")))?;
+    ignore_missing(api.delete(name, &DeleteParams::default()).await)
+        .map_err(api_error(format!("delete {what}")))
 }
 
 fn ignore_missing<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error> {
