@@ -7,18 +7,10 @@
 use ferroscale_core::bench_fixtures::constrained_cluster;
 use ferroscale_core::scale_up::plan_scale_up;
 
-/// `VmRSS` (current) and `VmHWM` (peak) in KiB.
-fn resident_kib() -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
-}
+#[path = "support/rss.rs"]
+mod rss;
+
+use rss::resident_kib;
 
 fn main() {
     // `cargo bench` passes `--bench`; a plain run with a filter argument that does not match skips.

@@ -855,6 +855,16 @@ fn pod_resource_claims(
         .collect()
 }
 
+/// The object's namespace, `default` when it has none (or an empty one), as `kubectl apply` would
+/// put it.
+pub(crate) fn namespace_or_default(metadata: &meta::ObjectMeta) -> String {
+    metadata
+        .namespace
+        .clone()
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_string())
+}
+
 /// Converts a Pod. A pod without a namespace is put in `default`, as `kubectl apply` would.
 pub fn pod_from_k8s(pod: &core::Pod, priorities: &PriorityClasses) -> Result<Pod, ConvertError> {
     let ctx = ObjectContext::namespaced("Pod", &pod.metadata);

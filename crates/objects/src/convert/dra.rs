@@ -27,7 +27,7 @@ use ferroscale_model::{
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::resource::v1 as resource;
 
-use super::{ConvertError, ObjectContext, node_selector};
+use super::{ConvertError, ObjectContext, namespace_or_default, node_selector};
 
 /// Devices one ResourceSlice may list.
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
@@ -722,11 +722,7 @@ pub fn resource_claim_from_k8s(
         .find(|o| o.controller == Some(true) && o.kind == "Pod" && o.api_version == "v1")
         .map(|o| o.uid.clone());
     Ok(ResourceClaim {
-        namespace: metadata
-            .namespace
-            .clone()
-            .filter(|ns| !ns.is_empty())
-            .unwrap_or_else(|| "default".to_string()),
+        namespace: namespace_or_default(metadata),
         name: metadata.name.clone().unwrap_or_default(),
         uid: metadata.uid.clone().unwrap_or_default(),
         spec: claim_spec(&ctx, "spec", &claim.spec)?,
@@ -747,12 +743,7 @@ pub fn resource_claim_template_from_k8s(
 ) -> Result<ResourceClaimTemplate, ConvertError> {
     let ctx = ObjectContext::namespaced("ResourceClaimTemplate", &template.metadata);
     Ok(ResourceClaimTemplate {
-        namespace: template
-            .metadata
-            .namespace
-            .clone()
-            .filter(|ns| !ns.is_empty())
-            .unwrap_or_else(|| "default".to_string()),
+        namespace: namespace_or_default(&template.metadata),
         name: template.metadata.name.clone().unwrap_or_default(),
         spec: claim_spec(&ctx, "spec.spec", &template.spec.spec)?,
     })

@@ -14,7 +14,7 @@ use k8s_openapi::api::storage::v1 as storage;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use std::collections::BTreeMap;
 
-use super::{ConvertError, ObjectContext, labels, node_selector};
+use super::{ConvertError, ObjectContext, labels, namespace_or_default, node_selector};
 
 /// The CSI driver that serves an in-tree volume type the scheduler's volume limits treat as
 /// migrated (AWS EBS, GCE PD, Azure Disk, Cinder, Portworx): such volumes count against that
@@ -100,11 +100,7 @@ pub fn pvc_from_k8s(
         }
     };
     Ok(PersistentVolumeClaim {
-        namespace: metadata
-            .namespace
-            .clone()
-            .filter(|ns| !ns.is_empty())
-            .unwrap_or_else(|| "default".to_string()),
+        namespace: namespace_or_default(metadata),
         name: metadata.name.clone().unwrap_or_default(),
         uid: metadata.uid.clone().unwrap_or_default(),
         storage_class_name: spec.and_then(|s| s.storage_class_name.clone()),
