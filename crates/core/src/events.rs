@@ -15,6 +15,12 @@ pub enum EventObject {
     Pod(String),
     /// A node, by name.
     Node(String),
+    /// A ProvisioningRequest, as `namespace/name`.
+    ProvisioningRequest(String),
+    /// A CapacityBuffer, as `namespace/name`.
+    CapacityBuffer(String),
+    /// A CapacityQuota (cluster-scoped), by name.
+    CapacityQuota(String),
 }
 
 impl fmt::Display for EventObject {
@@ -26,6 +32,9 @@ impl fmt::Display for EventObject {
             }
             EventObject::Pod(name) => write!(f, "pod/{name}"),
             EventObject::Node(name) => write!(f, "node/{name}"),
+            EventObject::ProvisioningRequest(key) => write!(f, "provisioningrequest/{key}"),
+            EventObject::CapacityBuffer(key) => write!(f, "capacitybuffer/{key}"),
+            EventObject::CapacityQuota(name) => write!(f, "capacityquota/{name}"),
         }
     }
 }

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ferroscale_model::{
-    DaemonSet, DraObjects, Namespace, Node, Pod, PodDisruptionBudget, Taint, Timestamp,
+    CapacityBuffer, CapacityBufferStatus, CapacityObjects, DaemonSet, DraObjects, Namespace, Node,
+    Pod, PodDisruptionBudget, ProvisioningRequestStatus, ScalableObject, Taint, Timestamp,
     VolumeObjects,
 };
 use thiserror::Error;
@@ -53,6 +54,9 @@ pub struct ClusterObjects {
     /// ResourceSlices, DeviceClasses, ResourceClaims and ResourceClaimTemplates the
     /// DynamicResources filter reads.
     pub dra: DraObjects,
+    /// ProvisioningRequests, CapacityBuffers, CapacityQuotas and the PodTemplates they use
+    /// (empty when none of those features is enabled).
+    pub capacity: CapacityObjects,
 }
 
 /// The status ConfigMap as it is written (docs/behaviour.md ST-101): `data.status` already rendered
@@ -145,4 +149,27 @@ pub trait ClusterApi: Send + Sync {
     async fn write_status(&self, status: &StatusConfigMap) -> Result<(), ClusterError>;
     /// Deletes the status ConfigMap (at shutdown).
     async fn delete_status(&self, namespace: &str, name: &str) -> Result<(), ClusterError>;
+    /// Replaces the status (conditions and class details) of a ProvisioningRequest through its
+    /// status subresource.
+    async fn update_provisioning_request_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &ProvisioningRequestStatus,
+    ) -> Result<(), ClusterError>;
+    /// Replaces the status of a CapacityBuffer through its status subresource.
+    async fn update_capacity_buffer_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &CapacityBufferStatus,
+    ) -> Result<(), ClusterError>;
+    /// Creates or updates the PodTemplate the buffer controller keeps for a buffer whose pods
+    /// come from a scalable object (owned by the buffer, with the pod shape Gather resolved for
+    /// `scalable`). Returns the template's name and generation.
+    async fn ensure_buffer_pod_template(
+        &self,
+        buffer: &CapacityBuffer,
+        scalable: &ScalableObject,
+    ) -> Result<(String, i64), ClusterError>;
 }

@@ -371,6 +371,10 @@ pub struct AutoscalingOptions {
     /// faster inter-pod affinity check on `kubernetes.io/hostname`; it changes no result, and
     /// Ferroscale's filter already counts hostname domains per node (docs/behaviour.md SU-113).
     pub enable_inter_pod_affinity_hostname_fast_path: bool,
+    // --- issue 16: ProvisioningRequests ---
+    // --- issue 16: CapacityBuffers ---
+    // --- issue 16: CapacityQuotas ---
+    // --- issue 16: the gRPC expander ---
 }
 
 /// `--estimator` values.
@@ -542,6 +546,10 @@ impl Default for AutoscalingOptions {
             cluster_snapshot_parallelism: 16,
             scheduler_verbosity: -1,
             enable_inter_pod_affinity_hostname_fast_path: false,
+            // --- issue 16: ProvisioningRequests ---
+            // --- issue 16: CapacityBuffers ---
+            // --- issue 16: CapacityQuotas ---
+            // --- issue 16: the gRPC expander ---
         }
     }
 }
@@ -984,6 +992,10 @@ impl AutoscalingOptions {
             "enable-inter-pod-affinity-hostname-fast-path" => {
                 self.enable_inter_pod_affinity_hostname_fast_path = parse_bool(f, v)?
             }
+            // --- issue 16: ProvisioningRequests ---
+            // --- issue 16: CapacityBuffers ---
+            // --- issue 16: CapacityQuotas ---
+            // --- issue 16: the gRPC expander ---
             _ => {
                 return Err(OptionError::UnknownFlag {
                     flag: flag.to_string(),

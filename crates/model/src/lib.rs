@@ -4,6 +4,7 @@
 //! once, at the boundary, into these types. Nothing here performs I/O or reads the clock; the only
 //! fallible functions are parsers, and their errors name the offending value.
 
+pub mod capacity;
 pub mod dra;
 pub mod labels;
 pub mod node;
@@ -15,6 +16,14 @@ pub mod time;
 pub mod volumes;
 pub mod workloads;
 
+pub use capacity::{
+    ACTIVE_CAPACITY_STRATEGY, ApiCondition, BEST_EFFORT_ATOMIC_CLASS, CAPACITY_API_GROUP,
+    CHECK_CAPACITY_CLASS, CONSUME_PROVISIONING_REQUEST_ANNOTATION, CapacityBuffer,
+    CapacityBufferSpec, CapacityBufferStatus, CapacityObjects, CapacityQuota,
+    PROVISIONING_CLASS_ANNOTATION, PodSet, PodTemplate, ProvisioningRequest,
+    ProvisioningRequestStatus, ScalableObject, ScalableRef, find_condition,
+    provisioning_conditions,
+};
 pub use dra::{
     AllocatedDevice, AllocationMode, ClaimAllocation, ClaimConsumer, ClaimSpec, Device,
     DeviceAttribute, DeviceClass, DeviceConstraint, DeviceRequest, DeviceRequestKind, DeviceScope,

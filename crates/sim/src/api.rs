@@ -97,6 +97,7 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
         priority_expander_config: None,
         volumes: cluster.storage().objects().clone(),
         dra: cluster.dra().objects().clone(),
+        capacity: Default::default(),
     }
 }
 
@@ -260,6 +261,37 @@ impl ClusterApi for SimClusterApi<'_> {
     async fn delete_status(&self, _namespace: &str, _name: &str) -> Result<(), ClusterError> {
         self.log().status = None;
         Ok(())
+    }
+    // CAPACITY-WIRING-PENDING: replaced by the capacity APIs' implementation.
+    async fn update_provisioning_request_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        _status: &ferroscale_model::ProvisioningRequestStatus,
+    ) -> Result<(), ClusterError> {
+        Err(ClusterError::Api(format!(
+            "ProvisioningRequest {namespace}/{name}: status writes are not wired yet"
+        )))
+    }
+    async fn update_capacity_buffer_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        _status: &ferroscale_model::CapacityBufferStatus,
+    ) -> Result<(), ClusterError> {
+        Err(ClusterError::Api(format!(
+            "CapacityBuffer {namespace}/{name}: status writes are not wired yet"
+        )))
+    }
+    async fn ensure_buffer_pod_template(
+        &self,
+        buffer: &ferroscale_model::CapacityBuffer,
+        _scalable: &ferroscale_model::ScalableObject,
+    ) -> Result<(String, i64), ClusterError> {
+        Err(ClusterError::Api(format!(
+            "CapacityBuffer {}: pod templates are not wired yet",
+            buffer.key()
+        )))
     }
 }
 

@@ -317,6 +317,9 @@ pub struct ClusterState {
     pub volumes: ferroscale_model::VolumeObjects,
     /// ResourceSlices, DeviceClasses, ResourceClaims and claim templates `gather` reports.
     pub dra: ferroscale_model::DraObjects,
+    /// ProvisioningRequests, buffers, quotas and PodTemplates `gather` reports; the status writes
+    /// land here, so the next loop reads them back.
+    pub capacity: ferroscale_model::CapacityObjects,
 }
 
 pub struct FakeCluster {
@@ -371,6 +374,7 @@ impl ClusterApi for FakeCluster {
             controllers: state.controllers.clone(),
             volumes: state.volumes.clone(),
             dra: state.dra.clone(),
+            capacity: state.capacity.clone(),
             ..ClusterObjects::default()
         })
     }
@@ -473,6 +477,89 @@ impl ClusterApi for FakeCluster {
         lock(&self.log).push(format!("kube.delete_status {namespace}/{name}"));
         self.state().status = None;
         Ok(())
+    }
+    async fn update_provisioning_request_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &ferroscale_model::ProvisioningRequestStatus,
+    ) -> Result<(), ClusterError> {
+        lock(&self.log).push(format!(
+            "kube.update_provisioning_request_status {namespace}/{name}"
+        ));
+        let mut state = self.state();
+        let request = state
+            .capacity
+            .provisioning_requests
+            .iter_mut()
+            .find(|r| r.namespace == namespace && r.name == name)
+            .ok_or_else(|| ClusterError::NotFound {
+                kind: "ProvisioningRequest",
+                name: format!("{namespace}/{name}"),
+            })?;
+        Arc::make_mut(request).status = status.clone();
+        Ok(())
+    }
+    async fn update_capacity_buffer_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &ferroscale_model::CapacityBufferStatus,
+    ) -> Result<(), ClusterError> {
+        lock(&self.log).push(format!(
+            "kube.update_capacity_buffer_status {namespace}/{name}"
+        ));
+        let mut state = self.state();
+        let buffer = state
+            .capacity
+            .buffers
+            .iter_mut()
+            .find(|b| b.namespace == namespace && b.name == name)
+            .ok_or_else(|| ClusterError::NotFound {
+                kind: "CapacityBuffer",
+                name: format!("{namespace}/{name}"),
+            })?;
+        Arc::make_mut(buffer).status = status.clone();
+        Ok(())
+    }
+    async fn ensure_buffer_pod_template(
+        &self,
+        buffer: &ferroscale_model::CapacityBuffer,
+        scalable: &ferroscale_model::ScalableObject,
+    ) -> Result<(String, i64), ClusterError> {
+        let name = format!("capacitybuffer-{}", buffer.name);
+        lock(&self.log).push(format!(
+            "kube.ensure_buffer_pod_template {}/{name}",
+            buffer.namespace
+        ));
+        let Some(pod) = &scalable.pod else {
+            return Err(ClusterError::Api(format!(
+                "no pod shape resolved for {}/{}",
+                scalable.reference.kind, scalable.reference.name
+            )));
+        };
+        let mut state = self.state();
+        let templates = &mut state.capacity.pod_templates;
+        let existing = templates
+            .iter()
+            .position(|t| t.namespace == buffer.namespace && t.name == name);
+        let generation = match existing {
+            Some(i) if templates[i].pod == *pod => templates[i].generation,
+            Some(i) => templates[i].generation + 1,
+            None => 1,
+        };
+        let template = Arc::new(ferroscale_model::PodTemplate {
+            namespace: buffer.namespace.clone(),
+            name: name.clone(),
+            uid: format!("uid-template-{}-{name}", buffer.namespace),
+            generation,
+            pod: pod.clone(),
+        });
+        match existing {
+            Some(i) => templates[i] = template,
+            None => templates.push(template),
+        }
+        Ok((name, generation))
     }
 }
 
