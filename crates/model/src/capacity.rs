@@ -183,7 +183,8 @@ pub struct ScalableObject {
     pub reference: ScalableRef,
     /// The scale subresource's `spec.replicas` (desired replicas).
     pub replicas: i32,
-    /// Replicas that are ready (for `--capacity-buffer-ready-replicas-enabled`), when known.
+    /// The workload's own ready replicas, when known (informational: a buffer's
+    /// `status.readyReplicas` counts its virtual pods that fit existing nodes instead).
     pub ready_replicas: Option<i32>,
     /// The pod shape: a live pod of the object when one exists, otherwise the object's own pod
     /// template (dry-run through the API server when `--capacity-buffer-pod-dry-run-enabled`).
