@@ -127,6 +127,7 @@ fn consumer_on(name: &str, index: usize, node: &str) -> Pod {
     pod
 }
 
+/// docs/provisioning-requests.md PR-104, PR-108, PR-114.
 #[test]
 fn a_check_capacity_request_that_fits_is_accepted_provisioned_and_its_capacity_booked() {
     let (log, cloud, cluster) = cluster_with_one_empty_node(1500);
@@ -158,6 +159,7 @@ fn a_check_capacity_request_that_fits_is_accepted_provisioned_and_its_capacity_b
     );
 }
 
+/// docs/provisioning-requests.md PR-108.
 #[test]
 fn without_the_booking_the_same_pod_fits_the_node() {
     // The control of the test above: the pod fits n0 when nothing is booked.
@@ -168,6 +170,7 @@ fn without_the_booking_the_same_pod_fits_the_node() {
     assert!(calls(&log, "cloud.increase_size").is_empty());
 }
 
+/// docs/provisioning-requests.md PR-105, PR-106.
 #[test]
 fn a_check_capacity_request_that_does_not_fit_is_retried_after_its_backoff() {
     let (log, cloud, cluster) = cluster_with_one_empty_node(3000);
@@ -195,6 +198,7 @@ fn a_check_capacity_request_that_does_not_fit_is_retried_after_its_backoff() {
     );
 }
 
+/// docs/provisioning-requests.md PR-106.
 #[test]
 fn the_backoff_flags_set_the_retry_wait() {
     let (log, cloud, cluster) = cluster_with_one_empty_node(3000);
@@ -216,6 +220,7 @@ fn the_backoff_flags_set_the_retry_wait() {
     assert!(writes(&log) > tried);
 }
 
+/// docs/provisioning-requests.md PR-105.
 #[test]
 fn no_retry_fails_a_check_capacity_request_that_does_not_fit() {
     let (_log, cloud, cluster) = cluster_with_one_empty_node(3000);
@@ -234,6 +239,7 @@ fn no_retry_fails_a_check_capacity_request_that_does_not_fit() {
     );
 }
 
+/// docs/provisioning-requests.md PR-109.
 #[test]
 fn a_booking_expires_after_ten_minutes_and_frees_the_capacity() {
     let (log, cloud, cluster) = cluster_with_one_empty_node(1500);
@@ -258,6 +264,7 @@ fn a_booking_expires_after_ten_minutes_and_frees_the_capacity() {
     assert!(calls(&log, "cloud.increase_size").is_empty());
 }
 
+/// docs/provisioning-requests.md PR-109.
 #[test]
 fn a_booking_ends_once_every_pod_of_the_request_is_scheduled() {
     let (_log, cloud, cluster) = cluster_with_one_empty_node(1500);
@@ -296,6 +303,7 @@ fn unneeded(outcome: &LoopOutcome) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// docs/provisioning-requests.md PR-108.
 #[test]
 fn booked_capacity_is_not_removed_by_scale_down() {
     let (log, cloud, cluster) = cluster_with_one_empty_node(1500);
@@ -311,6 +319,7 @@ fn booked_capacity_is_not_removed_by_scale_down() {
     assert!(calls(&log, "kube.taint").is_empty());
 }
 
+/// docs/provisioning-requests.md PR-108.
 #[test]
 fn an_empty_node_without_booking_is_unneeded() {
     // The control of the test above.
@@ -320,6 +329,7 @@ fn an_empty_node_without_booking_is_unneeded() {
     assert_eq!(unneeded(&outcome), vec!["n0".to_string()]);
 }
 
+/// docs/provisioning-requests.md PR-111.
 #[test]
 fn a_best_effort_atomic_request_scales_up_all_its_nodes_at_once_then_is_provisioned() {
     let (log, cloud, cluster) = cluster_with_one_empty_node(3000);
@@ -353,6 +363,7 @@ fn a_best_effort_atomic_request_scales_up_all_its_nodes_at_once_then_is_provisio
     assert_eq!(calls(&log, "cloud.increase_size").len(), 1);
 }
 
+/// docs/provisioning-requests.md PR-111.
 #[test]
 fn a_best_effort_atomic_request_that_cannot_get_all_its_nodes_gets_none() {
     let (log, cloud, cluster) = cluster_with_group_max(3000, 2);
@@ -367,6 +378,7 @@ fn a_best_effort_atomic_request_that_cannot_get_all_its_nodes_gets_none() {
     );
 }
 
+/// docs/provisioning-requests.md PR-112.
 #[test]
 fn pods_consuming_a_request_do_not_trigger_a_scale_up_of_their_own() {
     let (log, cloud, cluster) = cluster_with_one_empty_node(1500);
@@ -389,6 +401,7 @@ fn pods_consuming_a_request_do_not_trigger_a_scale_up_of_their_own() {
     );
 }
 
+/// docs/provisioning-requests.md PR-101.
 #[test]
 fn consumer_pods_are_ordinary_pods_when_the_feature_is_off() {
     let (log, cloud, cluster) = cluster_with_one_empty_node(1500);
@@ -407,6 +420,7 @@ fn consumer_pods_are_ordinary_pods_when_the_feature_is_off() {
     );
 }
 
+/// docs/provisioning-requests.md PR-113.
 #[test]
 fn loops_alternate_between_ordinary_pods_and_requests() {
     let (log, cloud, cluster) = cluster_with_one_empty_node(3000);
@@ -437,6 +451,7 @@ fn loops_alternate_between_ordinary_pods_and_requests() {
     );
 }
 
+/// docs/provisioning-requests.md PR-107.
 #[test]
 fn batch_processing_checks_up_to_the_batch_size_per_loop() {
     let (_log, cloud, cluster) = cluster_with_one_empty_node(100);
@@ -463,6 +478,7 @@ fn batch_processing_checks_up_to_the_batch_size_per_loop() {
     assert_eq!(provisioned(&cluster), 3);
 }
 
+/// docs/provisioning-requests.md PR-107.
 #[test]
 fn without_batch_processing_one_request_is_checked_per_loop() {
     let (_log, cloud, cluster) = cluster_with_one_empty_node(100);
@@ -475,6 +491,7 @@ fn without_batch_processing_one_request_is_checked_per_loop() {
     assert_eq!(condition(&cluster, "b", "Provisioned"), None);
 }
 
+/// docs/provisioning-requests.md PR-102.
 #[test]
 fn a_processor_instance_handles_only_the_check_capacity_requests_meant_for_it() {
     let (_log, cloud, cluster) = cluster_with_one_empty_node(100);
@@ -500,6 +517,7 @@ fn a_processor_instance_handles_only_the_check_capacity_requests_meant_for_it() 
     assert!(status_of(&cluster, "atomic").conditions.is_empty());
 }
 
+/// docs/provisioning-requests.md PR-103.
 #[test]
 fn a_request_whose_template_is_missing_fails() {
     let (_log, cloud, cluster) = cluster_with_one_empty_node(100);
@@ -515,6 +533,7 @@ fn a_request_whose_template_is_missing_fails() {
     assert!(update.condition.message.contains("podTemplateRef.name"));
 }
 
+/// docs/provisioning-requests.md PR-110.
 #[test]
 fn a_request_never_provisioned_fails_as_expired_after_seven_days() {
     let (_log, cloud, cluster) = cluster_with_one_empty_node(3000);
@@ -528,6 +547,7 @@ fn a_request_never_provisioned_fails_as_expired_after_seven_days() {
     );
 }
 
+/// docs/provisioning-requests.md PR-114.
 #[test]
 fn dry_run_writes_no_status_but_reports_the_conditions() {
     let (log, cloud, cluster) = cluster_with_one_empty_node(1500);
@@ -546,6 +566,7 @@ fn dry_run_writes_no_status_but_reports_the_conditions() {
     assert_eq!(reasons, ["Accepted", "CapacityIsFound"]);
 }
 
+/// docs/provisioning-requests.md PR-101.
 #[test]
 fn requests_are_ignored_when_the_feature_is_off() {
     let (log, cloud, cluster) = cluster_with_one_empty_node(1500);

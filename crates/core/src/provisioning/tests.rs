@@ -44,6 +44,7 @@ fn templates() -> CapacityObjects {
     }
 }
 
+/// docs/provisioning-requests.md PR-102.
 #[test]
 fn classes_handled_follow_the_processor_instance_rule() {
     let check = request(CHECK_CAPACITY_CLASS, &[]);
@@ -73,6 +74,7 @@ fn classes_handled_follow_the_processor_instance_rule() {
     assert_eq!(handled_class(&atomic, "a"), None);
 }
 
+/// docs/provisioning-requests.md PR-103.
 #[test]
 fn a_request_stands_for_count_pods_of_its_template_that_consume_it() {
     let pods = pods_for_request(&request(CHECK_CAPACITY_CLASS, &[]), &templates()).unwrap();
@@ -95,6 +97,7 @@ fn a_request_stands_for_count_pods_of_its_template_that_consume_it() {
     }
 }
 
+/// docs/provisioning-requests.md PR-103.
 #[test]
 fn a_missing_template_or_too_many_pods_is_an_error_naming_the_field() {
     let missing = pods_for_request(
@@ -111,6 +114,7 @@ fn a_missing_template_or_too_many_pods_is_an_error_naming_the_field() {
     assert!(matches!(error, RequestPodsError::TooManyPods { .. }));
 }
 
+/// docs/provisioning-requests.md PR-112.
 #[test]
 fn the_deprecated_consume_annotation_is_honoured() {
     let mut pod = Pod::new("batch", "p");
@@ -119,6 +123,7 @@ fn the_deprecated_consume_annotation_is_honoured() {
     assert_eq!(consumed_request(&pod), Some("old"));
 }
 
+/// docs/provisioning-requests.md PR-109, PR-110.
 #[test]
 fn booking_expires_ten_minutes_after_provisioned_and_waiting_fails_after_seven_days() {
     let pr = request(CHECK_CAPACITY_CLASS, &[]);
@@ -161,6 +166,7 @@ fn booking_expires_ten_minutes_after_provisioned_and_waiting_fails_after_seven_d
     assert_eq!(expiry(&pr, &status, provisioned_at + EXPIRY_TIME * 2), None);
 }
 
+/// docs/provisioning-requests.md PR-114.
 #[test]
 fn set_condition_replaces_the_condition_of_the_same_type() {
     let mut status = ProvisioningRequestStatus::default();
@@ -180,6 +186,7 @@ fn set_condition_replaces_the_condition_of_the_same_type() {
     assert_eq!(provisioned.observed_generation, 4);
 }
 
+/// docs/provisioning-requests.md PR-105.
 #[test]
 fn no_retry_fails_a_check_capacity_request_at_once() {
     let retried = not_found_condition(&request(CHECK_CAPACITY_CLASS, &[]));
@@ -197,6 +204,7 @@ fn no_retry_fails_a_check_capacity_request_at_once() {
     );
 }
 
+/// docs/provisioning-requests.md PR-106.
 #[test]
 fn backoff_doubles_up_to_the_maximum_and_forgets_the_least_recently_used() {
     let mut backoff = RequestBackoff::new(Duration::from_secs(60), Duration::from_secs(150), 1);
