@@ -85,6 +85,7 @@ impl ScaleUpFixture {
             priority_config: None,
             provider: ProviderFacts::default(),
             seed: 42,
+            all_or_nothing: false,
         }
     }
 }

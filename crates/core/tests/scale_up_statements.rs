@@ -125,6 +125,7 @@ impl Case {
             priority_config: self.priority_config.as_ref(),
             provider: ProviderFacts::default(),
             seed: 1,
+            all_or_nothing: false,
         })
     }
 }

@@ -16,6 +16,7 @@
 mod act;
 mod buffers;
 mod gather;
+mod provisioning;
 mod recorder;
 mod salvo;
 mod snapshot;
@@ -54,6 +55,8 @@ use crate::scale_up::{
 use act::record_progress;
 use gather::Gathered;
 pub use gather::{GatherCall, GatherFailure, GatherSubject};
+pub use provisioning::RequestUpdate;
+use provisioning::RequestsInput;
 pub use recorder::{EVENT_REPEAT_INTERVAL, EventRecorder};
 use snapshot::{LoopSnapshot, SnapshotInput, build_snapshot};
 pub use templates::{TemplateCache, TemplateSource, daemonset_runs_on};
@@ -165,6 +168,8 @@ pub struct LoopOutcome {
     /// Provider calls that failed while gathering; the iteration went on without their answers
     /// (see [`GatherFailure`]).
     pub gather_failures: Vec<GatherFailure>,
+    /// Conditions set on ProvisioningRequests this iteration, in order (written unless dry-run).
+    pub provisioning_requests: Vec<RequestUpdate>,
     /// The status report of the iteration (always set once `run_once` returns).
     pub status: Option<StatusReport>,
     /// The status ConfigMap written (or, in dry-run mode, that would have been written).
@@ -261,6 +266,8 @@ pub struct Autoscaler {
     scale_down_state: ScaleDownState,
     deletions: DeletionTracker,
     templates: TemplateCache,
+    /// ProvisioningRequests' retry backoff and whose turn the next loop is.
+    provisioning: provisioning::ProvisioningState,
     /// Controllers whose fake pods were not helped, by uid, until when they get none
     /// (docs/behaviour.md SU-110).
     injection_backoff: HashMap<String, Timestamp>,
@@ -322,6 +329,7 @@ impl Autoscaler {
             backoff: NodeGroupBackoff::from_options(&options),
             registry: ClusterStateRegistry::new(&options),
             recorder: EventRecorder::new(options.record_duplicated_events),
+            provisioning: provisioning::ProvisioningState::new(&options),
             options,
             seed,
             scale_down_state: ScaleDownState::new(),
@@ -690,7 +698,7 @@ impl Autoscaler {
             .collect();
         let LoopSnapshot {
             snapshot: mut base,
-            pending,
+            mut pending,
             draining_pods,
         } = build_snapshot(SnapshotInput {
             objects: &gathered.objects,
@@ -710,11 +718,31 @@ impl Autoscaler {
         // fit existing or upcoming nodes), stay in the snapshot for the rest of the loop, as
         // upstream keeps them: scale-down then counts a node that pending pods will land on as
         // used, even while the scheduler has not bound them (stopped, slow or behind a burst).
+        // ProvisioningRequests (docs/provisioning-requests.md): bookings, consumer pods, and on a
+        // request turn the plan executed in place of the ordinary one.
+        let requests = RequestsInput {
+            gathered: &gathered,
+            views: &views,
+            provider,
+            now,
+            seed,
+        };
+        let mut requests = self
+            .provisioning_requests(
+                cluster,
+                requests,
+                &mut base,
+                &mut pending,
+                timer,
+                outcome,
+                events,
+            )
+            .await;
         // Proactive scale-up (docs/behaviour.md SU-110): fake pods for the replicas controllers
         // have not created yet join the pending pods of this plan only.
         // A controller whose fake pods could not be helped gets none for a while, as upstream.
         self.injection_backoff.retain(|_, until| *until > now);
-        let fakes = if self.options.enable_proactive_scaleup {
+        let fakes = if self.options.enable_proactive_scaleup && requests.is_none() {
             let controllers: Vec<WorkloadController> = gathered
                 .objects
                 .controllers
@@ -742,25 +770,33 @@ impl Autoscaler {
                 let extra = buffer_pods.pods.iter().chain(&fakes);
                 pending.iter().chain(extra).cloned().collect()
             };
-        let plan = timer.time("scaleUp", || {
-            plan_scale_up(ScaleUpInput {
-                now,
-                snapshot: &mut base,
-                pending_pods: &planned_pods,
-                draining_pods: &draining_pods,
-                node_groups: &views,
-                backoff: &self.backoff,
-                options: &self.options,
-                priority_config: gathered.objects.priority_expander_config.as_deref(),
-                provider,
-                seed,
-            })
-        });
+        let plan = match &mut requests {
+            Some(turn) => turn.take_plan(),
+            None => timer.time("scaleUp", || {
+                plan_scale_up(ScaleUpInput {
+                    now,
+                    snapshot: &mut base,
+                    pending_pods: &planned_pods,
+                    draining_pods: &draining_pods,
+                    node_groups: &views,
+                    backoff: &self.backoff,
+                    options: &self.options,
+                    priority_config: gathered.objects.priority_expander_config.as_deref(),
+                    provider,
+                    seed,
+                    all_or_nothing: false,
+                })
+            }),
+        };
         events.extend(plan.events.iter().cloned());
         outcome.scale_up_execution = self
             .execute_increases(&plan, &gathered.groups, now, outcome, events)
             .await;
-        if self.options.salvo_scale_up {
+        if let Some(turn) = requests.take() {
+            let execution = outcome.scale_up_execution.clone();
+            self.finish_requests_turn(cluster, turn, execution.as_ref(), now, outcome, events)
+                .await;
+        } else if self.options.salvo_scale_up {
             let start = salvo::SalvoStart {
                 now,
                 gathered: &gathered,

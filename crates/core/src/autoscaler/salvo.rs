@@ -135,6 +135,7 @@ impl Autoscaler {
                     priority_config,
                     provider: start.provider,
                     seed: start.seed.wrapping_add(round),
+                    all_or_nothing: false,
                 })
             });
             events.extend(plan.events.iter().cloned());

@@ -138,6 +138,9 @@ pub struct ScaleUpInput<'a> {
     pub provider: ProviderFacts<'a>,
     /// Seeds every random choice (random expander, final tie break).
     pub seed: u64,
+    /// Plan for every pending pod or for none (best-effort-atomic ProvisioningRequests): an
+    /// option that leaves a pod out, or a scale-up capped below the estimate, is no plan.
+    pub all_or_nothing: bool,
 }
 
 /// The result of a scale-up decision (docs/behaviour.md SU-106).

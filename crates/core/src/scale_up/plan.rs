@@ -179,6 +179,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         priority_config,
         provider,
         seed,
+        all_or_nothing,
     } = input;
     let mut plan = ScaleUpPlan::empty(ScaleUpStatus::NotNeeded);
 
@@ -352,6 +353,9 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         if node_count == 0 || result.placed.is_empty() {
             continue;
         }
+        if all_or_nothing && result.placed.len() < pods.len() {
+            continue;
+        }
         expansion_options.push((
             i,
             ExpansionOption {
@@ -430,7 +434,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
     }
     new_nodes = new_nodes.min(headroom.nodes_that_fit(&best_state.usage));
     let atomic = best_state.view.zero_or_max();
-    if new_nodes == 0 || (atomic && new_nodes < best.node_count) {
+    if new_nodes == 0 || ((atomic || all_or_nothing) && new_nodes < best.node_count) {
         plan.status = ScaleUpStatus::Error(format!(
             "cannot scale up node group {}: the cluster node limit or resource limits leave no room",
             best.group_id
