@@ -31,6 +31,7 @@ use futures::executor::block_on;
 use thiserror::Error;
 
 use crate::api::{ApiLog, ClusterAction, SimClusterApi};
+use crate::capacity_record::CapacityRecorder;
 use crate::clock::SimClock;
 use crate::cloud::{FailingCall, FailureWindow, GroupSpec, SimulatedCloud, SimulatedProvider};
 use crate::cluster::{Cluster, Eviction, NodeRefusal};
@@ -348,6 +349,8 @@ pub struct Simulation<'p> {
     evicted_this_loop: usize,
     /// The status ConfigMap's content as last written.
     final_status: Option<String>,
+    /// What the timeline said so far about requests, buffers and quotas.
+    capacity: CapacityRecorder,
     progress: Option<ProgressReporter<'p>>,
 }
 
@@ -412,7 +415,7 @@ fn group_spec(group: &crate::scenario::ScenarioNodeGroup, objects: &[K8sObject])
 }
 
 /// `app=web,tier in (a,b)`-style text of a selector, for the timeline.
-fn describe_selector(selector: &LabelSelector) -> String {
+pub(crate) fn describe_selector(selector: &LabelSelector) -> String {
     let mut parts: Vec<String> = selector
         .match_labels
         .iter()
@@ -585,6 +588,7 @@ impl<'p> Simulation<'p> {
             removed_this_loop: 0,
             evicted_this_loop: 0,
             final_status: None,
+            capacity: CapacityRecorder::default(),
             progress: None,
         };
         simulation.record_refusals(SIMULATION_START, refusals);
@@ -982,6 +986,9 @@ impl<'p> Simulation<'p> {
             });
         }
         self.record_events(now, outcome);
+        let capacity =
+            (self.capacity).after_loop(now, &self.cluster, &log.conditions, &outcome.events);
+        self.timeline.extend(capacity);
 
         self.update_peaks();
         let targets = self
@@ -1715,6 +1722,7 @@ impl<'p> Simulation<'p> {
                 .into_iter()
                 .filter_map(|(_, o)| o)
                 .collect(),
+            capacity: self.capacity.summary(&self.cluster),
         };
         SimulationResult {
             summary,
