@@ -612,10 +612,18 @@ pub const FLAGS: &[Flag] = &[
     not_yet("check-capacity-provisioning-request-max-batch-size", Int, "10", "ProvisioningRequests"),
     not_yet("check-capacity-provisioning-request-batch-timebox", DUR, "10s", "ProvisioningRequests"),
     not_yet("check-capacity-processor-instance", Text, "", "ProvisioningRequests"),
-    not_yet("capacity-buffer-controller-enabled", Bool, "false", "CapacityBuffers"),
-    not_yet("capacity-buffer-pod-injection-enabled", Bool, "false", "CapacityBuffers"),
-    not_yet("capacity-buffer-pod-dry-run-enabled", Bool, "true", "CapacityBuffers"),
-    not_yet("capacity-buffer-ready-replicas-enabled", Bool, "true", "CapacityBuffers"),
+    engine("capacity-buffer-controller-enabled", Bool, "false", ScaleUp,
+        "Resolve CapacityBuffers into their status: pod template, replicas and the ReadyForProvisioning condition.")
+        .note("Runs in the loop, only on the leader, for buffers of the active-capacity strategy; statuses are written only when they change and never with --dry-run (docs/capacity-buffers.md CB-101–CB-107)."),
+    engine("capacity-buffer-pod-injection-enabled", Bool, "false", ScaleUp,
+        "Add the virtual pods of ready CapacityBuffers to the pods scale-up plans for.")
+        .note("The virtual pods that fit existing nodes stay in the snapshot scale-down works on, so the spare capacity they hold is not removed; no event names them (docs/capacity-buffers.md CB-108–CB-111)."),
+    engine("capacity-buffer-pod-dry-run-enabled", Bool, "true", ScaleUp,
+        "Build the managed pod template of a scalableRef buffer through a server dry-run of its pod, so webhooks and defaulting apply.")
+        .note("No-op without --capacity-buffer-controller-enabled. Needs permission to create pods; no pod is created."),
+    engine("capacity-buffer-ready-replicas-enabled", Bool, "true", ScaleUp,
+        "Write each CapacityBuffer's status.readyReplicas: how many of its virtual pods fit existing nodes.")
+        .note("No-op without --capacity-buffer-pod-injection-enabled (docs/capacity-buffers.md CB-112)."),
     not_yet("capacity-quotas-enabled", Bool, "false", "CapacityQuotas"),
     not_yet("grpc-expander-url", Text, "", "the gRPC expander"),
     not_yet("grpc-expander-cert", Text, "", "the gRPC expander"),

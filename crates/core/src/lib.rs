@@ -13,6 +13,7 @@ pub mod autoscaler;
 pub mod backoff;
 #[cfg(feature = "bench-fixtures")]
 pub mod bench_fixtures;
+pub mod buffers;
 pub mod cloud;
 pub mod cluster_state;
 pub mod events;

@@ -373,6 +373,21 @@ pub struct AutoscalingOptions {
     pub enable_inter_pod_affinity_hostname_fast_path: bool,
     // --- issue 16: ProvisioningRequests ---
     // --- issue 16: CapacityBuffers ---
+    /// `capacity-buffer-controller-enabled`: the loop resolves every CapacityBuffer of the
+    /// active-capacity strategy into its status (pod template, replicas, conditions), writing the
+    /// managed PodTemplate of `scalableRef` buffers (docs/capacity-buffers.md CB-101).
+    pub capacity_buffer_controller_enabled: bool,
+    /// `capacity-buffer-pod-injection-enabled`: the virtual pods of ready buffers join the
+    /// scale-up's pending pods (docs/capacity-buffers.md CB-108).
+    pub capacity_buffer_pod_injection_enabled: bool,
+    /// `capacity-buffer-pod-dry-run-enabled`: the pod shape of a `scalableRef` buffer goes
+    /// through a server dry-run before it becomes the managed template. Read where Gather
+    /// resolves scalable objects; no-op without the controller.
+    pub capacity_buffer_pod_dry_run_enabled: bool,
+    /// `capacity-buffer-ready-replicas-enabled`: the loop writes each buffer's
+    /// `status.readyReplicas` (its virtual pods that fit existing nodes); no-op without pod
+    /// injection (docs/capacity-buffers.md CB-112).
+    pub capacity_buffer_ready_replicas_enabled: bool,
     // --- issue 16: CapacityQuotas ---
     // --- issue 16: the gRPC expander ---
 }
@@ -548,6 +563,10 @@ impl Default for AutoscalingOptions {
             enable_inter_pod_affinity_hostname_fast_path: false,
             // --- issue 16: ProvisioningRequests ---
             // --- issue 16: CapacityBuffers ---
+            capacity_buffer_controller_enabled: false,
+            capacity_buffer_pod_injection_enabled: false,
+            capacity_buffer_pod_dry_run_enabled: true,
+            capacity_buffer_ready_replicas_enabled: true,
             // --- issue 16: CapacityQuotas ---
             // --- issue 16: the gRPC expander ---
         }
@@ -994,6 +1013,18 @@ impl AutoscalingOptions {
             }
             // --- issue 16: ProvisioningRequests ---
             // --- issue 16: CapacityBuffers ---
+            "capacity-buffer-controller-enabled" => {
+                self.capacity_buffer_controller_enabled = parse_bool(f, v)?
+            }
+            "capacity-buffer-pod-injection-enabled" => {
+                self.capacity_buffer_pod_injection_enabled = parse_bool(f, v)?
+            }
+            "capacity-buffer-pod-dry-run-enabled" => {
+                self.capacity_buffer_pod_dry_run_enabled = parse_bool(f, v)?
+            }
+            "capacity-buffer-ready-replicas-enabled" => {
+                self.capacity_buffer_ready_replicas_enabled = parse_bool(f, v)?
+            }
             // --- issue 16: CapacityQuotas ---
             // --- issue 16: the gRPC expander ---
             _ => {

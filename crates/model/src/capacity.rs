@@ -152,6 +152,9 @@ pub struct CapacityBufferStatus {
     pub pod_template_generation: Option<i64>,
     pub conditions: Vec<ApiCondition>,
     pub provisioning_strategy: Option<String>,
+    /// `readyReplicas`: how many of the buffer's virtual pods fit existing nodes in the last
+    /// loop that injected them (written with `--capacity-buffer-ready-replicas-enabled`).
+    pub ready_replicas: Option<i32>,
 }
 
 /// A `CapacityBuffer` (`autoscaling.x-k8s.io/v1beta1`, `v1alpha1` read alike).

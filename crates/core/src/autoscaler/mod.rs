@@ -14,6 +14,7 @@
 //! not written).
 
 mod act;
+mod buffers;
 mod gather;
 mod recorder;
 mod salvo;
@@ -577,7 +578,7 @@ impl Autoscaler {
         let objects = cluster.gather().await.map_err(LoopError::Gather)?;
         // Cluster resource metrics (docs/behaviour.md LOOP-110): capacity of the nodes not being deleted.
         outcome.cluster_resources = Some(cluster_resources(&objects.nodes, now));
-        let gathered = gather::gather_groups(
+        let mut gathered = gather::gather_groups(
             cloud,
             groups,
             objects,
@@ -591,6 +592,9 @@ impl Autoscaler {
         if self.capturing {
             outcome.capture = Some(Arc::new(gathered.capture(now, &self.options)));
         }
+        // The CapacityBuffer controller (docs/capacity-buffers.md CB-101).
+        self.reconcile_buffers(cluster, &mut gathered.objects.capacity, now, events)
+            .await;
 
         // Actionable-cluster check (docs/behaviour.md LOOP-108) (only without scale-up from zero).
         if !self.options.scale_up_from_zero {
@@ -727,11 +731,17 @@ impl Autoscaler {
         } else {
             Vec::new()
         };
-        let planned_pods: std::borrow::Cow<'_, [Arc<Pod>]> = if fakes.is_empty() {
-            std::borrow::Cow::Borrowed(&pending)
-        } else {
-            pending.iter().chain(&fakes).cloned().collect()
-        };
+        // CapacityBuffers' virtual pods join them too (docs/capacity-buffers.md CB-108).
+        let buffer_pods = self
+            .inject_buffer_pods(cluster, &gathered.objects.capacity, now, events)
+            .await;
+        let planned_pods: std::borrow::Cow<'_, [Arc<Pod>]> =
+            if fakes.is_empty() && buffer_pods.pods.is_empty() {
+                std::borrow::Cow::Borrowed(&pending)
+            } else {
+                let extra = buffer_pods.pods.iter().chain(&fakes);
+                pending.iter().chain(extra).cloned().collect()
+            };
         let plan = timer.time("scaleUp", || {
             plan_scale_up(ScaleUpInput {
                 now,
@@ -781,6 +791,8 @@ impl Autoscaler {
             events
                 .retain(|e| !matches!(&e.object, EventObject::Pod(key) if fake_keys.contains(key)));
         }
+        self.report_buffer_pods(cluster, &buffer_pods, &base, events)
+            .await;
         let skip_scale_down = plan.skip_scale_down_this_loop;
         outcome.scale_up = Some(plan);
         outcome.pending_pods = pending;
