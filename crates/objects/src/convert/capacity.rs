@@ -309,6 +309,8 @@ pub fn capacity_buffer_from_k8s(
             pod_template_generation: status.pod_template_generation,
             conditions: conditions(&ctx, "status.conditions", &status.conditions)?,
             provisioning_strategy: status.provisioning_strategy,
+            // The CRD type (h-apis) has no readyReplicas yet; the engine (h-buffers) writes it.
+            ready_replicas: None,
         },
     })
 }
