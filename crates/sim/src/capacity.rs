@@ -24,6 +24,7 @@ use ferroscale_model::{
     ConditionStatus, Node, Pod, PodTemplate, ProvisioningRequest, ProvisioningRequestStatus,
     Quantity, ScalableObject, ScalableRef, Timestamp,
 };
+use ferroscale_objects::K8sObject;
 
 /// Kinds a buffer's `scalableRef` may name that the simulator can resolve.
 const RESOLVABLE_KINDS: &[&str] = &[
@@ -96,6 +97,19 @@ impl ClusterCapacity {
     fn next_uid(&mut self, kind: &str, key: &str) -> String {
         self.created += 1;
         format!("sim-{kind}-{}-{key}", self.created)
+    }
+
+    /// Keeps `object` when it is a capacity-API object (created at `now`); returns whether it was
+    /// one.
+    pub fn add(&mut self, object: &K8sObject, now: Timestamp) -> bool {
+        match object {
+            K8sObject::PodTemplate(t) => self.add_pod_template(t.clone()),
+            K8sObject::ProvisioningRequest(r) => self.add_provisioning_request(r.clone(), now),
+            K8sObject::CapacityBuffer(b) => self.add_buffer(b.clone(), now),
+            K8sObject::CapacityQuota(q) => self.add_quota(q.clone()),
+            _ => return false,
+        }
+        true
     }
 
     /// Adds a PodTemplate, replacing one of the same namespace and name (as `kubectl apply`).

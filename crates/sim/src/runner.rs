@@ -539,7 +539,9 @@ impl<'p> Simulation<'p> {
                 K8sObject::Namespace(ns) => cluster.add_namespace(ns.clone()),
                 K8sObject::PodDisruptionBudget(pdb) => pdbs.push(pdb.clone()),
                 other => {
-                    if !cluster.add_dra_object(other) {
+                    if !cluster.add_dra_object(other)
+                        && !cluster.capacity_mut().add(other, SIMULATION_START)
+                    {
                         cluster.add_storage_object(other);
                     }
                 }
@@ -716,6 +718,10 @@ impl<'p> Simulation<'p> {
             self.next_event += 1;
             let shape = Some(self.next_event);
             let (what, why) = match &event.action {
+                ScenarioAction::CreateObject(object) => {
+                    self.cluster.capacity_mut().add(object, now);
+                    (format!("created {}", object.describe()), String::new())
+                }
                 ScenarioAction::Create { count, pod, bind } => {
                     let mut names = Vec::with_capacity(*count);
                     for i in 0..*count {
