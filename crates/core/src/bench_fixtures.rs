@@ -88,6 +88,7 @@ impl ScaleUpFixture {
             provider: ProviderFacts::default(),
             seed: 42,
             external_expander: ExternalExpanderStep::Skip,
+            all_or_nothing: false,
         }
     }
 }

@@ -372,6 +372,25 @@ pub struct AutoscalingOptions {
     /// Ferroscale's filter already counts hostname domains per node (docs/behaviour.md SU-113).
     pub enable_inter_pod_affinity_hostname_fast_path: bool,
     // --- issue 16: ProvisioningRequests ---
+    /// `--enable-provisioning-requests` (docs/provisioning-requests.md).
+    pub enable_provisioning_requests: bool,
+    /// `--provisioning-request-initial-backoff-time`: the first wait before a request whose
+    /// capacity was not found is tried again; doubled at every retry.
+    pub provisioning_request_initial_backoff_time: Duration,
+    /// `--provisioning-request-max-backoff-time`: the longest such wait.
+    pub provisioning_request_max_backoff_time: Duration,
+    /// `--provisioning-request-max-backoff-cache-size`: requests whose backoff is remembered
+    /// (the least recently used is forgotten first).
+    pub provisioning_request_max_backoff_cache_size: usize,
+    /// `--check-capacity-batch-processing`.
+    pub check_capacity_batch_processing: bool,
+    /// `--check-capacity-provisioning-request-max-batch-size`.
+    pub check_capacity_provisioning_request_max_batch_size: usize,
+    /// `--check-capacity-provisioning-request-batch-timebox`.
+    pub check_capacity_provisioning_request_batch_timebox: Duration,
+    /// `--check-capacity-processor-instance`: which check-capacity requests this instance
+    /// handles; when set, best-effort-atomic requests are left to another instance.
+    pub check_capacity_processor_instance: String,
     // --- issue 16: CapacityBuffers ---
     /// `capacity-buffer-controller-enabled`: the loop resolves every CapacityBuffer of the
     /// active-capacity strategy into its status (pod template, replicas, conditions), writing the
@@ -570,6 +589,14 @@ impl Default for AutoscalingOptions {
             scheduler_verbosity: -1,
             enable_inter_pod_affinity_hostname_fast_path: false,
             // --- issue 16: ProvisioningRequests ---
+            enable_provisioning_requests: false,
+            provisioning_request_initial_backoff_time: Duration::from_secs(60),
+            provisioning_request_max_backoff_time: Duration::from_secs(600),
+            provisioning_request_max_backoff_cache_size: 1000,
+            check_capacity_batch_processing: false,
+            check_capacity_provisioning_request_max_batch_size: 10,
+            check_capacity_provisioning_request_batch_timebox: Duration::from_secs(10),
+            check_capacity_processor_instance: String::new(),
             // --- issue 16: CapacityBuffers ---
             capacity_buffer_controller_enabled: false,
             capacity_buffer_pod_injection_enabled: false,
@@ -1023,6 +1050,30 @@ impl AutoscalingOptions {
                 self.enable_inter_pod_affinity_hostname_fast_path = parse_bool(f, v)?
             }
             // --- issue 16: ProvisioningRequests ---
+            "enable-provisioning-requests" => self.enable_provisioning_requests = parse_bool(f, v)?,
+            "provisioning-request-initial-backoff-time" => {
+                self.provisioning_request_initial_backoff_time = parse_duration(f, v)?
+            }
+            "provisioning-request-max-backoff-time" => {
+                self.provisioning_request_max_backoff_time = parse_duration(f, v)?
+            }
+            "provisioning-request-max-backoff-cache-size" => {
+                self.provisioning_request_max_backoff_cache_size =
+                    parse_number(f, v, "a non-negative integer")?
+            }
+            "check-capacity-batch-processing" => {
+                self.check_capacity_batch_processing = parse_bool(f, v)?
+            }
+            "check-capacity-provisioning-request-max-batch-size" => {
+                self.check_capacity_provisioning_request_max_batch_size =
+                    parse_number(f, v, "a non-negative integer")?
+            }
+            "check-capacity-provisioning-request-batch-timebox" => {
+                self.check_capacity_provisioning_request_batch_timebox = parse_duration(f, v)?
+            }
+            "check-capacity-processor-instance" => {
+                self.check_capacity_processor_instance = v.to_string()
+            }
             // --- issue 16: CapacityBuffers ---
             "capacity-buffer-controller-enabled" => {
                 self.capacity_buffer_controller_enabled = parse_bool(f, v)?

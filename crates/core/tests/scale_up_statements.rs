@@ -127,6 +127,7 @@ impl Case {
             provider: ProviderFacts::default(),
             seed: 1,
             external_expander: ExternalExpanderStep::Skip,
+            all_or_nothing: false,
         })
     }
 }

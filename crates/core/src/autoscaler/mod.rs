@@ -17,6 +17,7 @@ mod act;
 mod buffers;
 mod external_expander;
 mod gather;
+mod provisioning;
 mod recorder;
 mod salvo;
 mod snapshot;
@@ -57,6 +58,8 @@ use act::record_progress;
 pub use external_expander::EXTERNAL_EXPANDER_FAILED;
 use gather::Gathered;
 pub use gather::{GatherCall, GatherFailure, GatherSubject};
+pub use provisioning::RequestUpdate;
+use provisioning::RequestsInput;
 pub use recorder::{EVENT_REPEAT_INTERVAL, EventRecorder};
 use snapshot::{LoopSnapshot, SnapshotInput, build_snapshot};
 pub use templates::{TemplateCache, TemplateSource, daemonset_runs_on};
@@ -168,6 +171,8 @@ pub struct LoopOutcome {
     /// Provider calls that failed while gathering; the iteration went on without their answers
     /// (see [`GatherFailure`]).
     pub gather_failures: Vec<GatherFailure>,
+    /// Conditions set on ProvisioningRequests this iteration, in order (written unless dry-run).
+    pub provisioning_requests: Vec<RequestUpdate>,
     /// The status report of the iteration (always set once `run_once` returns).
     pub status: Option<StatusReport>,
     /// The status ConfigMap written (or, in dry-run mode, that would have been written).
@@ -264,6 +269,8 @@ pub struct Autoscaler {
     scale_down_state: ScaleDownState,
     deletions: DeletionTracker,
     templates: TemplateCache,
+    /// ProvisioningRequests' retry backoff and whose turn the next loop is.
+    provisioning: provisioning::ProvisioningState,
     /// Controllers whose fake pods were not helped, by uid, until when they get none
     /// (docs/behaviour.md SU-110).
     injection_backoff: HashMap<String, Timestamp>,
@@ -328,6 +335,7 @@ impl Autoscaler {
             backoff: NodeGroupBackoff::from_options(&options),
             registry: ClusterStateRegistry::new(&options),
             recorder: EventRecorder::new(options.record_duplicated_events),
+            provisioning: provisioning::ProvisioningState::new(&options),
             options,
             seed,
             scale_down_state: ScaleDownState::new(),
@@ -703,7 +711,7 @@ impl Autoscaler {
             .collect();
         let LoopSnapshot {
             snapshot: mut base,
-            pending,
+            mut pending,
             draining_pods,
         } = build_snapshot(SnapshotInput {
             objects: &gathered.objects,
@@ -724,11 +732,31 @@ impl Autoscaler {
         // fit existing or upcoming nodes), stay in the snapshot for the rest of the loop, as
         // upstream keeps them: scale-down then counts a node that pending pods will land on as
         // used, even while the scheduler has not bound them (stopped, slow or behind a burst).
+        // ProvisioningRequests (docs/provisioning-requests.md): bookings, consumer pods, and on a
+        // request turn the plan executed in place of the ordinary one.
+        let requests = RequestsInput {
+            gathered: &gathered,
+            views: &views,
+            provider,
+            now,
+            seed,
+        };
+        let mut requests = self
+            .provisioning_requests(
+                cluster,
+                requests,
+                &mut base,
+                &mut pending,
+                timer,
+                outcome,
+                events,
+            )
+            .await;
         // Proactive scale-up (docs/behaviour.md SU-110): fake pods for the replicas controllers
         // have not created yet join the pending pods of this plan only.
         // A controller whose fake pods could not be helped gets none for a while, as upstream.
         self.injection_backoff.retain(|_, until| *until > now);
-        let fakes = if self.options.enable_proactive_scaleup {
+        let fakes = if self.options.enable_proactive_scaleup && requests.is_none() {
             let controllers: Vec<WorkloadController> = gathered
                 .objects
                 .controllers
@@ -770,27 +798,37 @@ impl Autoscaler {
                     provider,
                     seed,
                     external_expander,
+                    all_or_nothing: false,
                 })
             };
-        // With `grpc` in the chain, a first plan on a throw-away branch finds what to ask the
-        // external expander (docs/grpc-expander.md GX-101).
-        let query = if self.external_expander_wanted() {
-            timer.time("scaleUp", || {
-                scale_up_input(&mut base.branch(), ExternalExpanderStep::Ask).external_query
-            })
-        } else {
-            None
+        let plan = match &mut requests {
+            Some(turn) => turn.take_plan(),
+            None => {
+                // With `grpc` in the chain, a first plan on a throw-away branch finds what to
+                // ask the external expander (docs/grpc-expander.md GX-101).
+                let query = if self.external_expander_wanted() {
+                    timer.time("scaleUp", || {
+                        scale_up_input(&mut base.branch(), ExternalExpanderStep::Ask).external_query
+                    })
+                } else {
+                    None
+                };
+                let external_answer = self.external_expander_answer(query, events).await;
+                let external_step = external_answer
+                    .as_ref()
+                    .map_or(ExternalExpanderStep::Skip, ExternalExpanderStep::Answer);
+                timer.time("scaleUp", || scale_up_input(&mut base, external_step))
+            }
         };
-        let external_answer = self.external_expander_answer(query, events).await;
-        let external_step = external_answer
-            .as_ref()
-            .map_or(ExternalExpanderStep::Skip, ExternalExpanderStep::Answer);
-        let plan = timer.time("scaleUp", || scale_up_input(&mut base, external_step));
         events.extend(plan.events.iter().cloned());
         outcome.scale_up_execution = self
             .execute_increases(&plan, &gathered.groups, now, outcome, events)
             .await;
-        if self.options.salvo_scale_up {
+        if let Some(turn) = requests.take() {
+            let execution = outcome.scale_up_execution.clone();
+            self.finish_requests_turn(cluster, turn, execution.as_ref(), now, outcome, events)
+                .await;
+        } else if self.options.salvo_scale_up {
             let start = salvo::SalvoStart {
                 now,
                 gathered: &gathered,

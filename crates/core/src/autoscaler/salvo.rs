@@ -137,6 +137,7 @@ impl Autoscaler {
                     seed: start.seed.wrapping_add(round),
                     // Salvo rounds do not call out: `grpc` keeps every option there.
                     external_expander: ExternalExpanderStep::Skip,
+                    all_or_nothing: false,
                 })
             });
             events.extend(plan.events.iter().cloned());

@@ -153,6 +153,9 @@ pub struct ScaleUpInput<'a> {
     pub seed: u64,
     /// What `grpc` in the expander chain does (docs/grpc-expander.md).
     pub external_expander: ExternalExpanderStep<'a>,
+    /// Plan for every pending pod or for none (best-effort-atomic ProvisioningRequests): an
+    /// option that leaves a pod out, or a scale-up capped below the estimate, is no plan.
+    pub all_or_nothing: bool,
 }
 
 /// The result of a scale-up decision (docs/behaviour.md SU-106).

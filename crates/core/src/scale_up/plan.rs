@@ -248,6 +248,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         provider,
         seed,
         external_expander,
+        all_or_nothing,
     } = input;
     let mut plan = ScaleUpPlan::empty(ScaleUpStatus::NotNeeded);
 
@@ -422,6 +423,9 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         if node_count == 0 || result.placed.is_empty() {
             continue;
         }
+        if all_or_nothing && result.placed.len() < pods.len() {
+            continue;
+        }
         expansion_options.push((
             i,
             ExpansionOption {
@@ -512,7 +516,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         new_nodes = fit;
     }
     let atomic = best_state.view.zero_or_max();
-    if new_nodes == 0 || (atomic && new_nodes < best.node_count) {
+    if new_nodes == 0 || ((atomic || all_or_nothing) && new_nodes < best.node_count) {
         plan.status = ScaleUpStatus::Error(format!(
             "cannot scale up node group {}: the cluster node limit or resource limits leave no room",
             best.group_id
