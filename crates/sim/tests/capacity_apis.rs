@@ -148,18 +148,20 @@ fn check_capacity_requests_show_their_life_one_provisioned_one_not() {
     assert!(render_text(&result).contains("4m  Provisioned=True (CapacityIsFound)"));
 }
 
-/// The best-effort-atomic part of the scenario: NOT PASSING YET. In the simulator the request
-/// `train` is marked Provisioned ("Capacity is found in the cluster") at once, without the batch
-/// group growing, so its consumer pods stay pending.
+/// The best-effort-atomic request: one scale-up of exactly its three nodes, then Provisioned,
+/// and its consumer pods run on them.
 #[test]
-#[ignore = "best-effort-atomic request is Provisioned without a scale-up in the simulator; see the issue 16 report"]
 fn the_atomic_request_grows_batch_by_its_size_and_its_pods_run() {
     let result = run(&parse(&text()));
     let batch = &result.summary.groups["batch"];
     assert_eq!((batch.scale_ups, batch.nodes_added), (1, 3));
-    assert_eq!(
-        request(&result, "batch/train").life[1].reason,
-        "CapacityIsFound"
+    let train = request(&result, "batch/train");
+    assert!(
+        train.life.iter().any(|c| c.type_ == "Provisioned"
+            && c.status == "True"
+            && c.reason == "CapacityIsProvisioned"),
+        "{:?}",
+        train.life
     );
     // The three trainer pods consume the request and run; only two analytics pods wait.
     assert_eq!(result.summary.pods.pending, 2);
