@@ -757,7 +757,6 @@ mod tests {
         let err = parse(&[
             "--cloud-provider=kwok",
             "--enable-provisioning-requests",
-            "--grpc-expander-url=dns:///expander:443",
             "--no-such-flag=1",
             "--also-not-a-flag",
         ])
@@ -765,7 +764,7 @@ mod tests {
         assert!(
             err.contains(
                 "not supported by Ferroscale yet: --enable-provisioning-requests \
-                 (ProvisioningRequests), --grpc-expander-url (the gRPC expander)"
+                 (ProvisioningRequests)"
             ),
             "{err}"
         );

@@ -1142,3 +1142,25 @@ fn the_exoscale_credentials_come_from_the_secret_keys_and_reach_the_provider() {
         .unwrap_or_else(|e| panic!("the provider refuses the rendered environment: {e}"));
     assert_eq!(config.environment, "ppapi");
 }
+
+#[test]
+fn the_capacity_crds_are_rendered_only_when_asked_and_equal_the_plain_manifests() {
+    let crds = |objects: &[Value]| -> Vec<Value> {
+        objects
+            .iter()
+            .filter(|o| kind_of(o) == "CustomResourceDefinition")
+            .cloned()
+            .collect()
+    };
+    assert!(crds(&Rendered::of(None).objects).is_empty());
+    let rendered = Rendered::of(Some("crds:\n  install: true\n"));
+    let mut plain = Vec::new();
+    for file in [
+        "crds/autoscaling.x-k8s.io_provisioningrequests.yaml",
+        "crds/autoscaling.x-k8s.io_capacitybuffers.yaml",
+        "crds/autoscaling.x-k8s.io_capacityquotas.yaml",
+    ] {
+        plain.extend(deploy_objects(file));
+    }
+    assert_same("capacity CRDs", crds(&rendered.objects), plain);
+}

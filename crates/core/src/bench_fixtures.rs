@@ -22,7 +22,9 @@ use ferroscale_scheduling::Snapshot;
 use crate::backoff::NodeGroupBackoff;
 use crate::cloud::NodeTemplate;
 use crate::options::AutoscalingOptions;
-use crate::scale_up::{NodeGroupView, ProviderFacts, ScaleUpInput, ScaleUpPlan, plan_scale_up};
+use crate::scale_up::{
+    ExternalExpanderStep, NodeGroupView, ProviderFacts, ScaleUpInput, ScaleUpPlan, plan_scale_up,
+};
 
 const GIB: i64 = 1 << 30;
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -85,6 +87,7 @@ impl ScaleUpFixture {
             priority_config: None,
             provider: ProviderFacts::default(),
             seed: 42,
+            external_expander: ExternalExpanderStep::Skip,
             all_or_nothing: false,
         }
     }

@@ -408,7 +408,15 @@ pub struct AutoscalingOptions {
     /// injection (docs/capacity-buffers.md CB-112).
     pub capacity_buffer_ready_replicas_enabled: bool,
     // --- issue 16: CapacityQuotas ---
+    /// `capacity-quotas-enabled`: CapacityQuota objects cap scale-up (docs/capacity-quotas.md).
+    pub capacity_quotas_enabled: bool,
     // --- issue 16: the gRPC expander ---
+    /// `grpc-expander-url`: the address (`host:port`) of the service `grpc` in `--expander` asks
+    /// (docs/grpc-expander.md).
+    pub grpc_expander_url: String,
+    /// `grpc-expander-cert`: the PEM certificate the gRPC expander's server certificate must chain
+    /// to; required, as upstream allows no insecure connection.
+    pub grpc_expander_cert: String,
 }
 
 /// `--estimator` values.
@@ -595,7 +603,10 @@ impl Default for AutoscalingOptions {
             capacity_buffer_pod_dry_run_enabled: true,
             capacity_buffer_ready_replicas_enabled: true,
             // --- issue 16: CapacityQuotas ---
+            capacity_quotas_enabled: false,
             // --- issue 16: the gRPC expander ---
+            grpc_expander_url: String::new(),
+            grpc_expander_cert: String::new(),
         }
     }
 }
@@ -1077,7 +1088,10 @@ impl AutoscalingOptions {
                 self.capacity_buffer_ready_replicas_enabled = parse_bool(f, v)?
             }
             // --- issue 16: CapacityQuotas ---
+            "capacity-quotas-enabled" => self.capacity_quotas_enabled = parse_bool(f, v)?,
             // --- issue 16: the gRPC expander ---
+            "grpc-expander-url" => self.grpc_expander_url = v.to_string(),
+            "grpc-expander-cert" => self.grpc_expander_cert = v.to_string(),
             _ => {
                 return Err(OptionError::UnknownFlag {
                     flag: flag.to_string(),
@@ -1096,12 +1110,23 @@ impl AutoscalingOptions {
             .collect::<Vec<_>>()
             .join(",");
         check_expander_chain("expander", &chain_text, &self.expander)?;
+        // Upstream exits when the grpc expander has no certificate (no insecure connection) or
+        // cannot dial; an address is needed to dial at all (docs/grpc-expander.md GX-105).
         if self.expander.contains(&ExpanderName::Grpc) {
-            return Err(OptionError::invalid(
-                "expander",
-                &chain_text,
-                "the grpc expander is not supported by ferroscale",
-            ));
+            if self.grpc_expander_url.is_empty() {
+                return Err(OptionError::invalid(
+                    "grpc-expander-url",
+                    "",
+                    "the grpc expander needs the address of its service",
+                ));
+            }
+            if self.grpc_expander_cert.is_empty() {
+                return Err(OptionError::invalid(
+                    "grpc-expander-cert",
+                    "",
+                    "the grpc expander needs a certificate: insecure connections are not allowed",
+                ));
+            }
         }
         let text = |m: MinMax| format!("{}:{}", m.min, m.max);
         check_min_max(
@@ -1251,7 +1276,15 @@ mod tests {
         let unknown = set("expander", "cheapest").unwrap_err();
         assert!(unknown.to_string().contains("\"cheapest\""), "{unknown}");
         assert!(set("expander", "").is_err());
+        // docs/grpc-expander.md GX-105: grpc needs an address and a certificate.
         assert!(set("expander", "grpc").unwrap().validate().is_err());
+        let mut grpc = set("expander", "grpc,least-waste").unwrap();
+        grpc.set("grpc-expander-url", "expander.example:8443")
+            .unwrap();
+        assert!(grpc.validate().is_err(), "no certificate");
+        grpc.set("grpc-expander-cert", "/etc/expander/ca.pem")
+            .unwrap();
+        assert!(grpc.validate().is_ok());
     }
 
     #[test]

@@ -91,6 +91,7 @@ impl Cluster {
         let provider = ProviderFacts {
             gpu_label: "",
             resource_limits: None,
+            ..ProviderFacts::default()
         };
         ferroscale_core::scale_down::plan_scale_down(ScaleDownInput {
             now,

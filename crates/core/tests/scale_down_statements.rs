@@ -114,6 +114,7 @@ impl Cluster {
         let provider = ProviderFacts {
             gpu_label: self.gpu_label,
             resource_limits: self.limits.as_ref(),
+            ..ProviderFacts::default()
         };
         let before = snapshot.pod_count();
         let plan = ferroscale_core::scale_down::plan_scale_down(ScaleDownInput {

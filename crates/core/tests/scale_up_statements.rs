@@ -15,8 +15,9 @@ use ferroscale_core::cloud::{CloudError, ErrorClass, Instance, NodeGroup, NodeTe
 use ferroscale_core::events::{EventObject, reasons};
 use ferroscale_core::options::AutoscalingOptions;
 use ferroscale_core::scale_up::{
-    GroupIncrease, NodeGroupView, PriorityConfig, ProviderFacts, ScaleUpInput, ScaleUpPlan,
-    ScaleUpStatus, execute_scale_up, inject_upcoming_nodes, plan_scale_up,
+    ExternalExpanderStep, GroupIncrease, NodeGroupView, PriorityConfig, ProviderFacts,
+    ScaleUpInput, ScaleUpPlan, ScaleUpStatus, execute_scale_up, inject_upcoming_nodes,
+    plan_scale_up,
 };
 use ferroscale_model::labels::ZONE;
 use ferroscale_model::node::ConditionStatus;
@@ -125,6 +126,7 @@ impl Case {
             priority_config: self.priority_config.as_ref(),
             provider: ProviderFacts::default(),
             seed: 1,
+            external_expander: ExternalExpanderStep::Skip,
             all_or_nothing: false,
         })
     }

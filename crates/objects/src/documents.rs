@@ -20,12 +20,15 @@ use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 use thiserror::Error;
 
+use ferroscale_capacity_apis::{capacity_buffer, capacity_quota, provisioning_request};
+
 use crate::K8sObject;
 use crate::convert::{
-    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, device_class_from_k8s,
-    namespace_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
-    pv_from_k8s, pvc_from_k8s, resource_claim_from_k8s, resource_claim_template_from_k8s,
-    resource_slice_from_k8s, storage_class_from_k8s,
+    ConvertError, PriorityClasses, capacity_buffer_from_k8s, capacity_quota_from_k8s,
+    csi_node_from_k8s, daemonset_from_k8s, device_class_from_k8s, namespace_from_k8s,
+    node_from_k8s, pdb_from_k8s, pod_from_k8s, pod_template_from_k8s, priority_class_from_k8s,
+    provisioning_request_from_k8s, pv_from_k8s, pvc_from_k8s, resource_claim_from_k8s,
+    resource_claim_template_from_k8s, resource_slice_from_k8s, storage_class_from_k8s,
 };
 use crate::locate::locate_field_line;
 use crate::strict::unknown_field;
@@ -59,6 +62,13 @@ pub enum RawObject {
     DeviceClass(Box<resource::DeviceClass>),
     ResourceClaim(Box<resource::ResourceClaim>),
     ResourceClaimTemplate(Box<resource::ResourceClaimTemplate>),
+    PodTemplate(Box<core::PodTemplate>),
+    /// Any served version, held as the storage version `v1`.
+    ProvisioningRequest(Box<provisioning_request::v1::ProvisioningRequest>),
+    /// Any served version, held as the storage version `v1beta1`.
+    CapacityBuffer(Box<capacity_buffer::v1beta1::CapacityBuffer>),
+    /// Any served version, held as the storage version `v1beta1`.
+    CapacityQuota(Box<capacity_quota::v1beta1::CapacityQuota>),
     List(Vec<RawObject>),
     /// A kind the engine does not use; kept only to be reported.
     Skipped {
@@ -127,6 +137,31 @@ fn dra_api_version(value: &mut Value, prefix: &str, kind: &str) -> Result<(), Ra
             field: format!("{prefix}apiVersion"),
             message: format!(
                 "{kind} of {version} is not read: write it as {DRA_V1} (as `kubectl get` prints it from a v1.34 or newer cluster)"
+            ),
+        }),
+    }
+}
+
+const CAPACITY_GROUP: &str = "autoscaling.x-k8s.io";
+
+/// Which served version of a capacity kind an object is written in: `storage` or `older` (read
+/// with the older type and converted), the storage version for a list item without its own
+/// `apiVersion`; any other version is refused naming the ones read.
+fn capacity_version(
+    value: &Value,
+    prefix: &str,
+    kind: &str,
+    storage: &str,
+    older: &str,
+) -> Result<bool, RawObjectError> {
+    match string_field(value, "apiVersion") {
+        None => Ok(true),
+        Some(version) if version == format!("{CAPACITY_GROUP}/{storage}") => Ok(true),
+        Some(version) if version == format!("{CAPACITY_GROUP}/{older}") => Ok(false),
+        Some(version) => Err(RawObjectError {
+            field: format!("{prefix}apiVersion"),
+            message: format!(
+                "{kind} of {version} is not read: write it as {CAPACITY_GROUP}/{storage} or {CAPACITY_GROUP}/{older}"
             ),
         }),
     }
@@ -211,6 +246,32 @@ impl RawObject {
                 dra_api_version(&mut value, prefix, &kind)?;
                 RawObject::ResourceClaimTemplate(typed(value, prefix)?)
             }
+            "PodTemplate" => RawObject::PodTemplate(typed(value, prefix)?),
+            "ProvisioningRequest" => {
+                if capacity_version(&value, prefix, &kind, "v1", "v1beta1")? {
+                    RawObject::ProvisioningRequest(typed(value, prefix)?)
+                } else {
+                    let old: provisioning_request::v1beta1::ProvisioningRequest =
+                        typed(value, prefix)?;
+                    RawObject::ProvisioningRequest(Box::new(old.into()))
+                }
+            }
+            "CapacityBuffer" => {
+                if capacity_version(&value, prefix, &kind, "v1beta1", "v1alpha1")? {
+                    RawObject::CapacityBuffer(typed(value, prefix)?)
+                } else {
+                    let old: capacity_buffer::v1alpha1::CapacityBuffer = typed(value, prefix)?;
+                    RawObject::CapacityBuffer(Box::new(old.into()))
+                }
+            }
+            "CapacityQuota" => {
+                if capacity_version(&value, prefix, &kind, "v1beta1", "v1alpha1")? {
+                    RawObject::CapacityQuota(typed(value, prefix)?)
+                } else {
+                    let old: capacity_quota::v1alpha1::CapacityQuota = typed(value, prefix)?;
+                    RawObject::CapacityQuota(Box::new(old.into()))
+                }
+            }
             _ => {
                 let metadata = value.get("metadata");
                 let name = metadata
@@ -288,6 +349,18 @@ impl RawObject {
             RawObject::ResourceClaimTemplate(template) => out.push(
                 K8sObject::ResourceClaimTemplate(resource_claim_template_from_k8s(template)?),
             ),
+            RawObject::PodTemplate(template) => out.push(K8sObject::PodTemplate(
+                pod_template_from_k8s(template, priorities)?,
+            )),
+            RawObject::ProvisioningRequest(request) => out.push(K8sObject::ProvisioningRequest(
+                provisioning_request_from_k8s(request)?,
+            )),
+            RawObject::CapacityBuffer(buffer) => {
+                out.push(K8sObject::CapacityBuffer(capacity_buffer_from_k8s(buffer)?))
+            }
+            RawObject::CapacityQuota(quota) => {
+                out.push(K8sObject::CapacityQuota(capacity_quota_from_k8s(quota)?))
+            }
             RawObject::List(items) => {
                 for (i, item) in items.iter().enumerate() {
                     item.convert(priorities, out, warnings)

@@ -15,14 +15,16 @@ pub mod locate;
 pub mod strict;
 
 use ferroscale_model::{
-    CsiNode, DaemonSet, DeviceClass, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod,
-    PodDisruptionBudget, PriorityClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
-    StorageClass,
+    CapacityBuffer, CapacityQuota, CsiNode, DaemonSet, DeviceClass, Namespace, Node,
+    PersistentVolume, PersistentVolumeClaim, Pod, PodDisruptionBudget, PodTemplate, PriorityClass,
+    ProvisioningRequest, ResourceClaim, ResourceClaimTemplate, ResourceSlice, StorageClass,
 };
 
 pub use convert::{
-    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, device_class_from_k8s,
-    namespace_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
+    ConvertError, PriorityClasses, capacity_buffer_from_k8s, capacity_buffer_status_to_k8s,
+    capacity_quota_from_k8s, csi_node_from_k8s, daemonset_from_k8s, device_class_from_k8s,
+    namespace_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s, pod_template_from_k8s,
+    priority_class_from_k8s, provisioning_request_from_k8s, provisioning_request_status_to_k8s,
     pv_from_k8s, pvc_from_k8s, resource_claim_from_k8s, resource_claim_template_from_k8s,
     resource_slice_from_k8s, storage_class_from_k8s,
 };
@@ -40,6 +42,9 @@ pub use documents::{
 };
 pub use locate::locate_field_line;
 pub use strict::unknown_field;
+
+/// The capacity APIs' object types this crate reads (the storage versions; older ones convert).
+pub use ferroscale_capacity_apis;
 
 /// The k8s-openapi version this crate reads, for callers that embed raw objects in their own types.
 pub use k8s_openapi;
@@ -61,6 +66,10 @@ pub enum K8sObject {
     DeviceClass(DeviceClass),
     ResourceClaim(ResourceClaim),
     ResourceClaimTemplate(ResourceClaimTemplate),
+    PodTemplate(PodTemplate),
+    ProvisioningRequest(ProvisioningRequest),
+    CapacityBuffer(CapacityBuffer),
+    CapacityQuota(CapacityQuota),
 }
 
 impl K8sObject {
@@ -85,6 +94,10 @@ impl K8sObject {
             K8sObject::ResourceClaimTemplate(t) => {
                 format!("ResourceClaimTemplate {}/{}", t.namespace, t.name)
             }
+            K8sObject::PodTemplate(t) => format!("PodTemplate {}/{}", t.namespace, t.name),
+            K8sObject::ProvisioningRequest(r) => format!("ProvisioningRequest {}", r.key()),
+            K8sObject::CapacityBuffer(b) => format!("CapacityBuffer {}", b.key()),
+            K8sObject::CapacityQuota(q) => format!("CapacityQuota {}", q.name),
         }
     }
 }

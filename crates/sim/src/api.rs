@@ -13,8 +13,12 @@ use ferroscale_core::events::Event;
 use ferroscale_core::kubernetes::{
     ClusterApi, ClusterError, ClusterObjects, EvictionError, StatusConfigMap, WorkloadController,
 };
-use ferroscale_model::{Node, Pod, Taint, Timestamp};
+use ferroscale_model::{
+    CapacityBuffer, CapacityBufferStatus, CapacityObjects, Node, Pod, ProvisioningRequestStatus,
+    ScalableObject, Taint, Timestamp,
+};
 
+use crate::capacity::{ConditionChange, NoSuchObject};
 use crate::cluster::{Cluster, Eviction, EvictionRefusal};
 
 /// A write the engine made to the cluster during one loop.
@@ -45,6 +49,8 @@ pub struct ApiLog {
     pub actions: Vec<ClusterAction>,
     pub events: Vec<Event>,
     pub status: Option<StatusConfigMap>,
+    /// Conditions of ProvisioningRequests and CapacityBuffers the status writes changed.
+    pub conditions: Vec<ConditionChange>,
 }
 
 /// The cluster as the engine's [`ClusterApi`] sees it during one loop at `now`.
@@ -97,8 +103,21 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
         priority_expander_config: None,
         volumes: cluster.storage().objects().clone(),
         dra: cluster.dra().objects().clone(),
-        capacity: Default::default(),
+        capacity: capacity_objects(cluster),
     }
+}
+
+/// The capacity-API objects Gather reads, with every buffer's `scalableRef` resolved against the
+/// live workloads.
+fn capacity_objects(cluster: &Cluster) -> CapacityObjects {
+    let capacity = cluster.capacity();
+    if capacity.is_empty() {
+        return CapacityObjects::default();
+    }
+    let live: Vec<Arc<Pod>> = cluster.live_pods().map(|r| r.pod.clone()).collect();
+    let mut objects = capacity.objects().clone();
+    objects.scalables = capacity.resolve_scalables(live.iter());
+    objects
 }
 
 /// Workload controllers exist as long as they own pods and the scenario has not deleted them (the
@@ -262,36 +281,63 @@ impl ClusterApi for SimClusterApi<'_> {
         self.log().status = None;
         Ok(())
     }
-    // CAPACITY-WIRING-PENDING: replaced by the capacity APIs' implementation.
+
     async fn update_provisioning_request_status(
         &self,
         namespace: &str,
         name: &str,
-        _status: &ferroscale_model::ProvisioningRequestStatus,
+        status: &ProvisioningRequestStatus,
     ) -> Result<(), ClusterError> {
-        Err(ClusterError::Api(format!(
-            "ProvisioningRequest {namespace}/{name}: status writes are not wired yet"
-        )))
+        let changes = self
+            .cluster()
+            .capacity_mut()
+            .update_provisioning_request_status(namespace, name, status, self.now)
+            .map_err(no_such_object)?;
+        self.log().conditions.extend(changes);
+        Ok(())
     }
+
     async fn update_capacity_buffer_status(
         &self,
         namespace: &str,
         name: &str,
-        _status: &ferroscale_model::CapacityBufferStatus,
+        status: &CapacityBufferStatus,
     ) -> Result<(), ClusterError> {
-        Err(ClusterError::Api(format!(
-            "CapacityBuffer {namespace}/{name}: status writes are not wired yet"
-        )))
+        let changes = self
+            .cluster()
+            .capacity_mut()
+            .update_buffer_status(namespace, name, status, self.now)
+            .map_err(no_such_object)?;
+        self.log().conditions.extend(changes);
+        Ok(())
     }
+
     async fn ensure_buffer_pod_template(
         &self,
-        buffer: &ferroscale_model::CapacityBuffer,
-        _scalable: &ferroscale_model::ScalableObject,
+        buffer: &CapacityBuffer,
+        scalable: &ScalableObject,
     ) -> Result<(String, i64), ClusterError> {
-        Err(ClusterError::Api(format!(
-            "CapacityBuffer {}: pod templates are not wired yet",
-            buffer.key()
-        )))
+        let Some(pod) = &scalable.pod else {
+            return Err(ClusterError::Api(format!(
+                "CapacityBuffer {}: no pod shape for {} {}/{}: {}",
+                buffer.key(),
+                scalable.reference.kind,
+                scalable.namespace,
+                scalable.reference.name,
+                scalable.error.as_deref().unwrap_or("not resolved")
+            )));
+        };
+        Ok(self
+            .cluster()
+            .capacity_mut()
+            .ensure_buffer_pod_template(buffer, pod))
+    }
+}
+
+fn no_such_object(e: NoSuchObject) -> ClusterError {
+    ClusterError::NotFound {
+        kind: e.kind,
+        name: e.name,
     }
 }
 
@@ -408,5 +454,89 @@ mod tests {
             ClusterAction::EvictionRefused { .. }
         ));
         assert_eq!(cluster.pending_count(), 1);
+    }
+
+    #[test]
+    fn capacity_writes_are_read_back_by_the_next_gather() {
+        use ferroscale_model::{
+            ApiCondition, CapacityBufferSpec, ConditionStatus, ProvisioningRequest, ScalableRef,
+        };
+        let mut cluster = cluster();
+        cluster.capacity_mut().add_provisioning_request(
+            ProvisioningRequest {
+                namespace: "default".into(),
+                name: "batch".into(),
+                uid: String::new(),
+                generation: 1,
+                creation_time: Timestamp::from_secs(0),
+                deleting: false,
+                class: ferroscale_model::CHECK_CAPACITY_CLASS.into(),
+                pod_sets: Vec::new(),
+                parameters: Default::default(),
+                status: Default::default(),
+            },
+            Timestamp::from_secs(0),
+        );
+        let web = ScalableRef {
+            api_group: "apps".into(),
+            kind: "ReplicaSet".into(),
+            name: "web".into(),
+        };
+        cluster.capacity_mut().add_buffer(
+            CapacityBuffer {
+                namespace: "default".into(),
+                name: "spare".into(),
+                uid: String::new(),
+                generation: 1,
+                creation_time: Timestamp::from_secs(0),
+                spec: CapacityBufferSpec {
+                    scalable_ref: Some(web.clone()),
+                    replicas: Some(2),
+                    ..Default::default()
+                },
+                status: Default::default(),
+            },
+            Timestamp::from_secs(0),
+        );
+        let api = SimClusterApi::new(&mut cluster, Timestamp::from_secs(60));
+        let objects = block_on(api.gather()).unwrap();
+        let scalable = objects.capacity.scalable("default", &web).unwrap().clone();
+        assert_eq!(scalable.replicas, 3);
+        let buffer = objects.capacity.buffers[0].clone();
+        let (template, generation) =
+            block_on(api.ensure_buffer_pod_template(&buffer, &scalable)).unwrap();
+        let status = ProvisioningRequestStatus {
+            conditions: vec![ApiCondition {
+                type_: "Provisioned".into(),
+                status: ConditionStatus::True,
+                reason: "CapacityIsFound".into(),
+                ..ApiCondition::default()
+            }],
+            ..Default::default()
+        };
+        block_on(api.update_provisioning_request_status("default", "batch", &status)).unwrap();
+        let buffer_status = CapacityBufferStatus {
+            pod_template_ref: Some(template.clone()),
+            replicas: Some(2),
+            pod_template_generation: Some(generation),
+            ..Default::default()
+        };
+        block_on(api.update_capacity_buffer_status("default", "spare", &buffer_status)).unwrap();
+        assert!(matches!(
+            block_on(api.update_capacity_buffer_status("default", "gone", &buffer_status)),
+            Err(ClusterError::NotFound {
+                kind: "CapacityBuffer",
+                ..
+            })
+        ));
+
+        let next = block_on(api.gather()).unwrap();
+        assert_eq!(next.capacity.provisioning_requests[0].status, status);
+        assert_eq!(next.capacity.buffers[0].status, buffer_status);
+        let read = next.capacity.pod_template("default", &template).unwrap();
+        assert_eq!(read.pod.requests.cpu_milli, 100);
+        let log = api.into_log();
+        assert_eq!(log.conditions.len(), 1);
+        assert_eq!(log.conditions[0].type_, "Provisioned");
     }
 }

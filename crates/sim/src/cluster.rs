@@ -26,6 +26,7 @@ use ferroscale_model::{
 use ferroscale_objects::K8sObject;
 use ferroscale_scheduling::{NodeId, SchedulerProfile, Snapshot, find_node};
 
+use crate::capacity::ClusterCapacity;
 use crate::cloud::{daemonset_pod_for, daemonset_runs_on};
 use crate::dra::{ClusterDra, GroupDevices};
 use crate::storage::ClusterStorage;
@@ -152,6 +153,9 @@ pub struct Cluster {
     /// ResourceSlices, DeviceClasses, ResourceClaims and templates, with the controllers that
     /// change them.
     dra: ClusterDra,
+    /// PodTemplates, ProvisioningRequests, CapacityBuffers and CapacityQuotas, with the status the
+    /// engine last wrote.
+    capacity: ClusterCapacity,
     /// The DRA objects changed in a way the snapshot did not make itself (a claim made or
     /// deleted, slices published or removed, a node re-added): it reads them again before it
     /// next places a pod.
@@ -225,6 +229,16 @@ impl Cluster {
             self.storage_changed();
         }
         added
+    }
+
+    /// The capacity-API objects as they are now (statuses the engine wrote included).
+    pub fn capacity(&self) -> &ClusterCapacity {
+        &self.capacity
+    }
+
+    /// The capacity-API objects, to add objects or take the engine's writes.
+    pub fn capacity_mut(&mut self) -> &mut ClusterCapacity {
+        &mut self.capacity
     }
 
     /// The CSI drivers (and their volume limits) every node of `group` reports once registered.

@@ -2,6 +2,8 @@
 //! workload, expectations) in simulated time.
 
 pub mod api;
+pub mod capacity;
+pub mod capacity_record;
 pub mod clock;
 pub mod cloud;
 pub mod cluster;

@@ -62,6 +62,13 @@ pub enum EntryKind {
     ScaleDownFailure,
     /// An expectation was checked.
     Expectation,
+    /// A ProvisioningRequest's condition changed (its life: accepted, provisioned, booking
+    /// expired, failed), or an event about it.
+    Request,
+    /// A CapacityBuffer's headroom or conditions changed, or an event about it.
+    Buffer,
+    /// A CapacityQuota stopped or capped a scale-up.
+    Quota,
 }
 
 impl EntryKind {
@@ -80,6 +87,9 @@ impl EntryKind {
             EntryKind::ScaleDown => "scale-down",
             EntryKind::ScaleDownFailure => "sd-failure",
             EntryKind::Expectation => "expect",
+            EntryKind::Request => "provreq",
+            EntryKind::Buffer => "buffer",
+            EntryKind::Quota => "quota",
         }
     }
 }
@@ -187,6 +197,88 @@ pub struct Summary {
     pub loops: usize,
     pub decide_millis: Percentiles,
     pub expectations: Vec<ExpectationOutcome>,
+    /// ProvisioningRequests, CapacityBuffers and CapacityQuotas at the end (left out when the
+    /// scenario has none).
+    #[serde(skip_serializing_if = "CapacitySummary::is_empty")]
+    pub capacity: CapacitySummary,
+}
+
+/// The capacity-API objects at the end of the run, with the life of each request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacitySummary {
+    pub provisioning_requests: Vec<RequestSummary>,
+    pub buffers: Vec<BufferSummary>,
+    pub quotas: Vec<QuotaSummary>,
+}
+
+impl CapacitySummary {
+    pub fn is_empty(&self) -> bool {
+        self.provisioning_requests.is_empty() && self.buffers.is_empty() && self.quotas.is_empty()
+    }
+}
+
+/// A condition as it was set at a simulated time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionRecord {
+    pub at_seconds: f64,
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// One ProvisioningRequest: what it asked for and its life.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestSummary {
+    /// `namespace/name`.
+    pub name: String,
+    pub class: String,
+    /// Pods asked for, over all pod sets.
+    pub pods: u64,
+    pub created_seconds: f64,
+    /// Where it ended: the last condition that holds (`Provisioned`, `Failed`,
+    /// `BookingExpired`, `CapacityRevoked`, `Accepted`), or `Pending` when none does.
+    pub state: String,
+    /// Every condition change the engine wrote, in order.
+    pub life: Vec<ConditionRecord>,
+}
+
+/// One CapacityBuffer: the headroom it stands for at the end.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BufferSummary {
+    /// `namespace/name`.
+    pub name: String,
+    /// `status.replicas`, once the controller resolved it.
+    pub replicas: Option<i32>,
+    /// `status.podTemplateRef`.
+    pub pod_template: Option<String>,
+    /// What one of its pods requests (from the pod template), when resolved.
+    pub pod_cpu_milli: Option<i64>,
+    pub pod_memory_bytes: Option<i64>,
+    /// Its `ReadyForProvisioning` condition holds.
+    pub ready: bool,
+    pub conditions: Vec<ConditionRecord>,
+}
+
+/// One CapacityQuota: its limits, what the nodes it selects use at the end, and the scale-ups it
+/// stopped or capped.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaSummary {
+    pub name: String,
+    pub selector: String,
+    pub limits: BTreeMap<String, String>,
+    pub usage: BTreeMap<String, String>,
+    /// Events the engine raised about the quota (each a scale-up it stopped or capped).
+    pub stopped_scale_ups: usize,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub last_reason: String,
 }
 
 impl Summary {
@@ -243,6 +335,7 @@ mod tests {
                 ok: true,
                 observed: String::new(),
             }],
+            capacity: CapacitySummary::default(),
         };
         let json = serde_json::to_value(&summary).unwrap();
         for field in [
@@ -258,5 +351,9 @@ mod tests {
         assert!(json["pods"].get("neverSchedulable").is_some());
         assert!(json["pods"]["waitSeconds"].get("p99").is_some());
         assert!(json["expectations"][0].get("observed").is_none());
+        assert!(
+            json.get("capacity").is_none(),
+            "no capacity objects, no section"
+        );
     }
 }

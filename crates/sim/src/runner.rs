@@ -31,6 +31,7 @@ use futures::executor::block_on;
 use thiserror::Error;
 
 use crate::api::{ApiLog, ClusterAction, SimClusterApi};
+use crate::capacity_record::CapacityRecorder;
 use crate::clock::SimClock;
 use crate::cloud::{FailingCall, FailureWindow, GroupSpec, SimulatedCloud, SimulatedProvider};
 use crate::cluster::{Cluster, Eviction, NodeRefusal};
@@ -348,6 +349,8 @@ pub struct Simulation<'p> {
     evicted_this_loop: usize,
     /// The status ConfigMap's content as last written.
     final_status: Option<String>,
+    /// What the timeline said so far about requests, buffers and quotas.
+    capacity: CapacityRecorder,
     progress: Option<ProgressReporter<'p>>,
 }
 
@@ -412,7 +415,7 @@ fn group_spec(group: &crate::scenario::ScenarioNodeGroup, objects: &[K8sObject])
 }
 
 /// `app=web,tier in (a,b)`-style text of a selector, for the timeline.
-fn describe_selector(selector: &LabelSelector) -> String {
+pub(crate) fn describe_selector(selector: &LabelSelector) -> String {
     let mut parts: Vec<String> = selector
         .match_labels
         .iter()
@@ -536,7 +539,9 @@ impl<'p> Simulation<'p> {
                 K8sObject::Namespace(ns) => cluster.add_namespace(ns.clone()),
                 K8sObject::PodDisruptionBudget(pdb) => pdbs.push(pdb.clone()),
                 other => {
-                    if !cluster.add_dra_object(other) {
+                    if !cluster.add_dra_object(other)
+                        && !cluster.capacity_mut().add(other, SIMULATION_START)
+                    {
                         cluster.add_storage_object(other);
                     }
                 }
@@ -585,6 +590,7 @@ impl<'p> Simulation<'p> {
             removed_this_loop: 0,
             evicted_this_loop: 0,
             final_status: None,
+            capacity: CapacityRecorder::default(),
             progress: None,
         };
         simulation.record_refusals(SIMULATION_START, refusals);
@@ -712,6 +718,10 @@ impl<'p> Simulation<'p> {
             self.next_event += 1;
             let shape = Some(self.next_event);
             let (what, why) = match &event.action {
+                ScenarioAction::CreateObject(object) => {
+                    self.cluster.capacity_mut().add(object, now);
+                    (format!("created {}", object.describe()), String::new())
+                }
                 ScenarioAction::Create { count, pod, bind } => {
                     let mut names = Vec::with_capacity(*count);
                     for i in 0..*count {
@@ -982,6 +992,9 @@ impl<'p> Simulation<'p> {
             });
         }
         self.record_events(now, outcome);
+        let capacity =
+            (self.capacity).after_loop(now, &self.cluster, &log.conditions, &outcome.events);
+        self.timeline.extend(capacity);
 
         self.update_peaks();
         let targets = self
@@ -1715,6 +1728,7 @@ impl<'p> Simulation<'p> {
                 .into_iter()
                 .filter_map(|(_, o)| o)
                 .collect(),
+            capacity: self.capacity.summary(&self.cluster),
         };
         SimulationResult {
             summary,

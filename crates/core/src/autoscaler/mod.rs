@@ -15,6 +15,7 @@
 
 mod act;
 mod buffers;
+mod external_expander;
 mod gather;
 mod provisioning;
 mod recorder;
@@ -48,11 +49,13 @@ use crate::scale_down::{
     ScaleDownPlan, ScaleDownState, first_blocking_pod, plan_scale_down,
 };
 use crate::scale_up::{
-    INJECTION_BACKOFF, NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan,
-    plan_min_size_enforcement, plan_scale_up, proactive_fake_pods,
+    ExternalExpander, ExternalExpanderStep, INJECTION_BACKOFF, NodeGroupView, ProviderFacts,
+    ScaleUpExecution, ScaleUpInput, ScaleUpPlan, plan_min_size_enforcement, plan_scale_up,
+    proactive_fake_pods,
 };
 
 use act::record_progress;
+pub use external_expander::EXTERNAL_EXPANDER_FAILED;
 use gather::Gathered;
 pub use gather::{GatherCall, GatherFailure, GatherSubject};
 pub use provisioning::RequestUpdate;
@@ -281,6 +284,9 @@ pub struct Autoscaler {
     capture_next: bool,
     /// This iteration does (taken from `capture_next` when it starts).
     capturing: bool,
+    /// The service `grpc` in `--expander` calls (docs/grpc-expander.md); `None`: `grpc` keeps
+    /// every option.
+    external_expander: Option<Arc<dyn ExternalExpander>>,
 }
 
 /// What the scale-down steps read besides the snapshot.
@@ -342,7 +348,14 @@ impl Autoscaler {
             started_at: None,
             capture_next: false,
             capturing: false,
+            external_expander: None,
         }
+    }
+
+    /// Wires the service that `grpc` in `--expander` asks (docs/grpc-expander.md).
+    pub fn with_external_expander(mut self, expander: Arc<dyn ExternalExpander>) -> Autoscaler {
+        self.external_expander = Some(expander);
+        self
     }
 
     /// Asks the next iteration to hand out what it gathers ([`LoopOutcome::capture`]). Copying
@@ -713,6 +726,7 @@ impl Autoscaler {
         let provider = ProviderFacts {
             gpu_label: &gpu_label,
             resource_limits: gathered.resource_limits.as_ref(),
+            capacity_quotas: &gathered.objects.capacity.quotas,
         };
         // The upcoming placeholders, and the pods the plan places (nominated pods, and pods that
         // fit existing or upcoming nodes), stay in the snapshot for the rest of the loop, as
@@ -770,12 +784,11 @@ impl Autoscaler {
                 let extra = buffer_pods.pods.iter().chain(&fakes);
                 pending.iter().chain(extra).cloned().collect()
             };
-        let plan = match &mut requests {
-            Some(turn) => turn.take_plan(),
-            None => timer.time("scaleUp", || {
+        let scale_up_input =
+            |snapshot: &mut Snapshot, external_expander: ExternalExpanderStep<'_>| {
                 plan_scale_up(ScaleUpInput {
                     now,
-                    snapshot: &mut base,
+                    snapshot,
                     pending_pods: &planned_pods,
                     draining_pods: &draining_pods,
                     node_groups: &views,
@@ -784,9 +797,28 @@ impl Autoscaler {
                     priority_config: gathered.objects.priority_expander_config.as_deref(),
                     provider,
                     seed,
+                    external_expander,
                     all_or_nothing: false,
                 })
-            }),
+            };
+        let plan = match &mut requests {
+            Some(turn) => turn.take_plan(),
+            None => {
+                // With `grpc` in the chain, a first plan on a throw-away branch finds what to
+                // ask the external expander (docs/grpc-expander.md GX-101).
+                let query = if self.external_expander_wanted() {
+                    timer.time("scaleUp", || {
+                        scale_up_input(&mut base.branch(), ExternalExpanderStep::Ask).external_query
+                    })
+                } else {
+                    None
+                };
+                let external_answer = self.external_expander_answer(query, events).await;
+                let external_step = external_answer
+                    .as_ref()
+                    .map_or(ExternalExpanderStep::Skip, ExternalExpanderStep::Answer);
+                timer.time("scaleUp", || scale_up_input(&mut base, external_step))
+            }
         };
         events.extend(plan.events.iter().cloned());
         outcome.scale_up_execution = self

@@ -31,8 +31,8 @@ use crate::provisioning::{
     pods_for_request, reasons as request_reasons,
 };
 use crate::scale_up::{
-    NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan, ScaleUpStatus,
-    plan_scale_up,
+    ExternalExpanderStep, NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput,
+    ScaleUpPlan, ScaleUpStatus, plan_scale_up,
 };
 
 /// What the loop remembers about requests between iterations.
@@ -356,6 +356,8 @@ impl Autoscaler {
                         priority_config: gathered.objects.priority_expander_config.as_deref(),
                         provider,
                         seed,
+                        // A request's plan does not call out: `grpc` keeps every option.
+                        external_expander: ExternalExpanderStep::Skip,
                         all_or_nothing: true,
                     })
                 });

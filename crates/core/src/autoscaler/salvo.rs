@@ -17,8 +17,8 @@ use ferroscale_scheduling::{Snapshot, find_node};
 
 use crate::events::Event;
 use crate::scale_up::{
-    GroupIncrease, NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan,
-    ScaleUpStatus, inject_upcoming_nodes, plan_scale_up,
+    ExternalExpanderStep, GroupIncrease, NodeGroupView, ProviderFacts, ScaleUpExecution,
+    ScaleUpInput, ScaleUpPlan, ScaleUpStatus, inject_upcoming_nodes, plan_scale_up,
 };
 
 use super::gather::Gathered;
@@ -135,6 +135,8 @@ impl Autoscaler {
                     priority_config,
                     provider: start.provider,
                     seed: start.seed.wrapping_add(round),
+                    // Salvo rounds do not call out: `grpc` keeps every option there.
+                    external_expander: ExternalExpanderStep::Skip,
                     all_or_nothing: false,
                 })
             });

@@ -8,6 +8,7 @@ use ferroscale_model::{Pod, Resources};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
+use super::external::{ExternalAnswer, ExternalExpanderStep};
 use super::priority::PriorityConfig;
 use crate::cloud::NodeTemplate;
 use crate::events::{Event, EventObject, reasons};
@@ -189,14 +190,52 @@ fn pick_random<'a>(
     vec![options.swap_remove(i)]
 }
 
+/// How the chain ended.
+pub(super) enum ChainOutcome<'a> {
+    /// The chosen option, or `None` when the chain left nothing.
+    Chosen(Option<ExpansionOption<'a>>),
+    /// The chain reached `grpc` with [`ExternalExpanderStep::Ask`]: these options go to the
+    /// external expander.
+    AskExternal(Vec<ExpansionOption<'a>>),
+}
+
+/// What `grpc` keeps of the options, given the service's answer (docs/grpc-expander.md GX-103,
+/// GX-104): the options it named, in its order; every option when the call failed or it named
+/// none of them; nothing when it answered an empty list.
+fn by_external<'a>(
+    options: Vec<ExpansionOption<'a>>,
+    answer: &ExternalAnswer,
+) -> Vec<ExpansionOption<'a>> {
+    let ids = match answer {
+        ExternalAnswer::Failed(_) => return options,
+        ExternalAnswer::Options(ids) if ids.is_empty() => return Vec::new(),
+        ExternalAnswer::Options(ids) => ids,
+    };
+    let mut slots: Vec<Option<ExpansionOption<'a>>> = options.into_iter().map(Some).collect();
+    let mut kept = Vec::new();
+    for id in ids {
+        if let Some(slot) = slots
+            .iter_mut()
+            .find(|s| s.as_ref().is_some_and(|o| o.group_id == id))
+        {
+            kept.extend(slot.take());
+        }
+    }
+    if kept.is_empty() {
+        return slots.into_iter().flatten().collect();
+    }
+    kept
+}
+
 /// Runs the chain and returns the chosen option, or `None` when the chain left nothing.
 pub(super) fn choose<'a>(
     options: Vec<ExpansionOption<'a>>,
     chain: &[ExpanderName],
     ctx: &ExpanderContext<'_>,
+    external: ExternalExpanderStep<'_>,
     rng: &mut ChaCha8Rng,
     events: &mut Vec<Event>,
-) -> Option<ExpansionOption<'a>> {
+) -> ChainOutcome<'a> {
     let mut remaining = options;
     for expander in chain {
         if remaining.len() <= 1 {
@@ -212,11 +251,14 @@ pub(super) fn choose<'a>(
             }
             ExpanderName::Price => keep_min(remaining, |o| price_score(o, ctx)),
             ExpanderName::Priority => by_priority(remaining, ctx, events),
-            // Rejected by `AutoscalingOptions::validate`; if it gets here, it decides nothing.
-            ExpanderName::Grpc => remaining,
+            ExpanderName::Grpc => match external {
+                ExternalExpanderStep::Skip => remaining,
+                ExternalExpanderStep::Ask => return ChainOutcome::AskExternal(remaining),
+                ExternalExpanderStep::Answer(answer) => by_external(remaining, answer),
+            },
         };
     }
-    pick_random(remaining, rng).pop()
+    ChainOutcome::Chosen(pick_random(remaining, rng).pop())
 }
 
 #[cfg(test)]
@@ -268,9 +310,17 @@ mod tests {
     ) -> String {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut events = Vec::new();
-        choose(options, chain, ctx, &mut rng, &mut events)
-            .map(|o| o.group_id.to_string())
-            .unwrap_or_default()
+        match choose(
+            options,
+            chain,
+            ctx,
+            ExternalExpanderStep::Skip,
+            &mut rng,
+            &mut events,
+        ) {
+            ChainOutcome::Chosen(o) => o.map(|o| o.group_id.to_string()).unwrap_or_default(),
+            ChainOutcome::AskExternal(_) => "asked".to_string(),
+        }
     }
 
     /// docs/behaviour.md SU-29.
@@ -380,6 +430,7 @@ mod tests {
             vec![option("a", &t, 1, 0..2), option("b", &t, 1, 0..2)],
             &[ExpanderName::Priority],
             &ctx,
+            ExternalExpanderStep::Skip,
             &mut rng,
             &mut events,
         );
@@ -414,9 +465,13 @@ mod tests {
                 options(),
                 &[ExpanderName::Priority],
                 &ctx,
+                ExternalExpanderStep::Skip,
                 &mut rng,
                 &mut events,
             );
+            let ChainOutcome::Chosen(chosen) = chosen else {
+                panic!("no grpc in the chain");
+            };
             assert_eq!(chosen.map(|o| o.group_id), Some("pool-big"));
             assert!(events.is_empty(), "{events:?}");
 
@@ -428,6 +483,7 @@ mod tests {
                 options(),
                 &[ExpanderName::Priority],
                 &ctx,
+                ExternalExpanderStep::Skip,
                 &mut rng,
                 &mut events,
             );
@@ -526,5 +582,113 @@ mod tests {
         for _ in 0..5 {
             assert_eq!(run(&[ExpanderName::Random], opts(), &ctx, 7), first);
         }
+    }
+
+    fn grpc_chain(
+        options: Vec<ExpansionOption<'_>>,
+        ctx: &ExpanderContext<'_>,
+        answer: &ExternalAnswer,
+    ) -> Option<String> {
+        let mut rng = ChaCha8Rng::seed_from_u64(0);
+        let mut events = Vec::new();
+        match choose(
+            options,
+            &[ExpanderName::Grpc, ExpanderName::MostPods],
+            ctx,
+            ExternalExpanderStep::Answer(answer),
+            &mut rng,
+            &mut events,
+        ) {
+            ChainOutcome::Chosen(o) => o.map(|o| o.group_id.to_string()),
+            ChainOutcome::AskExternal(_) => panic!("answered plans do not ask"),
+        }
+    }
+
+    /// docs/grpc-expander.md GX-102: with `Ask`, the chain stops at `grpc` and hands over the
+    /// options the expanders before it kept.
+    #[test]
+    fn gx102_the_chain_stops_at_grpc_to_ask() {
+        let t = template(4000, 16);
+        let ps = pods(8, 1000, 1);
+        let ctx = ExpanderContext {
+            pods: &ps,
+            priority_config: None,
+            cluster_nodes: 3,
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(0);
+        let mut events = Vec::new();
+        let outcome = choose(
+            vec![
+                option("few", &t, 1, 0..2),
+                option("many-a", &t, 2, 0..8),
+                option("many-b", &t, 2, 0..8),
+            ],
+            &[ExpanderName::MostPods, ExpanderName::Grpc],
+            &ctx,
+            ExternalExpanderStep::Ask,
+            &mut rng,
+            &mut events,
+        );
+        let ChainOutcome::AskExternal(asked) = outcome else {
+            panic!("the chain should ask");
+        };
+        let ids: Vec<&str> = asked.iter().map(|o| o.group_id).collect();
+        assert_eq!(ids, vec!["many-a", "many-b"]);
+    }
+
+    /// docs/grpc-expander.md GX-103: the options the service names are kept, and the expanders
+    /// after `grpc` choose among them only.
+    #[test]
+    fn gx103_the_answer_filters_the_options_for_the_next_expanders() {
+        let t = template(4000, 16);
+        let ps = pods(8, 1000, 1);
+        let ctx = ExpanderContext {
+            pods: &ps,
+            priority_config: None,
+            cluster_nodes: 3,
+        };
+        let options = || {
+            vec![
+                option("few", &t, 1, 0..2),
+                option("some", &t, 1, 0..4),
+                option("many", &t, 2, 0..8),
+            ]
+        };
+        let answer = ExternalAnswer::Options(vec!["few".into(), "some".into()]);
+        assert_eq!(
+            grpc_chain(options(), &ctx, &answer).as_deref(),
+            Some("some")
+        );
+        let unknown_ignored = ExternalAnswer::Options(vec!["gone".into(), "few".into()]);
+        assert_eq!(
+            grpc_chain(options(), &ctx, &unknown_ignored).as_deref(),
+            Some("few")
+        );
+    }
+
+    /// docs/grpc-expander.md GX-104: a failed call, or an answer naming none of the options, keeps
+    /// every option; an empty answer keeps none.
+    #[test]
+    fn gx104_failures_keep_every_option_and_an_empty_answer_keeps_none() {
+        let t = template(4000, 16);
+        let ps = pods(8, 1000, 1);
+        let ctx = ExpanderContext {
+            pods: &ps,
+            priority_config: None,
+            cluster_nodes: 3,
+        };
+        let options = || vec![option("few", &t, 1, 0..2), option("many", &t, 2, 0..8)];
+        let failed = ExternalAnswer::Failed("deadline exceeded".into());
+        assert_eq!(
+            grpc_chain(options(), &ctx, &failed).as_deref(),
+            Some("many")
+        );
+        let unknown = ExternalAnswer::Options(vec!["gone".into()]);
+        assert_eq!(
+            grpc_chain(options(), &ctx, &unknown).as_deref(),
+            Some("many")
+        );
+        let empty = ExternalAnswer::Options(Vec::new());
+        assert_eq!(grpc_chain(options(), &ctx, &empty), None);
     }
 }

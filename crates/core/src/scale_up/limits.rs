@@ -3,7 +3,9 @@
 //!
 //! Usage is the sum of node capacity over every node in the snapshot, upcoming placeholders
 //! included and virtual-kubelet nodes excluded: cores rounded up per node, memory in bytes, GPUs
-//! per type from the provider's GPU label and the node's allocatable GPUs.
+//! per type from the provider's GPU label and the node's allocatable GPUs. With
+//! `--capacity-quotas-enabled` the headroom also holds the room under each CapacityQuota
+//! ([`super::quota`]).
 
 use ferroscale_model::Node;
 use ferroscale_model::resources::NVIDIA_GPU;
@@ -12,6 +14,10 @@ use ferroscale_scheduling::Snapshot;
 use crate::options::AutoscalingOptions;
 
 use super::ProviderFacts;
+use super::quota::{ExceededQuota, QuotaDelta, QuotaRooms, quota_delta};
+
+/// Upstream's ID of the cluster-wide limits in skip reasons.
+const CLUSTER_WIDE: &str = "cluster-wide";
 
 /// What one node adds to the cluster's usage.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -20,6 +26,10 @@ pub(super) struct NodeUsage {
     pub memory: i64,
     /// `(gpu type, count)`.
     pub gpu: Option<(String, i64)>,
+    /// The CapacityQuotas (indices into the headroom's) a template node counts against, and what
+    /// it adds to them; empty for existing nodes and without quotas.
+    pub quota_matching: Vec<usize>,
+    pub quota_delta: QuotaDelta,
 }
 
 pub(super) fn node_usage(node: &Node, gpu_label: &str) -> NodeUsage {
@@ -33,6 +43,8 @@ pub(super) fn node_usage(node: &Node, gpu_label: &str) -> NodeUsage {
         cores,
         memory: node.capacity.memory,
         gpu,
+        quota_matching: Vec::new(),
+        quota_delta: QuotaDelta::new(),
     }
 }
 
@@ -47,6 +59,8 @@ pub(super) struct Headroom {
     memory: i64,
     /// `(gpu type, remaining)`; types without a limit are absent.
     gpus: Vec<(String, i64)>,
+    /// Room under each enforced CapacityQuota (empty unless `--capacity-quotas-enabled`).
+    quotas: QuotaRooms,
 }
 
 impl Headroom {
@@ -77,6 +91,18 @@ impl Headroom {
             ),
         };
         let (mut cores, mut memory) = (max_cores, max_memory);
+        let quotas = if options.capacity_quotas_enabled {
+            QuotaRooms::new(
+                provider.capacity_quotas,
+                snapshot
+                    .nodes()
+                    .map(|(_, info)| info.node.as_ref())
+                    .filter(|n| !is_virtual_kubelet(n)),
+                provider.gpu_label,
+            )
+        } else {
+            QuotaRooms::default()
+        };
         for (_, info) in snapshot.nodes() {
             if is_virtual_kubelet(&info.node) {
                 continue;
@@ -94,7 +120,20 @@ impl Headroom {
             cores,
             memory,
             gpus,
+            quotas,
         }
+    }
+
+    /// What a template node of a group adds: [`node_usage`] plus the quotas its labels match.
+    pub(super) fn template_usage(&self, node: &Node, gpu_label: &str) -> NodeUsage {
+        let mut usage = node_usage(node, gpu_label);
+        if !self.quotas.is_empty() {
+            usage.quota_matching = self.quotas.matching(&node.labels);
+            if !usage.quota_matching.is_empty() {
+                usage.quota_delta = quota_delta(node, gpu_label);
+            }
+        }
+        usage
     }
 
     /// How many nodes of this usage fit in every headroom.
@@ -112,12 +151,38 @@ impl Headroom {
         {
             n = n.min(fit(*room, *count));
         }
+        if !usage.quota_matching.is_empty() {
+            n = n.min(
+                self.quotas
+                    .nodes_that_fit(&usage.quota_matching, &usage.quota_delta),
+            );
+        }
         n
     }
 
-    /// The resources `count` nodes of this usage would exceed, upstream names (`cpu`, `memory`,
-    /// GPU type).
-    pub(super) fn exceeded_by(&self, usage: &NodeUsage, count: usize) -> Vec<String> {
+    /// The quotas `count` nodes of this usage would exceed: the cluster-wide limits first (resources
+    /// by upstream names: `cpu`, `memory`, GPU type), then each CapacityQuota.
+    pub(super) fn exceeded_by(&self, usage: &NodeUsage, count: usize) -> Vec<ExceededQuota> {
+        let mut quotas = Vec::new();
+        let cluster_wide = self.cluster_wide_exceeded_by(usage, count);
+        if !cluster_wide.is_empty() {
+            quotas.push(ExceededQuota {
+                id: CLUSTER_WIDE.to_string(),
+                quota_name: None,
+                resources: cluster_wide,
+            });
+        }
+        if !usage.quota_matching.is_empty() {
+            quotas.extend(self.quotas.exceeded_by(
+                &usage.quota_matching,
+                &usage.quota_delta,
+                count,
+            ));
+        }
+        quotas
+    }
+
+    fn cluster_wide_exceeded_by(&self, usage: &NodeUsage, count: usize) -> Vec<String> {
         let count = i64::try_from(count).unwrap_or(i64::MAX);
         let mut exceeded = Vec::new();
         if usage.cores.saturating_mul(count) > self.cores {
@@ -136,8 +201,8 @@ impl Headroom {
     }
 
     /// Takes `count` nodes of this usage out of the headroom.
-    pub(super) fn consume(&mut self, usage: &NodeUsage, count: usize) {
-        let count = i64::try_from(count).unwrap_or(i64::MAX);
+    pub(super) fn consume(&mut self, usage: &NodeUsage, nodes: usize) {
+        let count = i64::try_from(nodes).unwrap_or(i64::MAX);
         self.cores = self.cores.saturating_sub(usage.cores.saturating_mul(count));
         self.memory = self
             .memory
@@ -147,22 +212,37 @@ impl Headroom {
         {
             entry.1 = entry.1.saturating_sub(per_node.saturating_mul(count));
         }
+        if !usage.quota_matching.is_empty() {
+            self.quotas
+                .consume(&usage.quota_matching, &usage.quota_delta, nodes);
+        }
     }
 }
 
-/// `skipped_scale_events_count` reason for a resource (`CpuResourceLimit`, ...).
-pub(super) fn skipped_event_reason(resource: &str) -> String {
-    match resource {
-        "cpu" => "CpuResourceLimit".to_string(),
-        "memory" => "MemoryResourceLimit".to_string(),
-        _ => "GpuResourceLimit".to_string(),
+/// `skipped_scale_events_count` reasons for the exceeded quotas: per resource of the cluster-wide
+/// limits (`CpuResourceLimit`, `MemoryResourceLimit`, `GpuResourceLimit`), and for CapacityQuotas
+/// only their cpu and memory (the metric has no reason for other resources).
+pub(super) fn skipped_event_reasons(exceeded: &[ExceededQuota]) -> Vec<String> {
+    let mut reasons = Vec::new();
+    for quota in exceeded {
+        for resource in &quota.resources {
+            let reason = match resource.as_str() {
+                "cpu" => "CpuResourceLimit",
+                "memory" => "MemoryResourceLimit",
+                _ if quota.quota_name.is_none() => "GpuResourceLimit",
+                _ => continue,
+            };
+            reasons.push(reason.to_string());
+        }
     }
+    reasons
 }
 
-/// Upstream's skip reason for a group the limits cannot take.
-pub(super) fn quota_skip_reason(resources: &[String]) -> String {
-    format!(
-        "exceeded quota: \"cluster-wide\", resources: {}",
-        resources.join(", ")
-    )
+/// Upstream's skip reason for a group the quotas cannot take: one `exceeded quota: ...` per quota.
+pub(super) fn quota_skip_reason(exceeded: &[ExceededQuota]) -> String {
+    exceeded
+        .iter()
+        .map(ExceededQuota::message)
+        .collect::<Vec<_>>()
+        .join("; ")
 }

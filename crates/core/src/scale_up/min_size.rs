@@ -7,7 +7,7 @@ use ferroscale_scheduling::Snapshot;
 use crate::backoff::NodeGroupBackoff;
 use crate::options::AutoscalingOptions;
 
-use super::limits::{Headroom, node_usage};
+use super::limits::Headroom;
 use super::template::sanitize_template;
 use super::{GroupIncrease, NodeGroupView, ProviderFacts, ScaleUpPlan, ScaleUpStatus};
 
@@ -46,7 +46,7 @@ pub fn plan_min_size_enforcement(
             continue;
         };
         let template = sanitize_template(template, &group.id, "template", options);
-        let usage = node_usage(&template.node, provider.gpu_label);
+        let usage = headroom.template_usage(&template.node, provider.gpu_label);
         let wanted = group
             .min_size
             .min(group.max_size)

@@ -8,22 +8,26 @@
 //! The stages follow the scale-up section of docs/behaviour.md: intake (`intake`), equivalence
 //! groups (`equivalence`), templates (`template`), the binpacking estimator (`estimator`),
 //! expanders (`expander`), resource limits (`limits`), balancing similar groups (`balancing`) and
-//! min-size enforcement (`min_size`); `injection` adds the fake pods of proactive scale-up.
+//! min-size enforcement (`min_size`), CapacityQuotas (`quota`); `injection` adds the fake pods
+//! of proactive scale-up.
 
 mod balancing;
 mod equivalence;
 mod estimator;
 mod expander;
+mod external;
 mod injection;
 mod intake;
 mod limits;
 mod min_size;
 mod plan;
 mod priority;
+mod quota;
 mod template;
 
 use std::sync::Arc;
 
+use ferroscale_model::capacity::CapacityQuota;
 use ferroscale_model::{Pod, Timestamp};
 use ferroscale_scheduling::Snapshot;
 
@@ -34,6 +38,10 @@ use crate::options::AutoscalingOptions;
 
 pub use crate::act::scale_up::{ScaleUpExecution, execute_scale_up};
 pub use balancing::templates_similar;
+pub use external::{
+    ExpanderQuery, ExpanderQueryOption, ExternalAnswer, ExternalExpander, ExternalExpanderError,
+    ExternalExpanderStep,
+};
 pub use injection::{
     FAKE_POD_ANNOTATION, FAKE_POD_ANNOTATION_VALUE, INJECTION_BACKOFF, is_fake_pod,
     proactive_fake_pods,
@@ -41,6 +49,7 @@ pub use injection::{
 pub use min_size::plan_min_size_enforcement;
 pub use plan::plan_scale_up;
 pub use priority::{PriorityConfig, PriorityConfigError};
+pub use quota::{CAPACITY_QUOTA_LIMITED, VALID_CONDITION, quota_ignored_reason};
 pub use template::{
     TEMPLATE_NODE_LABEL, UPCOMING_NODE_ANNOTATION, inject_upcoming_nodes, is_upcoming_node,
     sanitize_template,
@@ -104,7 +113,8 @@ impl NodeGroupView {
     }
 }
 
-/// Facts from the cloud provider that the plan needs. `Default`: no GPU label, limits from flags.
+/// Facts from the cloud provider (and the other sources of resource limits) that the plan needs.
+/// `Default`: no GPU label, limits from flags, no CapacityQuota.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProviderFacts<'a> {
     /// The provider's GPU label key (`CloudProvider::gpu_label`); empty when the provider has none.
@@ -112,6 +122,9 @@ pub struct ProviderFacts<'a> {
     /// Provider limits replacing `--cores-total`/`--memory-total`/`--gpu-total`
     /// (`CloudProvider::resource_limits`).
     pub resource_limits: Option<&'a ResourceLimits>,
+    /// The CapacityQuotas Gather read; enforced only with `--capacity-quotas-enabled`
+    /// (docs/capacity-quotas.md).
+    pub capacity_quotas: &'a [Arc<CapacityQuota>],
 }
 
 /// Everything [`plan_scale_up`] reads.
@@ -138,6 +151,8 @@ pub struct ScaleUpInput<'a> {
     pub provider: ProviderFacts<'a>,
     /// Seeds every random choice (random expander, final tie break).
     pub seed: u64,
+    /// What `grpc` in the expander chain does (docs/grpc-expander.md).
+    pub external_expander: ExternalExpanderStep<'a>,
     /// Plan for every pending pod or for none (best-effort-atomic ProvisioningRequests): an
     /// option that leaves a pod out, or a scale-up capped below the estimate, is no plan.
     pub all_or_nothing: bool,
@@ -220,6 +235,9 @@ pub struct ScaleUpPlan {
     /// Values of `skipped_scale_events_count{direction="up",reason=...}` to increment, one entry
     /// per skipped group and resource (`CpuResourceLimit`, `MemoryResourceLimit`, ...).
     pub skipped_scale_events: Vec<String>,
+    /// Set only by a plan made with [`ExternalExpanderStep::Ask`] whose chain reached `grpc`: the
+    /// options to ask the external expander about. Such a plan is not to be executed.
+    pub external_query: Option<ExpanderQuery>,
 }
 
 impl ScaleUpPlan {
@@ -235,6 +253,7 @@ impl ScaleUpPlan {
             events: Vec::new(),
             chosen: None,
             skipped_scale_events: Vec::new(),
+            external_query: None,
         }
     }
 }

@@ -16,11 +16,13 @@ use crate::options::AutoscalingOptions;
 use super::balancing::{BalanceTarget, split, templates_similar};
 use super::equivalence::group_pods;
 use super::estimator::{NodeLimiter, estimate};
-use super::expander::{ExpanderContext, ExpansionOption, choose};
+use super::expander::{ChainOutcome, ExpanderContext, ExpansionOption, choose};
+use super::external::{ExpanderQuery, ExpanderQueryOption};
 use super::intake::{
     all_pods_new, collect_candidates, drop_daemonset_and_young, filter_out_schedulable,
 };
-use super::limits::{Headroom, NodeUsage, node_usage, quota_skip_reason, skipped_event_reason};
+use super::limits::{Headroom, NodeUsage, quota_skip_reason, skipped_event_reasons};
+use super::quota::CAPACITY_QUOTA_LIMITED;
 use super::template::{add_template_copy, is_upcoming_node, sanitize_template};
 use super::{
     ExpansionSummary, GroupIncrease, NodeGroupView, PodVerdict, ScaleUpInput, ScaleUpPlan,
@@ -58,6 +60,7 @@ fn skip_reason(
     headroom: &Headroom,
     usage: &NodeUsage,
     skipped_events: &mut Vec<String>,
+    events: &mut Vec<Event>,
 ) -> Option<String> {
     if view.exists && !view.healthy {
         return Some(skip_reasons::NOT_READY.to_string());
@@ -82,10 +85,75 @@ fn skip_reason(
     view.template.as_ref()?;
     let exceeded = headroom.exceeded_by(usage, jump);
     if !exceeded.is_empty() {
-        skipped_events.extend(exceeded.iter().map(|r| skipped_event_reason(r)));
+        skipped_events.extend(skipped_event_reasons(&exceeded));
+        // A CapacityQuota that stops a group says so on itself (docs/capacity-quotas.md CQ-106).
+        for quota in &exceeded {
+            if let Some(name) = &quota.quota_name {
+                events.push(Event::warning(
+                    EventObject::CapacityQuota(name.clone()),
+                    CAPACITY_QUOTA_LIMITED,
+                    format!("node group {} not scaled up: {}", view.id, quota.message()),
+                ));
+            }
+        }
         return Some(quota_skip_reason(&exceeded));
     }
     None
+}
+
+/// Says which CapacityQuotas cap (or stop) the chosen option at `fit` of its `wanted` nodes, on
+/// the quota and on the status ConfigMap (docs/capacity-quotas.md CQ-107).
+fn quota_cap_events(
+    headroom: &Headroom,
+    state: &GroupState<'_>,
+    wanted: usize,
+    fit: usize,
+    events: &mut Vec<Event>,
+) {
+    for exceeded in headroom.exceeded_by(&state.usage, wanted) {
+        let Some(name) = exceeded.quota_name.clone() else {
+            continue;
+        };
+        let message = format!(
+            "capping scale-up of node group {} from {wanted} to {fit} nodes: {}",
+            state.view.id,
+            exceeded.message()
+        );
+        events.push(Event::warning(
+            EventObject::CapacityQuota(name),
+            CAPACITY_QUOTA_LIMITED,
+            message.clone(),
+        ));
+        events.push(Event::warning(
+            EventObject::StatusConfigMap,
+            CAPACITY_QUOTA_LIMITED,
+            message,
+        ));
+    }
+}
+
+/// The options `grpc` is asked about, with their pods and their groups' template nodes.
+fn external_query(options: &[ExpansionOption<'_>], pods: &[Arc<Pod>]) -> ExpanderQuery {
+    ExpanderQuery {
+        options: options
+            .iter()
+            .map(|o| ExpanderQueryOption {
+                group_id: o.group_id.to_string(),
+                node_count: o.node_count,
+                pods: o.pods.iter().map(|&i| pods[i].clone()).collect(),
+                debug: format!(
+                    "node group {}: {} new nodes for {} pods",
+                    o.group_id,
+                    o.node_count,
+                    o.pods.len()
+                ),
+            })
+            .collect(),
+        templates: options
+            .iter()
+            .map(|o| (o.group_id.to_string(), o.template.node.clone()))
+            .collect(),
+    }
 }
 
 /// Inputs shared by the steps of one plan.
@@ -179,6 +247,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         priority_config,
         provider,
         seed,
+        external_expander,
         all_or_nothing,
     } = input;
     let mut plan = ScaleUpPlan::empty(ScaleUpStatus::NotNeeded);
@@ -251,7 +320,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             .map(|t| sanitize_template(t, &view.id, "template", options));
         let usage = template
             .as_ref()
-            .map(|t| node_usage(&t.node, provider.gpu_label))
+            .map(|t| headroom.template_usage(&t.node, provider.gpu_label))
             .unwrap_or_default();
         let skip = skip_reason(
             view,
@@ -259,6 +328,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             &headroom,
             &usage,
             &mut plan.skipped_scale_events,
+            &mut plan.events,
         )
         .or_else(|| {
             template
@@ -401,13 +471,21 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         cluster_nodes: ctx.cluster_nodes,
     };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let chosen = choose(
+    let chosen = match choose(
         expansion_options.into_iter().map(|(_, o)| o).collect(),
         &options.expander,
         &expander_ctx,
+        external_expander,
         &mut rng,
         &mut plan.events,
-    );
+    ) {
+        ChainOutcome::Chosen(chosen) => chosen,
+        ChainOutcome::AskExternal(asked) => {
+            plan.status = ScaleUpStatus::NotTried;
+            plan.external_query = Some(external_query(&asked, &pods));
+            return plan;
+        }
+    };
     let Some(best) = chosen.filter(|o| o.node_count > 0) else {
         plan.status = ScaleUpStatus::NoOptionsAvailable;
         let filtered = |_| vec![(String::new(), skip_reasons::FILTERED_OUT.to_string())];
@@ -432,7 +510,11 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             ),
         ));
     }
-    new_nodes = new_nodes.min(headroom.nodes_that_fit(&best_state.usage));
+    let fit = headroom.nodes_that_fit(&best_state.usage);
+    if fit < new_nodes {
+        quota_cap_events(&headroom, best_state, new_nodes, fit, &mut plan.events);
+        new_nodes = fit;
+    }
     let atomic = best_state.view.zero_or_max();
     if new_nodes == 0 || ((atomic || all_or_nothing) && new_nodes < best.node_count) {
         plan.status = ScaleUpStatus::Error(format!(

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use super::chart::{PALETTE, Series, Shape, time_chart};
 use super::short_duration;
-use crate::record::{EntryKind, SimulationResult};
+use crate::record::{CapacitySummary, ConditionRecord, EntryKind, SimulationResult};
 
 /// Timelines longer than this are cut in the page (the text output has them all).
 const MAX_TIMELINE_ROWS: usize = 3000;
@@ -32,6 +32,7 @@ td.t { white-space: nowrap; font-variant-numeric: tabular-nums; color: #374151; 
 .k-nodes-ready { background: #dcfce7; } .k-failure { background: #fee2e2; } .k-backoff { background: #fee2e2; }
 .k-expectation { background: #ede9fe; } .k-unneeded { background: #e0f2fe; } .k-blocked { background: #ffedd5; }
 .k-cooldown { background: #f1f5f9; } .k-drain { background: #fce7f3; } .k-scale-down { background: #ccfbf1; }
+.k-request { background: #e0e7ff; } .k-buffer { background: #d1fae5; } .k-quota { background: #ffe4e6; }
 .ok { color: #15803d; font-weight: 600; } .fail { color: #b91c1c; font-weight: 600; }
 .why { color: #4b5563; }
 table.timeline td:nth-child(2) { width: 42%; }
@@ -69,6 +70,9 @@ fn kind_class(kind: EntryKind) -> &'static str {
         EntryKind::ScaleDown => "k-scale-down",
         EntryKind::ScaleDownFailure => "k-failure",
         EntryKind::Expectation => "k-expectation",
+        EntryKind::Request => "k-request",
+        EntryKind::Buffer => "k-buffer",
+        EntryKind::Quota => "k-quota",
     }
 }
 
@@ -292,6 +296,10 @@ pub fn render_html(result: &SimulationResult) -> String {
     }
     out.push_str("</table>");
 
+    if !summary.capacity.is_empty() {
+        capacity_section(&mut out, &summary.capacity);
+    }
+
     if let Some(status) = &result.final_status {
         let _ = write!(
             out,
@@ -324,6 +332,98 @@ pub fn render_html(result: &SimulationResult) -> String {
     out
 }
 
+/// `Accepted=True (reason) at 1m10s` lines, one per change.
+fn conditions_cell(conditions: &[ConditionRecord]) -> String {
+    let lines: Vec<String> = conditions
+        .iter()
+        .map(|c| {
+            let message = if c.message.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", escape(&c.message))
+            };
+            format!(
+                "{} {}={} ({}){message}",
+                short_duration(c.at_seconds),
+                escape(&c.type_),
+                escape(&c.status),
+                escape(&c.reason)
+            )
+        })
+        .collect();
+    lines.join("<br>")
+}
+
+/// ProvisioningRequests with their life, buffers with their headroom, quotas with limits, usage
+/// and the scale-ups they stopped.
+fn capacity_section(out: &mut String, capacity: &CapacitySummary) {
+    if !capacity.provisioning_requests.is_empty() {
+        out.push_str("<h2>ProvisioningRequests</h2><p class=\"sub\">each request's life: the conditions the engine wrote, with the simulated time</p><table><tr><th>request</th><th>class</th><th class=\"num\">pods</th><th>created</th><th>state</th><th>life</th></tr>");
+        for r in &capacity.provisioning_requests {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"t\">{}</td><td>{}</td><td class=\"why\">{}</td></tr>",
+                escape(&r.name),
+                escape(&r.class),
+                r.pods,
+                short_duration(r.created_seconds),
+                escape(&r.state),
+                conditions_cell(&r.life)
+            );
+        }
+        out.push_str("</table>");
+    }
+    if !capacity.buffers.is_empty() {
+        out.push_str("<h2>CapacityBuffers</h2><p class=\"sub\">headroom each buffer keeps at the end: replicas × the shape of one pod</p><table><tr><th>buffer</th><th>headroom</th><th>pod template</th><th>ready</th><th>conditions</th></tr>");
+        for b in &capacity.buffers {
+            let headroom = match (b.replicas, b.pod_cpu_milli, b.pod_memory_bytes) {
+                (Some(n), Some(cpu), Some(memory)) => format!(
+                    "{n} × ({cpu} mCPU, {})",
+                    ferroscale_model::resources::format_bytes(memory)
+                ),
+                (Some(n), _, _) => format!("{n} × (shape not resolved)"),
+                _ => "not resolved".to_string(),
+            };
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"why\">{}</td></tr>",
+                escape(&b.name),
+                escape(&headroom),
+                escape(b.pod_template.as_deref().unwrap_or("-")),
+                if b.ready {
+                    "<span class=\"ok\">yes</span>"
+                } else {
+                    "<span class=\"fail\">no</span>"
+                },
+                conditions_cell(&b.conditions)
+            );
+        }
+        out.push_str("</table>");
+    }
+    if !capacity.quotas.is_empty() {
+        out.push_str("<h2>CapacityQuotas</h2><p class=\"sub\">limits, what the selected nodes use at the end, and scale-ups each quota stopped or capped</p><table><tr><th>quota</th><th>selector</th><th>limits</th><th>usage</th><th class=\"num\">scale-ups stopped</th><th>last reason</th></tr>");
+        let pairs = |map: &std::collections::BTreeMap<String, String>| {
+            map.iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for q in &capacity.quotas {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"why\">{}</td></tr>",
+                escape(&q.name),
+                escape(&q.selector),
+                escape(&pairs(&q.limits)),
+                escape(&pairs(&q.usage)),
+                q.stopped_scale_ups,
+                escape(&q.last_reason)
+            );
+        }
+        out.push_str("</table>");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,5 +442,21 @@ mod tests {
         assert!(html.contains("Scale-down"));
         assert!(html.contains("<pre class=\"status\">clusterWide:"));
         assert!(html.contains("1 failed"));
+    }
+
+    #[test]
+    fn html_shows_requests_buffers_and_quotas_escaped() {
+        let html = render_html(&sample_result());
+        assert!(html.contains("<h2>ProvisioningRequests</h2>"));
+        assert!(html.contains(
+            "1m10s Provisioned=True (CapacityIsFound): the pods&#39; &lt;capacity&gt; is booked"
+        ));
+        assert!(html.contains("2 × (500 mCPU, 1Gi)"));
+        assert!(html.contains("<td>team&#39;s-quota</td>"));
+        assert!(html.contains("quota team&#39;s-quota: nodes 3 of 3 used"));
+        assert!(!html.contains("team's"));
+        let mut result = sample_result();
+        result.summary.capacity = CapacitySummary::default();
+        assert!(!render_html(&result).contains("CapacityBuffers"));
     }
 }

@@ -70,9 +70,56 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::record::{
-        EntryKind, ExpectationOutcome, GroupSummary, LoopSample, Percentiles, PodSummary, Summary,
+        BufferSummary, CapacitySummary, ConditionRecord, EntryKind, ExpectationOutcome,
+        GroupSummary, LoopSample, Percentiles, PodSummary, QuotaSummary, RequestSummary, Summary,
         TimelineEntry,
     };
+
+    /// One request provisioned, one buffer, one quota that stopped a scale-up.
+    pub(crate) fn sample_capacity() -> CapacitySummary {
+        let condition = |at: f64, type_: &str, reason: &str, message: &str| ConditionRecord {
+            at_seconds: at,
+            type_: type_.into(),
+            status: "True".into(),
+            reason: reason.into(),
+            message: message.into(),
+        };
+        CapacitySummary {
+            provisioning_requests: vec![RequestSummary {
+                name: "batch/train".into(),
+                class: "check-capacity.autoscaling.x-k8s.io".into(),
+                pods: 4,
+                created_seconds: 60.0,
+                state: "Provisioned".into(),
+                life: vec![
+                    condition(70.0, "Accepted", "Accepted", ""),
+                    condition(
+                        70.0,
+                        "Provisioned",
+                        "CapacityIsFound",
+                        "the pods' <capacity> is booked",
+                    ),
+                ],
+            }],
+            buffers: vec![BufferSummary {
+                name: "default/spare".into(),
+                replicas: Some(2),
+                pod_template: Some("capacitybuffer-spare".into()),
+                pod_cpu_milli: Some(500),
+                pod_memory_bytes: Some(1 << 30),
+                ready: true,
+                conditions: vec![condition(10.0, "ReadyForProvisioning", "ready", "")],
+            }],
+            quotas: vec![QuotaSummary {
+                name: "team's-quota".into(),
+                selector: "team=a".into(),
+                limits: BTreeMap::from([("nodes".to_string(), "3".to_string())]),
+                usage: BTreeMap::from([("nodes".to_string(), "3".to_string())]),
+                stopped_scale_ups: 2,
+                last_reason: "quota team's-quota: nodes 3 of 3 used".into(),
+            }],
+        }
+    }
 
     /// A small run: group `a` grows from 1 to 3 nodes, one expectation fails.
     pub(crate) fn sample_result() -> SimulationResult {
@@ -142,6 +189,7 @@ pub(crate) mod tests {
                         observed: "0".into(),
                     },
                 ],
+                capacity: sample_capacity(),
             },
             group_ids: vec!["a".into(), "b".into()],
             initial_nodes: vec![1, 0],
@@ -195,5 +243,11 @@ pub(crate) mod tests {
             serde_json::from_str(&render_json(&sample_result())).unwrap();
         assert_eq!(value["scenario"], "web <burst>");
         assert_eq!(value["groups"]["a"]["nodesAdded"], 2);
+        let request = &value["capacity"]["provisioningRequests"][0];
+        assert_eq!(request["state"], "Provisioned");
+        assert_eq!(request["life"][1]["type"], "Provisioned");
+        assert_eq!(request["life"][1]["atSeconds"], 70.0);
+        assert_eq!(value["capacity"]["buffers"][0]["replicas"], 2);
+        assert_eq!(value["capacity"]["quotas"][0]["stoppedScaleUps"], 2);
     }
 }

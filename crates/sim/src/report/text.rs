@@ -101,6 +101,8 @@ pub fn render_text(result: &SimulationResult) -> String {
         summary.decide_millis.p50, summary.decide_millis.p99, summary.decide_millis.max
     );
 
+    capacity_lines(&mut out, &summary.capacity);
+
     if !summary.expectations.is_empty() {
         let _ = writeln!(out, "\nExpectations");
         for e in &summary.expectations {
@@ -113,6 +115,69 @@ pub fn render_text(result: &SimulationResult) -> String {
         }
     }
     out
+}
+
+/// Requests with their life, buffers with their headroom, quotas with limits and usage.
+fn capacity_lines(out: &mut String, capacity: &crate::record::CapacitySummary) {
+    if capacity.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nCapacity");
+    for r in &capacity.provisioning_requests {
+        let _ = writeln!(
+            out,
+            "  provisioningrequest {} ({}, {} pods, created at {}): {}",
+            r.name,
+            r.class,
+            r.pods,
+            short_duration(r.created_seconds),
+            r.state
+        );
+        for c in &r.life {
+            let _ = writeln!(
+                out,
+                "    {:>8}  {}={} ({}) {}",
+                short_duration(c.at_seconds),
+                c.type_,
+                c.status,
+                c.reason,
+                c.message
+            );
+        }
+    }
+    for b in &capacity.buffers {
+        let shape = match (b.pod_cpu_milli, b.pod_memory_bytes) {
+            (Some(cpu), Some(memory)) => format!(
+                "{cpu} mCPU, {}",
+                ferroscale_model::resources::format_bytes(memory)
+            ),
+            _ => "shape not resolved".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  capacitybuffer {}: {} × ({shape}), {}",
+            b.name,
+            b.replicas.map_or("-".to_string(), |n| n.to_string()),
+            if b.ready { "ready" } else { "not ready" }
+        );
+    }
+    for q in &capacity.quotas {
+        let pairs = |map: &std::collections::BTreeMap<String, String>| {
+            map.iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "  capacityquota {} ({}): limits {}; used {}; {} scale-up(s) stopped",
+            q.name,
+            q.selector,
+            pairs(&q.limits),
+            pairs(&q.usage),
+            q.stopped_scale_ups
+        );
+    }
 }
 
 #[cfg(test)]
@@ -134,5 +199,20 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Note: scale-down is not simulated"));
+    }
+
+    #[test]
+    fn text_report_lists_requests_buffers_and_quotas() {
+        let text = render_text(&sample_result());
+        assert!(
+            text.contains("provisioningrequest batch/train (check-capacity.autoscaling.x-k8s.io, 4 pods, created at 1m): Provisioned"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1m10s  Provisioned=True (CapacityIsFound)"),
+            "{text}"
+        );
+        assert!(text.contains("capacitybuffer default/spare: 2 × (500 mCPU, 1Gi), ready"));
+        assert!(text.contains("capacityquota team's-quota (team=a): limits nodes 3; used nodes 3; 2 scale-up(s) stopped"));
     }
 }

@@ -1,7 +1,7 @@
 //! Scenarios compiled into the binary: the default that `ferroscale simulate` runs without an
 //! argument, the upstream scalability scenarios (docs/behaviour.md SIM-101), a full simulated
 //! day, a StatefulSet whose volumes pin it to one zone, and GPUs claimed through Dynamic Resource
-//! Allocation.
+//! Allocation, and the capacity APIs (a buffer, a quota, ProvisioningRequests of both classes).
 
 use std::path::Path;
 
@@ -43,6 +43,10 @@ pub const BUNDLED: &[(&str, &str)] = &[
         include_str!("../../scenarios/zonal-volumes.yaml"),
     ),
     ("gpu-dra", include_str!("../../scenarios/gpu-dra.yaml")),
+    (
+        "capacity-apis",
+        include_str!("../../scenarios/capacity-apis.yaml"),
+    ),
 ];
 
 /// The text of a bundled scenario.

@@ -136,6 +136,9 @@ pub struct ScenarioEvent {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum ScenarioAction {
+    /// A PodTemplate, ProvisioningRequest, CapacityBuffer or CapacityQuota appears in the
+    /// cluster.
+    CreateObject(K8sObject),
     /// `count` copies of `pod`; with `count > 1` the copies are named `<name>-<i>` (i from 0).
     Create {
         count: usize,
@@ -509,7 +512,12 @@ impl Validator<'_> {
         let limit = self.limits.pods as u64;
         let mut total = 0u64;
         for (i, event) in events.iter().enumerate() {
-            let Some(count) = event.create.as_ref().map(|c| c.count.unwrap_or(1)) else {
+            let Some(count) = event
+                .create
+                .as_ref()
+                .filter(|c| c.pod.is_some())
+                .map(|c| c.count.unwrap_or(1))
+            else {
                 continue;
             };
             total = total.saturating_add(count);
@@ -634,14 +642,14 @@ impl Validator<'_> {
         }
         let events = tree.get("events");
         for (i, event) in raw.events.iter().enumerate() {
-            let Some(create) = &event.create else {
+            let Some(pod) = event.create.as_ref().and_then(|c| c.pod.as_ref()) else {
                 continue;
             };
             let written = events
                 .and_then(|e| e.get(i))
                 .and_then(|e| e.get("create"))
                 .and_then(|c| c.get("pod"));
-            if let Some(field) = written.and_then(|w| unknown_field(w, &create.pod)) {
+            if let Some(field) = written.and_then(|w| unknown_field(w, pod)) {
                 return Err(unknown(format!("events[{i}].create.pod"), field));
             }
         }
@@ -1107,15 +1115,30 @@ impl Validator<'_> {
                 .transpose()
         };
         let mut actions = Vec::new();
-        if let Some(create) = &raw.create {
+        if let Some(create) = &raw.create
+            && let Some(object) = &create.object
+        {
+            if create.pod.is_some() || create.count.is_some() || create.bind.is_some() {
+                return Err(self.error(
+                    at("create.object"),
+                    "an object is created alone: no pod, count or bind with it",
+                ));
+            }
+            actions.push(ScenarioAction::CreateObject(
+                self.created_object(i, object, priorities)?,
+            ));
+        } else if let Some(create) = &raw.create {
+            let Some(raw_pod) = &create.pod else {
+                return Err(self.error(at("create"), "create needs a pod or an object"));
+            };
             let count = parse_count("create.count", create.count)?.unwrap_or(1);
             if count == 0 {
                 return Err(self.error(at("create.count"), "count must be at least 1"));
             }
-            let mut pod = pod_from_k8s(&create.pod, priorities)
+            let mut pod = pod_from_k8s(raw_pod, priorities)
                 .map_err(|e| self.convert_error(&at("create.pod"), e))?;
             if pod.name.is_empty() {
-                let generated = create.pod.metadata.generate_name.as_deref().unwrap_or("");
+                let generated = raw_pod.metadata.generate_name.as_deref().unwrap_or("");
                 pod.name = match generated.trim_end_matches('-') {
                     "" => format!("event-{i}"),
                     prefix => prefix.to_string(),
@@ -1184,6 +1207,50 @@ impl Validator<'_> {
                 format!("events[{i}]"),
                 "each event needs exactly one of create, delete, cordon, uncordon, removeNode or deleteController",
             )),
+        }
+    }
+
+    /// The object of a `create.object` event: one PodTemplate, ProvisioningRequest, CapacityBuffer
+    /// or CapacityQuota, read like the objects files.
+    fn created_object(
+        &self,
+        i: usize,
+        value: &Value,
+        priorities: &PriorityClasses,
+    ) -> Result<K8sObject, ScenarioError> {
+        let field = format!("events[{i}].create.object");
+        let object = RawObject::from_value(value.clone()).map_err(|e| {
+            let field = if e.field.is_empty() {
+                field.clone()
+            } else {
+                format!("{field}.{}", e.field)
+            };
+            self.error(field, e.message)
+        })?;
+        let mut converted = Vec::new();
+        let mut ignored = Vec::new();
+        object
+            .convert(priorities, &mut converted, &mut ignored)
+            .map_err(|e| self.convert_error(&field, e))?;
+        match (converted.pop(), converted.is_empty()) {
+            (
+                Some(
+                    object @ (K8sObject::PodTemplate(_)
+                    | K8sObject::ProvisioningRequest(_)
+                    | K8sObject::CapacityBuffer(_)
+                    | K8sObject::CapacityQuota(_)),
+                ),
+                true,
+            ) => Ok(object),
+            (Some(other), true) => Err(self.error(
+                field,
+                format!(
+                    "{} cannot be created by an event: only PodTemplate, ProvisioningRequest, \
+                     CapacityBuffer and CapacityQuota objects can (pods use `create.pod`)",
+                    other.describe()
+                ),
+            )),
+            _ => Err(self.error(field, "exactly one object is created per event")),
         }
     }
 

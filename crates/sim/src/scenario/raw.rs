@@ -189,8 +189,11 @@ fn default_namespace() -> String {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct RawCreate {
     pub count: Option<u64>,
-    pub pod: Box<core::Pod>,
+    pub pod: Option<Box<core::Pod>>,
     pub bind: Option<RawBind>,
+    /// A PodTemplate, ProvisioningRequest, CapacityBuffer or CapacityQuota created at `at`
+    /// (instead of `pod`).
+    pub object: Option<Value>,
 }
 
 /// Binds created pods to existing nodes named `<nodePrefix><index>`: the first `podsPerNode`
