@@ -10,6 +10,7 @@
 //! Lease is still held and renewed, bounded by [`CLEANUP_TIMEOUT`]; the Lease is released after
 //! them. A standby, or a replica that lost the Lease, leaves without touching anything.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -18,7 +19,9 @@ use anyhow::{Context, anyhow};
 use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, Stopwatch};
 use ferroscale_core::cloud::CloudProvider;
 use ferroscale_core::kubernetes::ClusterApi;
+use ferroscale_core::options::ExpanderName;
 use ferroscale_core::scale_up::ScaleUpStatus;
+use ferroscale_expander_grpc::GrpcExpander;
 use ferroscale_kube::{
     CacheConfig, ClusterCaches, KubeCluster, KubeClusterConfig, LeaderElectionConfig, LeaderElector,
 };
@@ -151,6 +154,16 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
 
     let seed = u64::try_from(system_now().0).unwrap_or_default();
     let mut autoscaler = Autoscaler::new(options.clone(), seed);
+    if options.expander.contains(&ExpanderName::Grpc) {
+        // Validation made sure both flags are set; the channel dials on first use.
+        let expander = GrpcExpander::new(
+            &options.grpc_expander_url,
+            Path::new(&options.grpc_expander_cert),
+        )
+        .context("setting up the grpc expander")?;
+        tracing::info!(url = %options.grpc_expander_url, "grpc expander ready");
+        autoscaler = autoscaler.with_external_expander(Arc::new(expander));
+    }
     let context = Loop {
         provider: provider.as_ref(),
         cluster: &cluster,
