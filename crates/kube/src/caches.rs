@@ -1296,6 +1296,31 @@ mod tests {
         assert!(store.values().is_empty(), "a removed API holds no objects");
     }
 
+    /// A capacity kind whose feature is off is never watched, and must not hold up the first sync.
+    #[test]
+    fn capacity_kinds_are_synced_and_empty_while_their_features_are_off() {
+        let off = Stores::new(String::new(), CapacityWatches::default());
+        for store in [off.provisioning_requests.progress(), off.buffers.progress()] {
+            assert!(store.synced && store.objects == 0, "{store:?}");
+        }
+        assert!(off.quotas.progress().synced && off.pod_templates.progress().synced);
+        let on = Stores::new(
+            String::new(),
+            CapacityWatches {
+                provisioning_requests: true,
+                buffers: false,
+                quotas: true,
+            },
+        );
+        assert!(!on.provisioning_requests.progress().synced);
+        assert!(
+            !on.pod_templates.progress().synced,
+            "requests need PodTemplates"
+        );
+        assert!(!on.quotas.progress().synced);
+        assert!(on.buffers.progress().synced);
+    }
+
     fn priority_configmap(priorities: &str) -> core::ConfigMap {
         core::ConfigMap {
             metadata: kube::api::ObjectMeta {
