@@ -23,7 +23,8 @@ use ferroscale_core::options::ExpanderName;
 use ferroscale_core::scale_up::ScaleUpStatus;
 use ferroscale_expander_grpc::GrpcExpander;
 use ferroscale_kube::{
-    CacheConfig, ClusterCaches, KubeCluster, KubeClusterConfig, LeaderElectionConfig, LeaderElector,
+    CacheConfig, CapacityWatches, ClusterCaches, KubeCluster, KubeClusterConfig,
+    LeaderElectionConfig, LeaderElector,
 };
 use ferroscale_metrics::{AutoscalerMetrics, HealthCheck};
 use ferroscale_model::Timestamp;
@@ -140,7 +141,9 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
 
     let caches = ClusterCaches::start(
         client.clone(),
-        &CacheConfig::new(&options.namespace).with_api_server(&api_server),
+        &CacheConfig::new(&options.namespace)
+            .with_api_server(&api_server)
+            .with_capacity(capacity_watches(&flags.engine_flags)),
     );
     let wake_ups = caches.clone();
     tokio::select! {
@@ -149,6 +152,11 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     }
     let mut cluster_config = KubeClusterConfig::new(&options.namespace);
     cluster_config.status_configmap = options.status_config_map_name.clone();
+    cluster_config.buffer_pod_dry_run = engine_flag_bool(
+        &flags.engine_flags,
+        "capacity-buffer-pod-dry-run-enabled",
+        true,
+    );
     let cluster =
         KubeCluster::new(&workload, caches, cluster_config).context("building the cluster API")?;
 
@@ -631,4 +639,58 @@ fn log_outcome(outcome: &LoopOutcome, took: Duration) {
         pending = outcome.pending_pods.len(),
         "iteration done"
     );
+}
+
+/// A boolean engine flag as given on the command line (the last occurrence wins), else `default`.
+fn engine_flag_bool(engine_flags: &[(String, String)], name: &str, default: bool) -> bool {
+    engine_flags
+        .iter()
+        .rev()
+        .find(|(flag, _)| flag == name)
+        .and_then(|(_, value)| crate::flags::parse_bool(value))
+        .unwrap_or(default)
+}
+
+/// The capacity kinds the watch caches read: each only while a feature that uses it is on, so a
+/// cluster without the CRDs or the RBAC for them costs nothing.
+fn capacity_watches(engine_flags: &[(String, String)]) -> CapacityWatches {
+    let on = |name: &str| engine_flag_bool(engine_flags, name, false);
+    CapacityWatches {
+        provisioning_requests: on("enable-provisioning-requests"),
+        buffers: on("capacity-buffer-controller-enabled")
+            || on("capacity-buffer-pod-injection-enabled"),
+        quotas: on("capacity-quotas-enabled"),
+    }
+}
+
+#[cfg(test)]
+mod capacity_watch_tests {
+    use super::*;
+
+    fn flags(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(f, v)| (f.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn each_capacity_kind_is_watched_only_while_a_feature_using_it_is_on() {
+        assert_eq!(capacity_watches(&[]), CapacityWatches::default());
+        let requests = capacity_watches(&flags(&[("enable-provisioning-requests", "true")]));
+        assert!(requests.provisioning_requests && requests.pod_templates());
+        assert!(!requests.buffers && !requests.quotas);
+        let buffers = capacity_watches(&flags(&[
+            ("capacity-buffer-pod-injection-enabled", "true"),
+            ("capacity-quotas-enabled", "true"),
+            ("capacity-quotas-enabled", "false"),
+        ]));
+        assert!(buffers.buffers && buffers.pod_templates());
+        assert!(!buffers.quotas, "the last value given wins");
+        assert!(engine_flag_bool(
+            &[],
+            "capacity-buffer-pod-dry-run-enabled",
+            true
+        ));
+    }
 }

@@ -30,16 +30,21 @@ use std::time::Duration;
 
 use ferroscale_core::kubernetes::{ClusterObjects, WorkloadController};
 use ferroscale_core::scale_up::PriorityConfig;
+use ferroscale_model::capacity::{CapacityBuffer, CapacityQuota, PodTemplate, ProvisioningRequest};
 use ferroscale_model::{
-    CsiNode, DaemonSet, DeviceClass, DraObjects, Namespace, Node, PersistentVolume,
-    PersistentVolumeClaim, Pod, PodDisruptionBudget, PriorityClass, ResourceClaim,
-    ResourceClaimTemplate, ResourceSlice, StorageClass, Timestamp, VolumeObjects,
+    CapacityObjects, CsiNode, DaemonSet, DeviceClass, DraObjects, Namespace, Node,
+    PersistentVolume, PersistentVolumeClaim, Pod, PodDisruptionBudget, PriorityClass,
+    ResourceClaim, ResourceClaimTemplate, ResourceSlice, StorageClass, Timestamp, VolumeObjects,
+};
+use ferroscale_objects::ferroscale_capacity_apis::{
+    capacity_buffer, capacity_quota, provisioning_request,
 };
 use ferroscale_objects::{
-    ConvertError, PriorityClasses, csi_node_from_k8s, daemonset_from_k8s, device_class_from_k8s,
-    namespace_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s, priority_class_from_k8s,
-    pv_from_k8s, pvc_from_k8s, resource_claim_from_k8s, resource_claim_template_from_k8s,
-    resource_slice_from_k8s, storage_class_from_k8s,
+    ConvertError, PriorityClasses, capacity_buffer_from_k8s, capacity_quota_from_k8s,
+    csi_node_from_k8s, daemonset_from_k8s, device_class_from_k8s, namespace_from_k8s,
+    node_from_k8s, pdb_from_k8s, pod_from_k8s, pod_template_from_k8s, priority_class_from_k8s,
+    provisioning_request_from_k8s, pv_from_k8s, pvc_from_k8s, resource_claim_from_k8s,
+    resource_claim_template_from_k8s, resource_slice_from_k8s, storage_class_from_k8s,
 };
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1 as apps;
@@ -75,6 +80,27 @@ pub struct CacheConfig {
     /// The API server's URL, named in every watch failure and progress report (the client's
     /// errors do not say which server they could not reach).
     pub api_server: String,
+    /// Which capacity kinds are watched (each only while its feature is on).
+    pub capacity: CapacityWatches,
+}
+
+/// The capacity kinds to watch. A kind not watched is an empty, synced cache; so is a watched kind
+/// whose API the server does not serve (its CRD is not installed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CapacityWatches {
+    /// ProvisioningRequests (`autoscaling.x-k8s.io/v1`).
+    pub provisioning_requests: bool,
+    /// CapacityBuffers (`autoscaling.x-k8s.io/v1beta1`).
+    pub buffers: bool,
+    /// CapacityQuotas (`autoscaling.x-k8s.io/v1beta1`).
+    pub quotas: bool,
+}
+
+impl CapacityWatches {
+    /// PodTemplates are read when requests or buffers are: both point at them.
+    pub fn pod_templates(&self) -> bool {
+        self.provisioning_requests || self.buffers
+    }
 }
 
 impl CacheConfig {
@@ -84,7 +110,14 @@ impl CacheConfig {
             autoscaler_namespace: autoscaler_namespace.into(),
             priority_expander_configmap: "cluster-autoscaler-priority-expander".to_string(),
             api_server: String::new(),
+            capacity: CapacityWatches::default(),
         }
+    }
+
+    /// The same, watching the capacity kinds `capacity` asks for.
+    pub fn with_capacity(mut self, capacity: CapacityWatches) -> CacheConfig {
+        self.capacity = capacity;
+        self
     }
 
     /// The same, naming `url` as the API server in log lines and errors.
@@ -191,6 +224,8 @@ struct KindStore<M> {
     kind: &'static str,
     /// The kind's API may be missing from the API server (see the module doc).
     optional: bool,
+    /// The API group/version of an optional kind, for the log line saying it is not served.
+    api: &'static str,
     state: RwLock<StoreState<M>>,
 }
 
@@ -215,6 +250,7 @@ impl<M> KindStore<M> {
         KindStore {
             kind,
             optional: false,
+            api: "",
             state: RwLock::new(StoreState {
                 objects: BTreeMap::new(),
                 rejected: BTreeMap::new(),
@@ -228,10 +264,22 @@ impl<M> KindStore<M> {
 
     /// A store for a kind whose API the server may not serve (see the module doc).
     fn optional(kind: &'static str) -> KindStore<M> {
+        KindStore::optional_in(kind, "resource.k8s.io/v1")
+    }
+
+    /// The same for a kind of another API group/version.
+    fn optional_in(kind: &'static str, api: &'static str) -> KindStore<M> {
         KindStore {
             optional: true,
+            api,
             ..KindStore::new(kind)
         }
+    }
+
+    /// A store nothing watches (its feature is off): synced and empty for good.
+    fn unwatched(self) -> KindStore<M> {
+        self.write().synced = true;
+        self
     }
 
     /// The API server answered that it does not serve this optional kind: the cache holds no
@@ -417,6 +465,12 @@ struct Stores {
     resource_claims: KindStore<Arc<ResourceClaim>>,
     claim_templates: KindStore<Arc<ResourceClaimTemplate>>,
     priority_class_objects: KindStore<PriorityClass>,
+    /// The capacity APIs (optional kinds, watched only while their features are on) and the
+    /// PodTemplates they point at.
+    pod_templates: KindStore<Arc<PodTemplate>>,
+    provisioning_requests: KindStore<Arc<ProvisioningRequest>>,
+    buffers: KindStore<Arc<CapacityBuffer>>,
+    quotas: KindStore<Arc<CapacityQuota>>,
     /// `data.priorities` of the priority expander's ConfigMap (`None` without that key), parsed
     /// once per version of the ConfigMap.
     priority_expander: KindStore<Option<Arc<PriorityConfig>>>,
@@ -432,8 +486,25 @@ struct Stores {
 }
 
 impl Stores {
-    fn new(api_server: String) -> Stores {
+    fn new(api_server: String, capacity: CapacityWatches) -> Stores {
+        // A kind nothing will watch starts synced and empty.
+        fn watched<M>(store: KindStore<M>, on: bool) -> KindStore<M> {
+            if on { store } else { store.unwatched() }
+        }
         Stores {
+            pod_templates: watched(KindStore::new("PodTemplate"), capacity.pod_templates()),
+            provisioning_requests: watched(
+                KindStore::optional_in("ProvisioningRequest", "autoscaling.x-k8s.io/v1"),
+                capacity.provisioning_requests,
+            ),
+            buffers: watched(
+                KindStore::optional_in("CapacityBuffer", "autoscaling.x-k8s.io/v1beta1"),
+                capacity.buffers,
+            ),
+            quotas: watched(
+                KindStore::optional_in("CapacityQuota", "autoscaling.x-k8s.io/v1beta1"),
+                capacity.quotas,
+            ),
             api_server,
             warnings: RepeatedWarnings::default(),
             nodes: KindStore::new("Node"),
@@ -486,6 +557,10 @@ impl Stores {
             summary(&self.claim_templates),
             summary(&self.priority_class_objects),
             summary(&self.priority_expander),
+            summary(&self.pod_templates),
+            summary(&self.provisioning_requests),
+            summary(&self.buffers),
+            summary(&self.quotas),
         ]
     }
 
@@ -510,6 +585,10 @@ impl Stores {
             self.claim_templates.progress(),
             self.priority_class_objects.progress(),
             self.priority_expander.progress(),
+            self.pod_templates.progress(),
+            self.provisioning_requests.progress(),
+            self.buffers.progress(),
+            self.quotas.progress(),
         ])
     }
 
@@ -553,7 +632,7 @@ impl ClusterCaches {
     /// Starts one watcher per kind on the current tokio runtime. Returns at once; see
     /// [`ClusterCaches::wait_until_ready`].
     pub fn start(client: Client, config: &CacheConfig) -> ClusterCaches {
-        let stores = Arc::new(Stores::new(config.api_server.clone()));
+        let stores = Arc::new(Stores::new(config.api_server.clone(), config.capacity));
         let all = watcher::Config::default();
         let mut tasks = Vec::new();
 
@@ -698,6 +777,44 @@ impl ClusterCaches {
             |_, class| priority_class_from_k8s(class),
             Stores::rebuild_priority_classes,
         ));
+        if config.capacity.pod_templates() {
+            tasks.push(spawn_watch(
+                Api::<core::PodTemplate>::all(client.clone()),
+                all.clone(),
+                &stores,
+                |s| &s.pod_templates,
+                |stores, template| {
+                    pod_template_from_k8s(template, &stores.priority_classes()).map(Arc::new)
+                },
+            ));
+        }
+        if config.capacity.provisioning_requests {
+            tasks.push(spawn_watch(
+                Api::<provisioning_request::v1::ProvisioningRequest>::all(client.clone()),
+                all.clone(),
+                &stores,
+                |s| &s.provisioning_requests,
+                |_, request| provisioning_request_from_k8s(request).map(Arc::new),
+            ));
+        }
+        if config.capacity.buffers {
+            tasks.push(spawn_watch(
+                Api::<capacity_buffer::v1beta1::CapacityBuffer>::all(client.clone()),
+                all.clone(),
+                &stores,
+                |s| &s.buffers,
+                |_, buffer| capacity_buffer_from_k8s(buffer).map(Arc::new),
+            ));
+        }
+        if config.capacity.quotas {
+            tasks.push(spawn_watch(
+                Api::<capacity_quota::v1beta1::CapacityQuota>::all(client.clone()),
+                all.clone(),
+                &stores,
+                |s| &s.quotas,
+                |_, quota| capacity_quota_from_k8s(quota).map(Arc::new),
+            ));
+        }
         tasks.push(spawn_watch(
             Api::<core::ConfigMap>::namespaced(client, &config.autoscaler_namespace),
             watcher::Config::default().fields(&format!(
@@ -823,9 +940,20 @@ impl ClusterCaches {
                 .values()
                 .into_iter()
                 .find_map(|priorities| priorities),
-            // CAPACITY-WIRING-PENDING: the capacity APIs' watches fill this.
-            capacity: Default::default(),
+            // Scalable objects are resolved by `KubeCluster::gather`, which can ask the API server.
+            capacity: CapacityObjects {
+                pod_templates: stores.pod_templates.values(),
+                provisioning_requests: stores.provisioning_requests.values(),
+                buffers: stores.buffers.values(),
+                scalables: Vec::new(),
+                quotas: stores.quotas.values(),
+            },
         }
+    }
+
+    /// The PriorityClasses pods are converted with.
+    pub(crate) fn priority_classes(&self) -> PriorityClasses {
+        self.stores.priority_classes().clone()
     }
 
     /// A node by name, from the cache.
@@ -974,9 +1102,10 @@ where
                     if store(&stores).record_not_served() {
                         tracing::info!(
                             kind,
-                            "{} does not serve {kind} (resource.k8s.io/v1); taking it as none and \
-                             asking again later",
-                            describe_server(&stores.api_server)
+                            "{} does not serve {kind} ({}); taking it as none and asking again \
+                             later",
+                            describe_server(&stores.api_server),
+                            store(&stores).api
                         );
                     }
                     tokio::time::sleep(retry.next_delay()).await;
@@ -1165,6 +1294,31 @@ mod tests {
         assert_eq!(slices[0].devices[0].name, "gpu-0");
         assert!(store.record_not_served(), "served, then gone again: news");
         assert!(store.values().is_empty(), "a removed API holds no objects");
+    }
+
+    /// A capacity kind whose feature is off is never watched, and must not hold up the first sync.
+    #[test]
+    fn capacity_kinds_are_synced_and_empty_while_their_features_are_off() {
+        let off = Stores::new(String::new(), CapacityWatches::default());
+        for store in [off.provisioning_requests.progress(), off.buffers.progress()] {
+            assert!(store.synced && store.objects == 0, "{store:?}");
+        }
+        assert!(off.quotas.progress().synced && off.pod_templates.progress().synced);
+        let on = Stores::new(
+            String::new(),
+            CapacityWatches {
+                provisioning_requests: true,
+                buffers: false,
+                quotas: true,
+            },
+        );
+        assert!(!on.provisioning_requests.progress().synced);
+        assert!(
+            !on.pod_templates.progress().synced,
+            "requests need PodTemplates"
+        );
+        assert!(!on.quotas.progress().synced);
+        assert!(on.buffers.progress().synced);
     }
 
     fn priority_configmap(priorities: &str) -> core::ConfigMap {

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use crate::api_access::ApiServer;
 use crate::caches::ClusterCaches;
+use crate::capacity::{self, ScalableResolver};
 
 /// The component name upstream events and writes carry; dashboards filter on it.
 pub const COMPONENT: &str = "cluster-autoscaler";
@@ -46,6 +47,9 @@ pub struct KubeClusterConfig {
     pub status_configmap: String,
     /// The priority expander's ConfigMap, the object of its events.
     pub priority_expander_configmap: String,
+    /// `--capacity-buffer-pod-dry-run-enabled`: a scalable workload's template becomes a pod
+    /// through a dry-run creation (admission applied) rather than as written.
+    pub buffer_pod_dry_run: bool,
 }
 
 impl KubeClusterConfig {
@@ -55,6 +59,7 @@ impl KubeClusterConfig {
             namespace: namespace.into(),
             status_configmap: "cluster-autoscaler-status".to_string(),
             priority_expander_configmap: "cluster-autoscaler-priority-expander".to_string(),
+            buffer_pod_dry_run: false,
         }
     }
 }
@@ -65,6 +70,7 @@ pub struct KubeCluster {
     client: Client,
     caches: ClusterCaches,
     config: KubeClusterConfig,
+    scalables: Arc<ScalableResolver>,
 }
 
 impl std::fmt::Debug for KubeCluster {
@@ -92,10 +98,15 @@ impl KubeCluster {
         let client = server
             .client_without_retry()
             .map_err(|e| ClusterError::Api(e.to_string()))?;
+        let scalables = Arc::new(ScalableResolver::new(
+            client.clone(),
+            config.buffer_pod_dry_run,
+        ));
         Ok(KubeCluster {
             client,
             caches,
             config,
+            scalables,
         })
     }
 
@@ -257,7 +268,23 @@ impl ClusterApi for KubeCluster {
                 "the watch caches have not completed their first list".to_string(),
             ));
         }
-        Ok(self.caches.objects())
+        let mut objects = self.caches.objects();
+        if objects
+            .capacity
+            .buffers
+            .iter()
+            .any(|b| b.spec.scalable_ref.is_some())
+        {
+            objects.capacity.scalables = self
+                .scalables
+                .resolve(
+                    &objects.capacity.buffers,
+                    &objects.pods,
+                    &self.caches.priority_classes(),
+                )
+                .await;
+        }
+        Ok(objects)
     }
 
     async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, ClusterError> {
@@ -483,35 +510,27 @@ impl ClusterApi for KubeCluster {
             )),
         }
     }
-    // CAPACITY-WIRING-PENDING: replaced by the capacity APIs' implementation.
     async fn update_provisioning_request_status(
         &self,
         namespace: &str,
         name: &str,
-        _status: &ferroscale_model::ProvisioningRequestStatus,
+        status: &ferroscale_model::ProvisioningRequestStatus,
     ) -> Result<(), ClusterError> {
-        Err(ClusterError::Api(format!(
-            "ProvisioningRequest {namespace}/{name}: status writes are not wired yet"
-        )))
+        capacity::update_provisioning_request_status(&self.client, namespace, name, status).await
     }
     async fn update_capacity_buffer_status(
         &self,
         namespace: &str,
         name: &str,
-        _status: &ferroscale_model::CapacityBufferStatus,
+        status: &ferroscale_model::CapacityBufferStatus,
     ) -> Result<(), ClusterError> {
-        Err(ClusterError::Api(format!(
-            "CapacityBuffer {namespace}/{name}: status writes are not wired yet"
-        )))
+        capacity::update_capacity_buffer_status(&self.client, namespace, name, status).await
     }
     async fn ensure_buffer_pod_template(
         &self,
         buffer: &ferroscale_model::CapacityBuffer,
-        _scalable: &ferroscale_model::ScalableObject,
+        scalable: &ferroscale_model::ScalableObject,
     ) -> Result<(String, i64), ClusterError> {
-        Err(ClusterError::Api(format!(
-            "CapacityBuffer {}: pod templates are not wired yet",
-            buffer.key()
-        )))
+        capacity::ensure_buffer_pod_template(&self.client, &self.scalables, buffer, scalable).await
     }
 }

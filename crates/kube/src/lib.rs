@@ -28,11 +28,14 @@
 
 pub mod api_access;
 pub mod caches;
+pub mod capacity;
 pub mod cluster;
 pub mod leader;
 pub mod repeated;
 
 pub use api_access::{ApiAccess, ApiAccessError, ApiServer, ContentType, MasterUrl};
-pub use caches::{CacheConfig, CacheProgress, ClusterCaches, NotSynced, SyncProgress};
+pub use caches::{
+    CacheConfig, CacheProgress, CapacityWatches, ClusterCaches, NotSynced, SyncProgress,
+};
 pub use cluster::{COMPONENT, KubeCluster, KubeClusterConfig};
 pub use leader::{LeaderElectionConfig, LeaderElectionError, LeaderElector};

@@ -30,7 +30,7 @@ mod volumes;
 pub use capacity::{
     MAX_CONDITION_MESSAGE_LENGTH, MAX_CONDITIONS, capacity_buffer_from_k8s,
     capacity_buffer_status_to_k8s, capacity_quota_from_k8s, pod_template_from_k8s,
-    provisioning_request_from_k8s, provisioning_request_status_to_k8s,
+    provisioning_request_from_k8s, provisioning_request_status_to_k8s, workload_selector_from_k8s,
 };
 pub use dra::{
     MAX_ALLOCATED_DEVICES, MAX_ATTRIBUTE_VALUE_LENGTH, MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE,

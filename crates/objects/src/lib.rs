@@ -26,7 +26,7 @@ pub use convert::{
     namespace_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s, pod_template_from_k8s,
     priority_class_from_k8s, provisioning_request_from_k8s, provisioning_request_status_to_k8s,
     pv_from_k8s, pvc_from_k8s, resource_claim_from_k8s, resource_claim_template_from_k8s,
-    resource_slice_from_k8s, storage_class_from_k8s,
+    resource_slice_from_k8s, storage_class_from_k8s, workload_selector_from_k8s,
 };
 /// The size limits DRA objects are held to (the API server's own validation limits).
 pub mod dra_limits {

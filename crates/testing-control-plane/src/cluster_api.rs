@@ -248,7 +248,7 @@ pub async fn install_cluster_api_crds(
 }
 
 /// The CustomResourceDefinitions among the YAML documents of one file.
-fn crd_documents(text: &str, source_name: &str) -> Result<Vec<Value>, ClusterApiError> {
+pub(crate) fn crd_documents(text: &str, source_name: &str) -> Result<Vec<Value>, ClusterApiError> {
     let mut crds = Vec::new();
     for document in serde_yaml_ng::Deserializer::from_str(text) {
         let value = Value::deserialize(document).map_err(|error| ClusterApiError::Manifest {
@@ -324,14 +324,14 @@ fn is_protected_group(group: &str) -> bool {
         .any(|domain| group == *domain || group.ends_with(&format!(".{domain}")))
 }
 
-fn string_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
+pub(crate) fn string_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
     path.iter()
         .try_fold(value, |value, key| value.get(key))
         .and_then(Value::as_str)
 }
 
 /// Waits until the CRD is Established and discovery lists its plural in every served version.
-async fn wait_until_served(client: &Client, name: &str) -> Result<(), ClusterApiError> {
+pub(crate) async fn wait_until_served(client: &Client, name: &str) -> Result<(), ClusterApiError> {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     let deadline = tokio::time::Instant::now() + CRD_READY_TIMEOUT;
     loop {

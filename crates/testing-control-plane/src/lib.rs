@@ -21,6 +21,7 @@
 //! ```
 
 mod binaries;
+pub mod capacity_apis;
 pub mod cluster_api;
 mod control_plane;
 mod pki;
@@ -35,6 +36,7 @@ pub use binaries::{
     BIN_DIR_ENV, Binaries, CACHE_DIR_ENV, CLUSTER_API_CRD_FILES, EXTERNALGRPC_INTEROP,
     PinnedVersions, locate_cluster_api_crds, locate_externalgrpc_interop, locate_helm,
 };
+pub use capacity_apis::{CAPACITY_CRD_FILES, install_capacity_crds};
 pub use cluster_api::{
     ClusterApi, ClusterApiError, ClusterApiKind, InstalledClusterApi, MachineController,
     ScalableResource, install_cluster_api_crds, wait_for_machines,

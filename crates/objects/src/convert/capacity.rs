@@ -362,6 +362,18 @@ pub fn capacity_quota_from_k8s(
     })
 }
 
+/// A workload's `spec.selector` (`kind namespace/name` names the object in errors), for finding
+/// its live pods.
+pub fn workload_selector_from_k8s(
+    object: &str,
+    selector: &meta::LabelSelector,
+) -> Result<ferroscale_model::LabelSelector, ConvertError> {
+    let ctx = ObjectContext {
+        object: object.to_string(),
+    };
+    label_selector(&ctx, "spec.selector", selector)
+}
+
 /// A model time as the API's `metav1.Time` (out-of-range times, which no clock produces, become
 /// the epoch rather than failing a status write).
 fn api_time(time: ferroscale_model::Timestamp) -> meta::Time {
