@@ -44,6 +44,9 @@ pub struct CapacityBufferStatus {
     /// The strategy the buffer is provisioned with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning_strategy: Option<String>,
+    /// How many of the buffer's pods fit nodes that exist now (written by the autoscaler).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
 }
 
 macro_rules! capacity_buffer_version {

@@ -266,12 +266,12 @@ fn a_scalable_buffer_uses_a_managed_template_and_a_percentage() {
     let outcome = run(&mut autoscaler, &cloud, &cluster, t(100));
     assert_eq!(
         calls(&log, "kube.ensure_buffer_pod_template"),
-        ["kube.ensure_buffer_pod_template team/capacitybuffer-web-headroom"]
+        ["kube.ensure_buffer_pod_template team/capacitybuffer-web-headroom-pod-template"]
     );
     let status = status_of(&cluster, "web-headroom");
     assert_eq!(
         status.pod_template_ref.as_deref(),
-        Some("capacitybuffer-web-headroom")
+        Some("capacitybuffer-web-headroom-pod-template")
     );
     assert_eq!(status.pod_template_generation, Some(1));
     assert_eq!(status.replicas, Some(2));

@@ -363,6 +363,31 @@ fn a_best_effort_atomic_request_scales_up_all_its_nodes_at_once_then_is_provisio
     assert_eq!(calls(&log, "cloud.increase_size").len(), 1);
 }
 
+/// docs/provisioning-requests.md PR-111: a request read in the very instant it was made has
+/// pods too young for the plan, which then places none of them. That is not "everything fits":
+/// the request stays unanswered until a later turn scales up for it.
+#[test]
+fn an_atomic_request_read_the_instant_it_is_made_waits_rather_than_being_provisioned() {
+    let (log, cloud, cluster) = cluster_with_one_empty_node(3000);
+    add_request(&cluster, "gang", BEST_EFFORT_ATOMIC_CLASS, 4, &[]);
+    let mut autoscaler = Autoscaler::new(enabled(), 1);
+    run(&mut autoscaler, &cloud, &cluster, t(0));
+    assert!(calls(&log, "cloud.increase_size").is_empty());
+    assert_eq!(condition(&cluster, "gang", "Provisioned"), None);
+
+    // The next loop serves ordinary pods (none); the one after serves the request again.
+    run(&mut autoscaler, &cloud, &cluster, after(10));
+    run(&mut autoscaler, &cloud, &cluster, after(20));
+    assert_eq!(
+        calls(&log, "cloud.increase_size"),
+        vec!["cloud.increase_size pool 3"]
+    );
+    assert_eq!(
+        condition(&cluster, "gang", "Provisioned"),
+        is(ConditionStatus::True, "CapacityIsProvisioned")
+    );
+}
+
 /// docs/provisioning-requests.md PR-111.
 #[test]
 fn a_best_effort_atomic_request_that_cannot_get_all_its_nodes_gets_none() {

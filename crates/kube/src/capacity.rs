@@ -310,15 +310,6 @@ impl ScalableResolver {
     }
 }
 
-/// The PodTemplate kept for a buffer of a scalable workload.
-pub fn buffer_pod_template_name(buffer: &str) -> String {
-    const SUFFIX: &str = "-pod-template";
-    // Object names have at most 253 characters; buffer names are already valid names.
-    let keep = 253 - SUFFIX.len();
-    let base: String = buffer.chars().take(keep).collect();
-    format!("{base}{SUFFIX}")
-}
-
 fn write_error(kind: &'static str, name: &str, error: kube::Error) -> ClusterError {
     match &error {
         kube::Error::Api(status) if status.is_not_found() => ClusterError::NotFound {
@@ -384,7 +375,7 @@ pub(crate) async fn ensure_buffer_pod_template(
             scalable.reference.name
         )));
     };
-    let name = buffer_pod_template_name(&buffer.name);
+    let name = ferroscale_core::buffers::managed_pod_template_name(&buffer.name);
     let object = core::PodTemplate {
         metadata: meta::ObjectMeta {
             name: Some(name.clone()),
@@ -415,16 +406,4 @@ pub(crate) async fn ensure_buffer_pod_template(
         .await
         .map_err(|e| write_error("PodTemplate", &format!("{}/{name}", buffer.namespace), e))?;
     Ok((name, written.metadata.generation.unwrap_or_default()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buffer_template_names_stay_valid_object_names() {
-        assert_eq!(buffer_pod_template_name("web"), "web-pod-template");
-        let long = "b".repeat(253);
-        assert_eq!(buffer_pod_template_name(&long).len(), 253);
-    }
 }

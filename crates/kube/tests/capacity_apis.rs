@@ -315,6 +315,7 @@ async fn capacity_apis_are_read_and_written_on_a_real_api_server() {
         pod_template_generation: Some(generation),
         conditions: Vec::new(),
         provisioning_strategy: Some("buffer.x-k8s.io/active-capacity".to_string()),
+        ready_replicas: Some(1),
     };
     cluster
         .update_capacity_buffer_status(NAMESPACE, "warm", &buffer_status)

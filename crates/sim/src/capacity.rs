@@ -6,7 +6,7 @@
 //!   condition is kept as a [`ConditionChange`], so reports can show a request's life (accepted,
 //!   provisioned, booked, expired or failed, with times) and a buffer's conditions.
 //! - `ensure_buffer_pod_template` creates or updates the PodTemplate a buffer that points at a
-//!   workload (`scalableRef`) is read through, named `capacitybuffer-<buffer>`, with a generation
+//!   workload (`scalableRef`) is read through, named `capacitybuffer-<buffer>-pod-template`, with a generation
 //!   that moves only when the pod shape changes.
 //! - A buffer's `scalableRef` is resolved against the workloads the simulator knows: the
 //!   controllers implied by the pods they own (ReplicaSet, StatefulSet, ReplicationController,
@@ -214,14 +214,14 @@ impl ClusterCapacity {
         Ok(changes)
     }
 
-    /// Creates or updates the PodTemplate `capacitybuffer-<buffer>` with the scalable's pod shape;
+    /// Creates or updates the PodTemplate `capacitybuffer-<buffer>-pod-template` with the scalable's pod shape;
     /// returns its name and generation (which moves only when the shape changes).
     pub fn ensure_buffer_pod_template(
         &mut self,
         buffer: &CapacityBuffer,
         pod: &Arc<Pod>,
     ) -> (String, i64) {
-        let name = format!("capacitybuffer-{}", buffer.name);
+        let name = ferroscale_core::buffers::managed_pod_template_name(&buffer.name);
         let templates = &mut self.objects.pod_templates;
         let existing = templates
             .iter()
@@ -577,7 +577,7 @@ mod tests {
         let pod = owned("web-1", "ReplicaSet", "web", Some("n1"));
         assert_eq!(
             capacity.ensure_buffer_pod_template(&b, &pod),
-            ("capacitybuffer-spare".to_string(), 1)
+            ("capacitybuffer-spare-pod-template".to_string(), 1)
         );
         assert_eq!(capacity.ensure_buffer_pod_template(&b, &pod).1, 1);
         let mut bigger = Pod::clone(&pod);
@@ -588,7 +588,7 @@ mod tests {
         );
         let template = capacity
             .objects()
-            .pod_template("default", "capacitybuffer-spare");
+            .pod_template("default", "capacitybuffer-spare-pod-template");
         assert_eq!(template.unwrap().pod.requests.cpu_milli, 1000);
         assert!(template.unwrap().pod.node_name.is_none());
     }

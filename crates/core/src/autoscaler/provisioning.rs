@@ -363,14 +363,15 @@ impl Autoscaler {
                 });
                 match plan.status {
                     ScaleUpStatus::Successful => turn.atomic = Some((request, status)),
-                    ScaleUpStatus::NotNeeded => {
-                        // Everything fits as the cluster is: booked at once.
+                    // Everything fits as the cluster is: booked at once.
+                    ScaleUpStatus::NotNeeded if all_placed(&plan, &pods) => {
                         place_where_they_fit(base, &pods);
                         let condition = RequestCondition::CAPACITY_FOUND;
                         writer.set(&request, &mut status, condition).await;
                     }
-                    // Too young to act on: the next request turn tries again.
-                    ScaleUpStatus::InCooldown => {}
+                    // Too young to act on (a request read in the instant it was made leaves
+                    // the plan with no pod at all): the next request turn tries again.
+                    ScaleUpStatus::NotNeeded | ScaleUpStatus::InCooldown => {}
                     _ => {
                         let condition = RequestCondition::CAPACITY_NOT_FOUND;
                         writer.set(&request, &mut status, condition).await;
@@ -483,4 +484,14 @@ impl Autoscaler {
         };
         writer.set(&request, &mut status, condition).await;
     }
+}
+
+/// True when the plan found a place on existing or upcoming nodes for every one of `pods`.
+fn all_placed(plan: &ScaleUpPlan, pods: &[Arc<Pod>]) -> bool {
+    let placed: HashSet<&str> = plan
+        .pods_schedulable_on_existing
+        .iter()
+        .map(String::as_str)
+        .collect();
+    pods.iter().all(|p| placed.contains(p.key().as_str()))
 }

@@ -309,8 +309,7 @@ pub fn capacity_buffer_from_k8s(
             pod_template_generation: status.pod_template_generation,
             conditions: conditions(&ctx, "status.conditions", &status.conditions)?,
             provisioning_strategy: status.provisioning_strategy,
-            // The CRD type (h-apis) has no readyReplicas yet; the engine (h-buffers) writes it.
-            ready_replicas: None,
+            ready_replicas: status.ready_replicas,
         },
     })
 }
@@ -422,5 +421,6 @@ pub fn capacity_buffer_status_to_k8s(
         pod_template_generation: status.pod_template_generation,
         conditions: api_conditions(&status.conditions),
         provisioning_strategy: status.provisioning_strategy.clone(),
+        ready_replicas: status.ready_replicas,
     }
 }

@@ -104,7 +104,7 @@ pub(crate) mod tests {
             buffers: vec![BufferSummary {
                 name: "default/spare".into(),
                 replicas: Some(2),
-                pod_template: Some("capacitybuffer-spare".into()),
+                pod_template: Some("capacitybuffer-spare-pod-template".into()),
                 pod_cpu_milli: Some(500),
                 pod_memory_bytes: Some(1 << 30),
                 ready: true,
