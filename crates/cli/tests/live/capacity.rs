@@ -44,7 +44,12 @@ fn quotas() -> ApiResource {
 }
 
 /// Creates an object of a capacity kind from its JSON form.
-async fn create(client: &Client, resource: &ApiResource, namespace: Option<&str>, value: serde_json::Value) {
+async fn create(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: Option<&str>,
+    value: serde_json::Value,
+) {
     let object: DynamicObject = serde_json::from_value(value).expect("object");
     let api: Api<DynamicObject> = match namespace {
         Some(namespace) => Api::namespaced_with(client.clone(), namespace, resource),
@@ -127,17 +132,24 @@ async fn condition(
         })
 }
 
-async fn wait_condition(client: &Client, resource: &ApiResource, name: &str, type_: &str, status: &str) -> String {
+async fn wait_condition(
+    client: &Client,
+    resource: &ApiResource,
+    name: &str,
+    type_: &str,
+    status: &str,
+) -> String {
     let mut reason = String::new();
-    wait_until(&format!("{} {name} to have {type_}={status}", resource.kind), async || {
-        match condition(client, resource, name, type_).await {
+    wait_until(
+        &format!("{} {name} to have {type_}={status}", resource.kind),
+        async || match condition(client, resource, name, type_).await {
             Some((s, r)) if s == status => {
                 reason = r;
                 true
             }
             _ => false,
-        }
-    })
+        },
+    )
     .await;
     reason
 }
@@ -167,7 +179,15 @@ async fn check_capacity_requests_are_judged_against_the_cluster_as_it_is() {
     assert_eq!(cluster.pool_node_names().await.len(), 1);
 
     create_pod_template(&cluster.client, "half", "500m").await;
-    create_request(&cluster.client, "fits", "check-capacity.autoscaling.x-k8s.io", "half", 4, serde_json::json!({})).await;
+    create_request(
+        &cluster.client,
+        "fits",
+        "check-capacity.autoscaling.x-k8s.io",
+        "half",
+        4,
+        serde_json::json!({}),
+    )
+    .await;
     create_request(
         &cluster.client,
         "too-big",
@@ -177,9 +197,23 @@ async fn check_capacity_requests_are_judged_against_the_cluster_as_it_is() {
         serde_json::json!({"noRetry": "true"}),
     )
     .await;
-    let found = wait_condition(&cluster.client, &provisioning_requests(), "fits", "Provisioned", "True").await;
+    let found = wait_condition(
+        &cluster.client,
+        &provisioning_requests(),
+        "fits",
+        "Provisioned",
+        "True",
+    )
+    .await;
     assert_eq!(found, "CapacityIsFound");
-    let not_found = wait_condition(&cluster.client, &provisioning_requests(), "too-big", "Failed", "True").await;
+    let not_found = wait_condition(
+        &cluster.client,
+        &provisioning_requests(),
+        "too-big",
+        "Failed",
+        "True",
+    )
+    .await;
     assert_eq!(not_found, "CapacityIsNotFound");
     pool_stays_at(&cluster, 1, 5, "check-capacity adds no node").await;
 }
@@ -204,13 +238,23 @@ async fn an_atomic_request_grows_the_group_by_its_size_and_its_pods_run_there() 
         serde_json::json!({}),
     )
     .await;
-    wait_condition(&cluster.client, &provisioning_requests(), "batch", "Provisioned", "True").await;
+    wait_condition(
+        &cluster.client,
+        &provisioning_requests(),
+        "batch",
+        "Provisioned",
+        "True",
+    )
+    .await;
     let nodes = cluster.wait_pool_ready(3).await;
     assert_eq!(nodes.len(), 3, "exactly the request's size: {nodes:?}");
 
     let consume = [
         ("autoscaling.x-k8s.io/consume-provisioning-request", "batch"),
-        ("autoscaling.x-k8s.io/provisioning-class-name", "best-effort-atomic-scale-up.autoscaling.x-k8s.io"),
+        (
+            "autoscaling.x-k8s.io/provisioning-class-name",
+            "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+        ),
     ];
     cluster
         .create_app(App {
@@ -255,7 +299,14 @@ async fn a_buffer_keeps_a_spare_node_and_a_quota_stops_a_scale_up() {
         }),
     )
     .await;
-    wait_condition(&cluster.client, &buffers(), "headroom", "ReadyForProvisioning", "True").await;
+    wait_condition(
+        &cluster.client,
+        &buffers(),
+        "headroom",
+        "ReadyForProvisioning",
+        "True",
+    )
+    .await;
     let spare = cluster.wait_pool_ready(1).await;
     // Well past --scale-down-unneeded-time=5s: the buffer's chunk holds the node.
     for _ in 0..20 {
@@ -288,17 +339,28 @@ async fn a_buffer_keeps_a_spare_node_and_a_quota_stops_a_scale_up() {
     cluster.create_app(App::new("many", 4, "3")).await;
     cluster.wait_pool_ready(2).await;
     pool_stays_at(&cluster, 2, 10, "the quota caps the group at two nodes").await;
-    wait_until("the quota named in the pods' events or the status", async || {
-        let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(cluster.client.clone(), harness::APPS)
+    wait_until(
+        "the quota named in the pods' events or the status",
+        async || {
+            let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(
+                cluster.client.clone(),
+                harness::APPS,
+            )
             .list(&ListParams::default())
             .await
             .map(|l| l.items)
             .unwrap_or_default();
-        let in_events = events.iter().any(|e| {
-            e.message.as_deref().is_some_and(|m| m.contains("general-cap"))
-        });
-        let in_status = cluster.status().await.is_some_and(|s| s.contains("general-cap"));
-        in_events || in_status
-    })
+            let in_events = events.iter().any(|e| {
+                e.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("general-cap"))
+            });
+            let in_status = cluster
+                .status()
+                .await
+                .is_some_and(|s| s.contains("general-cap"));
+            in_events || in_status
+        },
+    )
     .await;
 }
