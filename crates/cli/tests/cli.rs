@@ -187,8 +187,7 @@ fn invalid_option_in_the_scenario_exits_two_naming_the_option() {
 }
 
 /// A scenario takes `run`'s flag names: the process's own flags and other providers' change
-/// nothing in a simulation and are accepted; flags of features Ferroscale lacks are refused by
-/// name, as `run` refuses them.
+/// nothing in a simulation and are accepted, and so are the capacity APIs' flags.
 #[test]
 fn set_takes_the_names_of_run() {
     let output = ferroscale(&[
@@ -205,14 +204,17 @@ fn set_takes_the_names_of_run() {
         "scan_interval=20s",
     ]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let output = ferroscale(&["simulate", "--set", "enable-provisioning-requests=true"]);
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output)
-            .contains("--enable-provisioning-requests is not supported by Ferroscale yet"),
-        "{}",
-        stderr(&output)
-    );
+    // The capacity APIs' flags are engine flags now: a scenario may turn them on.
+    let output = ferroscale(&[
+        "simulate",
+        "--output",
+        "json",
+        "--set",
+        "enable-provisioning-requests=true",
+        "--set",
+        "capacity-quotas-enabled=true",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }
 
 #[test]
