@@ -728,16 +728,20 @@ fn a_values_file_sets_the_replicas_and_appends_extra_flags_verbatim() {
 
 #[test]
 fn an_extra_flag_ferroscale_refuses_is_named_when_the_chart_runs() {
-    // The chart passes extra flags through untouched; the binary then refuses an upstream flag it
-    // does not implement, by name, rather than ignoring it.
-    let rendered = Rendered::of(Some("extraArgs: [--enable-provisioning-requests=true]\n"));
+    // The chart passes extra flags through untouched; the binary then refuses a flag value it
+    // cannot use, naming the flag and the value, rather than ignoring it.
+    let rendered = Rendered::of(Some("extraArgs: [--enable-provisioning-requests=maybe]\n"));
     let errors = ferroscale_errors(&rendered.args());
     assert!(
         errors
             .iter()
-            .any(|e| e.contains("--enable-provisioning-requests")),
+            .any(|e| e.contains("--enable-provisioning-requests") && e.contains("maybe")),
         "{errors:#?}"
     );
+    // The same flag with a value it takes is accepted.
+    assert_accepted_by_ferroscale_run(&Rendered::of(Some(
+        "extraArgs: [--enable-provisioning-requests=true]\n",
+    )));
 }
 
 #[test]
