@@ -242,6 +242,25 @@ fn s50_underutilized_node_is_unneeded_and_deleted_after_more_than_ten_minutes() 
     assert_eq!(removal.pods_to_evict.len(), 1);
 }
 
+/// docs/behaviour.md SD-108: with `--scale-down-unneeded-time=0` the node goes in the loop that
+/// finds it unneeded, as upstream's (which checks the time only when it is positive).
+#[test]
+fn s108_zero_unneeded_time_removes_in_the_loop_that_finds_the_node() {
+    let mut c = candidate_with(vec![web("p1", "a", 1000, 4 * GIB)]);
+    c.options.scale_down_unneeded_time = Duration::ZERO;
+    let first = c.plan_at(t0(), &ScaleDownState::new());
+    assert_eq!(unneeded(&first), vec!["a"]);
+    assert_eq!(deleted(&first), vec!["a"]);
+    // A positive time still waits, however short.
+    c.options.scale_down_unneeded_time = Duration::from_secs(1);
+    let first = c.plan_at(t0(), &ScaleDownState::new());
+    assert!(deleted(&first).is_empty());
+    assert_eq!(
+        reason_of(&first, "a"),
+        Some(UnremovableReason::NotUnneededLongEnough)
+    );
+}
+
 /// docs/behaviour.md SD-51.
 #[test]
 fn s51_exactly_half_utilization_is_underutilized() {

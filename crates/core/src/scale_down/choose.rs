@@ -216,7 +216,9 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
         } else {
             (group_options.unready_time, R::NotUnreadyLongEnough)
         };
-        if ctx.now.since(r.since) <= threshold {
+        // A zero threshold means "no wait": the node goes in the loop that finds it unneeded,
+        // as upstream applies the check only to a positive time (docs/behaviour.md SD-108).
+        if !threshold.is_zero() && ctx.now.since(r.since) <= threshold {
             chosen.held_back.push(held(r, &group.id, too_young));
             continue;
         }
