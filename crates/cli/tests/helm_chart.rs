@@ -93,7 +93,10 @@ exoscale:
 const SENTINEL_FLAG: &str = "--not-a-flag-helm-chart-test";
 
 fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+    // Tests run in the package's directory; absolute, as helm and the binary get it too.
+    std::env::current_dir()
+        .expect("the test's working directory")
+        .join("../../deploy")
 }
 
 /// `helm template` of the chart in [`NAMESPACE`], with a values file when given: the rendered text,

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn dockerfile() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Dockerfile");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    let path = Path::new("../../Dockerfile");
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The `RUN` instructions of the build stage, continuation lines joined.

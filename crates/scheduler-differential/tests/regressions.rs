@@ -9,7 +9,7 @@ use std::path::Path;
 use ferroscale_scheduler_differential::{Disagreement, Observation, compare, ferroscale_verdicts};
 
 fn regressions_dir() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/regressions"))
+    Path::new("regressions")
 }
 
 fn observation(name: &str) -> Observation {

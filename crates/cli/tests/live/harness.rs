@@ -640,7 +640,10 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
 }
 
 pub fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+    // Tests run in the package's directory; absolute, as helm and the binary get it too.
+    std::env::current_dir()
+        .expect("the test's working directory")
+        .join("../../deploy")
 }
 
 pub async fn admin_client(kubeconfig: &Path) -> Client {
