@@ -121,7 +121,7 @@ fn main() -> ExitCode {
                 .arg(workload.name())
                 .arg(scale.to_string())
                 .status();
-            if !status.is_ok_and(|s| s.success()) {
+            if !status.as_ref().is_ok_and(|s| s.success()) {
                 eprintln!(
                     "runonce_memory: {} x{scale} failed: {status:?}",
                     workload.name()

@@ -21,8 +21,10 @@
 //! memory limit is rounded up to whole GiB, and the scale-down workloads let every node be a
 //! non-empty candidate.
 
+mod timed;
+
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome};
 use ferroscale_core::options::{AutoscalingOptions, OptionError};
@@ -44,6 +46,8 @@ use crate::cloud::{GroupSpec, SimulatedCloud, SimulatedProvider};
 use crate::cluster::Cluster;
 use crate::dra::GroupDevices;
 use crate::runner::InstantStopwatch;
+
+pub use timed::{CallTime, CallTimes};
 
 /// CPU of every node, in millicores (upstream's `nodeCPU`, 10 CPUs).
 pub const NODE_CPU_MILLI: i64 = 10_000;
@@ -307,13 +311,16 @@ impl RunOnceWorkload {
                 ("scale-down-enabled", "false".into()),
             ]);
         } else {
+            // Upstream's 2,000 (parallelism, non-empty candidates) is its node count at most: the
+            // larger workloads scale it with the nodes, so 60 % of them still go in one loop.
+            let per_loop = (2000 * self.scale).to_string();
             settings.extend([
                 ("scale-down-unneeded-time", "0s".into()),
-                ("max-scale-down-parallelism", "2000".into()),
-                ("max-drain-parallelism", "2000".into()),
+                ("max-scale-down-parallelism", per_loop.clone()),
+                ("max-drain-parallelism", per_loop.clone()),
                 ("scale-down-delay-after-add", "0s".into()),
                 ("scale-down-enabled", "true".into()),
-                ("scale-down-non-empty-candidates-count", "2000".into()),
+                ("scale-down-non-empty-candidates-count", per_loop),
                 ("scale-down-unready-enabled", "true".into()),
                 ("scale-down-simulation-timeout", "60s".into()),
                 // Upstream 1.36 has no candidate pool (it accepts the flags without effect) and
@@ -409,6 +416,35 @@ impl PreparedLoop {
         )
     }
 
+    /// The whole loop as [`PreparedLoop::run_once`], with every call into the fakes timed: where
+    /// the loop's time went.
+    pub fn run_once_with_phases(&mut self) -> (LoopOutcome, LoopPhases) {
+        let recorder = timed::Recorder::default();
+        let stopwatch = InstantStopwatch::start();
+        let api = SimClusterApi::new(&mut self.cluster, self.now);
+        let cluster = timed::TimedCluster {
+            inner: &api,
+            recorder: recorder.clone(),
+        };
+        let cloud = timed::TimedCloud {
+            inner: &self.provider,
+            recorder: recorder.clone(),
+        };
+        let started = Instant::now();
+        let outcome = block_on(
+            self.autoscaler
+                .run_once(&cloud, &cluster, self.now, &stopwatch),
+        );
+        let wall = started.elapsed();
+        let phases = LoopPhases {
+            wall,
+            decide_millis: outcome.decide_millis,
+            function_millis: outcome.function_millis.clone(),
+            fakes: recorder.take(),
+        };
+        (outcome, phases)
+    }
+
     pub fn workload(&self) -> RunOnceWorkload {
         self.workload
     }
@@ -451,6 +487,51 @@ impl PreparedLoop {
             })
         }
     }
+}
+
+/// Where one loop's time went: the decide calls the loop times itself, the calls into the fakes,
+/// and the rest (the engine's own part of gather, building the snapshot, and acting).
+#[derive(Debug, Clone)]
+pub struct LoopPhases {
+    pub wall: Duration,
+    /// `LoopOutcome::decide_millis`.
+    pub decide_millis: f64,
+    /// `LoopOutcome::function_millis`: decide by upstream's function label.
+    pub function_millis: Vec<(&'static str, f64)>,
+    /// Time inside the in-memory cloud and cluster, per contract method.
+    pub fakes: CallTimes,
+}
+
+impl LoopPhases {
+    /// Wall time neither in decide nor in the fakes, in milliseconds.
+    pub fn engine_rest_millis(&self) -> f64 {
+        millis(self.wall) - self.decide_millis - millis(self.fakes.total())
+    }
+}
+
+impl std::fmt::Display for LoopPhases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let split: Vec<String> = self
+            .function_millis
+            .iter()
+            .filter(|(_, millis)| *millis >= 0.05)
+            .map(|(function, millis)| format!("{function} {millis:.1}"))
+            .collect();
+        write!(
+            f,
+            "whole loop {:.1} ms = decide {:.1} ms ({}) + in the fakes {:.1} ms ({}) + the engine's gather, snapshot and act {:.1} ms",
+            millis(self.wall),
+            self.decide_millis,
+            split.join(", "),
+            millis(self.fakes.total()),
+            self.fakes,
+            self.engine_rest_millis()
+        )
+    }
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// A node of upstream's benchmarks: 10 CPUs, 10,000 bytes, 100 pods, ready since set-up, created
