@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use ferroscale_sim::upstream_runonce::{RunOnceWorkload, Workload};
 
+#[path = "support/timed.rs"]
+mod timed;
+
 /// Builds, times one loop, and checks upstream's outcome; returns the loop's wall time.
 fn timed_loop(run: RunOnceWorkload, report: &mut bool) -> Duration {
     let mut prepared = match run.prepare() {
@@ -28,7 +31,7 @@ fn timed_loop(run: RunOnceWorkload, report: &mut bool) -> Duration {
     // the calls into the fakes cost a few hundred nanoseconds a call).
     let (outcome, took) = if *report {
         *report = false;
-        let (outcome, phases) = prepared.run_once_with_phases();
+        let (outcome, phases) = timed::run_once_with_phases(&mut prepared);
         eprintln!("runonce_upstream: {}: {phases}", run.label());
         (outcome, phases.wall)
     } else {

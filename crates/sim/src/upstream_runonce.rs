@@ -16,15 +16,15 @@
 //! memory with room for 100 pods, one group of 0…10,000 nodes, pods without a controller, the
 //! least-waste expander, the binpacking estimator, at most 10,000 nodes and the cores and memory
 //! of 10,000 nodes in total, predicate parallelism 1. Options upstream's file does not set keep
-//! Ferroscale's defaults (upstream's flag defaults), with three exceptions stated where they are
-//! set: scale-down is off in the scale-up workloads (upstream's options leave it off there), the
-//! memory limit is rounded up to whole GiB, and the scale-down workloads let every node be a
-//! non-empty candidate.
-
-mod timed;
+//! Ferroscale's defaults (upstream's flag defaults; so a tainted node is drained in a later loop,
+//! after `--node-delete-delay-after-taint`, as upstream drains outside its `RunOnce`), with four
+//! exceptions stated where they are set: scale-down is off in the scale-up workloads (upstream's
+//! options leave it off there), the memory limit is rounded up to whole GiB, the scale-down
+//! workloads let every node be a non-empty candidate, and at five times upstream's size their
+//! parallelism and candidate count (2,000) grow five times too.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome};
 use ferroscale_core::options::{AutoscalingOptions, OptionError};
@@ -46,8 +46,6 @@ use crate::cloud::{GroupSpec, SimulatedCloud, SimulatedProvider};
 use crate::cluster::Cluster;
 use crate::dra::GroupDevices;
 use crate::runner::InstantStopwatch;
-
-pub use timed::{CallTime, CallTimes};
 
 /// CPU of every node, in millicores (upstream's `nodeCPU`, 10 CPUs).
 pub const NODE_CPU_MILLI: i64 = 10_000;
@@ -416,33 +414,15 @@ impl PreparedLoop {
         )
     }
 
-    /// The whole loop as [`PreparedLoop::run_once`], with every call into the fakes timed: where
-    /// the loop's time went.
-    pub fn run_once_with_phases(&mut self) -> (LoopOutcome, LoopPhases) {
-        let recorder = timed::Recorder::default();
-        let stopwatch = InstantStopwatch::start();
-        let api = SimClusterApi::new(&mut self.cluster, self.now);
-        let cluster = timed::TimedCluster {
-            inner: &api,
-            recorder: recorder.clone(),
-        };
-        let cloud = timed::TimedCloud {
-            inner: &self.provider,
-            recorder: recorder.clone(),
-        };
-        let started = Instant::now();
-        let outcome = block_on(
-            self.autoscaler
-                .run_once(&cloud, &cluster, self.now, &stopwatch),
-        );
-        let wall = started.elapsed();
-        let phases = LoopPhases {
-            wall,
-            decide_millis: outcome.decide_millis,
-            function_millis: outcome.function_millis.clone(),
-            fakes: recorder.take(),
-        };
-        (outcome, phases)
+    /// What [`PreparedLoop::run_once`] runs the loop with, for a caller that wraps the two
+    /// contracts (the benchmark that times every call into the fakes).
+    pub fn parts(&mut self) -> LoopParts<'_> {
+        LoopParts {
+            autoscaler: &mut self.autoscaler,
+            provider: &self.provider,
+            api: SimClusterApi::new(&mut self.cluster, self.now),
+            now: self.now,
+        }
     }
 
     pub fn workload(&self) -> RunOnceWorkload {
@@ -489,49 +469,12 @@ impl PreparedLoop {
     }
 }
 
-/// Where one loop's time went: the decide calls the loop times itself, the calls into the fakes,
-/// and the rest (the engine's own part of gather, building the snapshot, and acting).
-#[derive(Debug, Clone)]
-pub struct LoopPhases {
-    pub wall: Duration,
-    /// `LoopOutcome::decide_millis`.
-    pub decide_millis: f64,
-    /// `LoopOutcome::function_millis`: decide by upstream's function label.
-    pub function_millis: Vec<(&'static str, f64)>,
-    /// Time inside the in-memory cloud and cluster, per contract method.
-    pub fakes: CallTimes,
-}
-
-impl LoopPhases {
-    /// Wall time neither in decide nor in the fakes, in milliseconds.
-    pub fn engine_rest_millis(&self) -> f64 {
-        millis(self.wall) - self.decide_millis - millis(self.fakes.total())
-    }
-}
-
-impl std::fmt::Display for LoopPhases {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let split: Vec<String> = self
-            .function_millis
-            .iter()
-            .filter(|(_, millis)| *millis >= 0.05)
-            .map(|(function, millis)| format!("{function} {millis:.1}"))
-            .collect();
-        write!(
-            f,
-            "whole loop {:.1} ms = decide {:.1} ms ({}) + in the fakes {:.1} ms ({}) + the engine's gather, snapshot and act {:.1} ms",
-            millis(self.wall),
-            self.decide_millis,
-            split.join(", "),
-            millis(self.fakes.total()),
-            self.fakes,
-            self.engine_rest_millis()
-        )
-    }
-}
-
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+/// The autoscaler and the two contracts of one prepared loop.
+pub struct LoopParts<'a> {
+    pub autoscaler: &'a mut Autoscaler,
+    pub provider: &'a SimulatedProvider,
+    pub api: SimClusterApi<'a>,
+    pub now: Timestamp,
 }
 
 /// A node of upstream's benchmarks: 10 CPUs, 10,000 bytes, 100 pods, ready since set-up, created

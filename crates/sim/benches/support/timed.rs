@@ -1,7 +1,9 @@
 //! Where one loop's time goes: the two contracts wrapped so that every call into the fakes is
 //! timed. The loop's wall time then splits into the time inside the fakes (gathering, resizes,
 //! taints, events, the status), the decide calls the loop times itself (`function_millis`), and
-//! the rest: the engine's own part of gather, building the snapshot, and acting.
+//! the rest: the engine's own part of gather, building the snapshot, and acting. On a machine
+//! shared with other work, the thread's own CPU time and its wait for a CPU
+//! (`/proc/thread-self/schedstat`) say how much of the wall time was the loop's.
 //!
 //! The wrappers pass every call through unchanged, default methods included, so the loop decides
 //! and acts as it does on the bare fakes.
@@ -10,6 +12,11 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use ferroscale_core::autoscaler::LoopOutcome;
+use ferroscale_sim::runner::InstantStopwatch;
+use ferroscale_sim::upstream_runonce::PreparedLoop;
+use futures::executor::block_on;
 
 use async_trait::async_trait;
 use ferroscale_core::cloud::{
@@ -66,7 +73,7 @@ impl fmt::Display for CallTimes {
 
 /// Shared by every wrapper of one loop.
 #[derive(Clone, Default)]
-pub(super) struct Recorder(Arc<Mutex<CallTimes>>);
+pub struct Recorder(Arc<Mutex<CallTimes>>);
 
 impl Recorder {
     fn add(&self, method: &'static str, took: Duration) {
@@ -76,7 +83,7 @@ impl Recorder {
         entry.total += took;
     }
 
-    pub(super) fn take(&self) -> CallTimes {
+    pub fn take(&self) -> CallTimes {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
@@ -95,10 +102,121 @@ impl Recorder {
     }
 }
 
+/// Where one loop's time went.
+#[derive(Debug, Clone)]
+pub struct LoopPhases {
+    pub wall: Duration,
+    /// `LoopOutcome::decide_millis`.
+    pub decide_millis: f64,
+    /// `LoopOutcome::function_millis`: decide by upstream's function label.
+    pub function_millis: Vec<(&'static str, f64)>,
+    /// Time inside the in-memory cloud and cluster, per contract method.
+    pub fakes: CallTimes,
+    /// The thread's time on a CPU and waiting for one during the loop, where the kernel tells.
+    pub on_cpu: Option<Duration>,
+    pub waiting: Option<Duration>,
+}
+
+impl LoopPhases {
+    /// Wall time neither in decide nor in the fakes, in milliseconds.
+    pub fn engine_rest_millis(&self) -> f64 {
+        millis(self.wall) - self.decide_millis - millis(self.fakes.total())
+    }
+}
+
+impl fmt::Display for LoopPhases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let split: Vec<String> = self
+            .function_millis
+            .iter()
+            .filter(|(_, millis)| *millis >= 0.05)
+            .map(|(function, millis)| format!("{function} {millis:.1}"))
+            .collect();
+        let fakes = CallTimes {
+            by_method: self
+                .fakes
+                .by_method
+                .iter()
+                .filter(|(_, time)| time.total >= Duration::from_micros(50))
+                .map(|(method, time)| (*method, *time))
+                .collect(),
+        };
+        write!(
+            f,
+            "whole loop {:.1} ms = decide {:.1} ms ({}) + in the fakes {:.1} ms ({fakes}) + the engine's gather, snapshot and act {:.1} ms",
+            millis(self.wall),
+            self.decide_millis,
+            split.join(", "),
+            millis(self.fakes.total()),
+            self.engine_rest_millis()
+        )?;
+        if let (Some(on_cpu), Some(waiting)) = (self.on_cpu, self.waiting) {
+            write!(
+                f,
+                "; on a CPU {:.1} ms, waiting for one {:.1} ms",
+                millis(on_cpu),
+                millis(waiting)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// This thread's time on a CPU and waiting in the run queue so far (nanoseconds in
+/// `/proc/thread-self/schedstat`).
+fn schedstat() -> Option<(Duration, Duration)> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+    let on_cpu = fields.next()??;
+    let waiting = fields.next()??;
+    Some((Duration::from_nanos(on_cpu), Duration::from_nanos(waiting)))
+}
+
+/// The whole loop, with every call into the fakes timed.
+pub fn run_once_with_phases(prepared: &mut PreparedLoop) -> (LoopOutcome, LoopPhases) {
+    let recorder = Recorder::default();
+    let parts = prepared.parts();
+    let cluster = TimedCluster {
+        inner: &parts.api,
+        recorder: recorder.clone(),
+    };
+    let cloud = TimedCloud {
+        inner: parts.provider,
+        recorder: recorder.clone(),
+    };
+    let stopwatch = InstantStopwatch::start();
+    let sched_before = schedstat();
+    let started = Instant::now();
+    let outcome = block_on(
+        parts
+            .autoscaler
+            .run_once(&cloud, &cluster, parts.now, &stopwatch),
+    );
+    let wall = started.elapsed();
+    let sched = sched_before
+        .zip(schedstat())
+        .map(|((cpu0, wait0), (cpu1, wait1))| {
+            (cpu1.saturating_sub(cpu0), wait1.saturating_sub(wait0))
+        });
+    let phases = LoopPhases {
+        wall,
+        decide_millis: outcome.decide_millis,
+        function_millis: outcome.function_millis.clone(),
+        fakes: recorder.take(),
+        on_cpu: sched.map(|(cpu, _)| cpu),
+        waiting: sched.map(|(_, wait)| wait),
+    };
+    (outcome, phases)
+}
+
 /// A [`ClusterApi`] whose every call is timed.
-pub(super) struct TimedCluster<'a> {
-    pub(super) inner: &'a dyn ClusterApi,
-    pub(super) recorder: Recorder,
+pub struct TimedCluster<'a> {
+    pub inner: &'a dyn ClusterApi,
+    pub recorder: Recorder,
 }
 
 #[async_trait]
@@ -240,9 +358,9 @@ impl ClusterApi for TimedCluster<'_> {
 }
 
 /// A [`CloudProvider`] whose every call, and every call to its groups, is timed.
-pub(super) struct TimedCloud<'a> {
-    pub(super) inner: &'a dyn CloudProvider,
-    pub(super) recorder: Recorder,
+pub struct TimedCloud<'a> {
+    pub inner: &'a dyn CloudProvider,
+    pub recorder: Recorder,
 }
 
 impl TimedCloud<'_> {
