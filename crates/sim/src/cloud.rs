@@ -184,10 +184,14 @@ impl SimulatedNodeGroup {
         now: Timestamp,
         ready_at: Timestamp,
     ) -> SimInstance {
-        // A replayed node may already carry a `<group>-<n>` name.
+        // A replayed node may already carry a `<group>-<n>` name. Only replayed nodes can: the
+        // others are numbered in order, so a group without any skips the search (it made a
+        // scale-up of n nodes cost n² name comparisons).
         let mut node_name = self.node_name(state.next_index);
         state.next_index += 1;
-        while state.instances.iter().any(|i| i.node_name == node_name) {
+        while !self.spec.existing_nodes.is_empty()
+            && state.instances.iter().any(|i| i.node_name == node_name)
+        {
             node_name = self.node_name(state.next_index);
             state.next_index += 1;
         }

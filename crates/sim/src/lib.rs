@@ -16,3 +16,4 @@ pub mod runner;
 pub mod scenario;
 pub mod served;
 pub mod storage;
+pub mod upstream_runonce;
