@@ -116,6 +116,12 @@ pub enum EvictionError {
 pub trait ClusterApi: Send + Sync {
     /// Reads everything one loop needs.
     async fn gather(&self) -> Result<ClusterObjects, ClusterError>;
+    /// Every node, as [`ClusterApi::gather`] would return them. The first loop's clean-up of
+    /// leftover taints reads only the nodes; an implementation that can list them alone (the
+    /// watch caches, the simulator) saves the first loop a second gather of every pod.
+    async fn gather_nodes(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
+        Ok(self.gather().await?.nodes)
+    }
     /// The current state of one node; `Ok(None)` when it no longer exists.
     async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, ClusterError>;
     /// The pods currently bound to a node (live, not from this loop's gather).

@@ -956,6 +956,11 @@ impl ClusterCaches {
         self.stores.priority_classes().clone()
     }
 
+    /// Every node, from the cache.
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        self.stores.nodes.values()
+    }
+
     /// A node by name, from the cache.
     pub fn node(&self, name: &str) -> Option<Arc<Node>> {
         let state = self.stores.nodes.read();

@@ -287,6 +287,15 @@ impl ClusterApi for KubeCluster {
         Ok(objects)
     }
 
+    async fn gather_nodes(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
+        if !self.caches.synced() {
+            return Err(ClusterError::Api(
+                "the watch caches have not completed their first list".to_string(),
+            ));
+        }
+        Ok(self.caches.nodes())
+    }
+
     async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, ClusterError> {
         let Some(node) = self
             .nodes()

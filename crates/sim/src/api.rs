@@ -181,6 +181,10 @@ impl ClusterApi for SimClusterApi<'_> {
         Ok(gather_objects(&self.cluster()))
     }
 
+    async fn gather_nodes(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
+        Ok(self.cluster().nodes().map(|n| n.node.clone()).collect())
+    }
+
     async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, ClusterError> {
         Ok(self.cluster().node(name).map(|n| n.node.clone()))
     }

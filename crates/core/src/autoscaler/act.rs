@@ -65,10 +65,9 @@ impl Autoscaler {
         outcome: &mut LoopOutcome,
         events: &mut Vec<Event>,
     ) -> Result<(), LoopError> {
-        let objects = cluster.gather().await.map_err(LoopError::Gather)?;
+        let nodes = cluster.gather_nodes().await.map_err(LoopError::Gather)?;
         if self.options.dry_run {
-            for node in objects
-                .nodes
+            for node in nodes
                 .iter()
                 .filter(|n| n.has_taint(ferroscale_model::taints::TO_BE_DELETED))
             {
@@ -79,8 +78,7 @@ impl Autoscaler {
                     });
             }
         }
-        let cleaned =
-            remove_leftover_taints(cloud, cluster, &objects.nodes, now, &self.options).await;
+        let cleaned = remove_leftover_taints(cloud, cluster, &nodes, now, &self.options).await;
         for event in &cleaned {
             if let EventObject::Node(node) = &event.object {
                 outcome

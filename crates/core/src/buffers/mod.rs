@@ -440,6 +440,10 @@ pub fn ready_replicas(
     snapshot: &Snapshot,
     processed: &[Arc<CapacityBuffer>],
 ) -> Vec<(Arc<CapacityBuffer>, CapacityBufferStatus)> {
+    // Without buffers there is nothing to count: no walk over every placed pod.
+    if processed.is_empty() {
+        return Vec::new();
+    }
     let mut placed: HashMap<&str, i32> = HashMap::new();
     for (_, info) in snapshot.nodes() {
         if is_upcoming_node(&info.node) {
