@@ -267,6 +267,7 @@ fn plan(built: &Built, extra: &[Pod]) -> ScaleDownPlan {
         options: &built.options,
         provider: &ProviderFacts::default(),
         scale_down_disabled_this_loop: false,
+        workers: &ferroscale_core::parallel::Workers::sequential(),
     })
 }
 
