@@ -22,6 +22,9 @@ use ferroscale_core::scale_down::fixtures::{ClusterShape, underutilized_cluster}
 
 const THREADS: [usize; 2] = [1, 2];
 
+/// Builds one scale-up fixture.
+type Build = fn() -> ScaleUpFixture;
+
 fn workers(threads: usize) -> Workers {
     Workers::new(threads).unwrap_or_else(|error| panic!("{threads} threads: {error}"))
 }
@@ -34,7 +37,7 @@ fn plan_once(fixture: &mut ScaleUpFixture) -> usize {
 fn scale_up(c: &mut Criterion) {
     let mut group = c.benchmark_group("parallel_scale_up");
     group.sample_size(10);
-    let fixtures: [(&str, fn() -> ScaleUpFixture); 3] = [
+    let fixtures: [(&str, Build); 3] = [
         ("a_1k_nodes_30k_pending_5_groups", || {
             busy_cluster(1000, 30, 30_000, 3, 5)
         }),
