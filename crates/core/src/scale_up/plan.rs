@@ -353,27 +353,20 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             verdicts: Vec::new(),
         });
     }
-    // Each template is checked on a what-if branch of its own, so the groups are checked in
-    // parallel, each worker on its own copy of the snapshot (docs/behaviour.md SU-112).
     // With --scaleup-simulation-for-skipped-node-groups-enabled a skipped group's template is
     // checked too, only so that a pod it could never take is reported with the filter that
-    // rejects it rather than the skip reason (docs/behaviour.md SU-109).
+    // rejects it rather than the skip reason (docs/behaviour.md SU-109). On one thread: a
+    // template check is one filter check per equivalence group, cheaper than a worker's copy of
+    // the snapshot.
     let simulate_skipped = options.scaleup_simulation_for_skipped_node_groups_enabled;
-    let to_check: Vec<(usize, &NodeTemplate)> = states
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| match (&s.skip, &s.template) {
-            (None, Some(t)) => Some((i, t)),
-            (Some(_), Some(t)) if simulate_skipped => Some((i, t)),
-            _ => None,
-        })
-        .collect();
-    let verdicts = workers.map_on_snapshots(snapshot, &to_check, |snapshot, (_, template)| {
-        template_verdicts(snapshot, template, &pods, &equivalence_groups)
-    });
-    let checked: Vec<usize> = to_check.into_iter().map(|(i, _)| i).collect();
-    for (i, verdicts) in checked.into_iter().zip(verdicts) {
-        states[i].verdicts = verdicts;
+    for state in &mut states {
+        state.verdicts = match (&state.skip, &state.template) {
+            (None, Some(t)) => template_verdicts(snapshot, t, &pods, &equivalence_groups),
+            (Some(_), Some(t)) if simulate_skipped => {
+                template_verdicts(snapshot, t, &pods, &equivalence_groups)
+            }
+            _ => Vec::new(),
+        };
     }
 
     // Similar groups, for the estimator's capacity limit and for balancing.
