@@ -22,6 +22,7 @@ use ferroscale_scheduling::Snapshot;
 use crate::backoff::NodeGroupBackoff;
 use crate::cloud::NodeTemplate;
 use crate::options::AutoscalingOptions;
+use crate::parallel::Workers;
 use crate::scale_up::{
     ExternalExpanderStep, NodeGroupView, ProviderFacts, ScaleUpInput, ScaleUpPlan, plan_scale_up,
 };
@@ -37,6 +38,8 @@ pub struct ScaleUpFixture {
     pub options: AutoscalingOptions,
     pub backoff: NodeGroupBackoff,
     pub now: Timestamp,
+    /// The threads the plan may use; one unless a benchmark or test says otherwise.
+    pub workers: Workers,
 }
 
 impl ScaleUpFixture {
@@ -51,6 +54,7 @@ impl ScaleUpFixture {
             &self.backoff,
             &self.options,
             self.now,
+            &self.workers,
         )
     }
 
@@ -65,6 +69,7 @@ impl ScaleUpFixture {
             &self.backoff,
             &self.options,
             self.now,
+            &self.workers,
         ))
     }
 
@@ -75,6 +80,7 @@ impl ScaleUpFixture {
         backoff: &'a NodeGroupBackoff,
         options: &'a AutoscalingOptions,
         now: Timestamp,
+        workers: &'a Workers,
     ) -> ScaleUpInput<'a> {
         ScaleUpInput {
             now,
@@ -89,6 +95,7 @@ impl ScaleUpFixture {
             seed: 42,
             external_expander: ExternalExpanderStep::Skip,
             all_or_nothing: false,
+            workers,
         }
     }
 }
@@ -186,6 +193,7 @@ pub fn busy_cluster(
         .map(Arc::new)
         .collect();
     ScaleUpFixture {
+        workers: Workers::sequential(),
         snapshot,
         pending,
         groups: node_groups(groups),
@@ -401,6 +409,7 @@ pub fn dra_scale_up(nodes: usize) -> ScaleUpFixture {
         ..AutoscalingOptions::default()
     };
     ScaleUpFixture {
+        workers: Workers::sequential(),
         snapshot,
         pending,
         groups: vec![NodeGroupView::new(
@@ -512,6 +521,7 @@ pub fn dra_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFix
         }
     }
     let mut fixture = crate::scale_down::fixtures::ScaleDownFixture {
+        workers: Workers::sequential(),
         snapshot,
         groups: vec![NodeGroupView::new(
             "ng1",

@@ -560,7 +560,7 @@ pub const FLAGS: &[Flag] = &[
         .note("Accepted and reported; the rounds end by count, never by clock."),
     engine("predicate-parallelism", Int, "4", ScaleUp,
         "The most threads checking scheduler filters.")
-        .note("Values below 1 are refused, as upstream. Ferroscale checks filters on one thread today, which every value allows."),
+        .note("Values below 1 are refused, as upstream. Ferroscale plans on min(this, the machine's cores) threads (no pool for 1): node groups' estimates and nodes' eligibility checks run in parallel, each worker on its own copy of the snapshot; the plan is the same for every value (docs/behaviour.md SU-112)."),
     engine("cluster-snapshot-parallelism", Int, "16", ScaleUp,
         "Deprecated upstream; see --predicate-parallelism.")
         .note("Unused, as upstream."),

@@ -20,6 +20,7 @@ pub mod events;
 pub mod flag_catalogue;
 pub mod kubernetes;
 pub mod options;
+pub mod parallel;
 pub mod provisioning;
 pub mod scale_down;
 pub mod scale_up;

@@ -359,7 +359,8 @@ pub struct AutoscalingOptions {
     pub salvo_scale_up: bool,
     pub salvo_scale_up_budget: Duration,
     /// `predicate-parallelism`: the most threads filter checks may use (at least 1;
-    /// docs/behaviour.md SU-112).
+    /// docs/behaviour.md SU-112): the size of the autoscaler's pool of workers
+    /// ([`crate::parallel::Workers::for_machine`]), at most the machine's cores.
     pub predicate_parallelism: i64,
     /// `cluster-snapshot-parallelism`: deprecated upstream in favour of `predicate-parallelism`;
     /// accepted and unused, as upstream.

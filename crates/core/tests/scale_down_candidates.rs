@@ -105,6 +105,7 @@ impl Cluster {
             options: &self.options,
             provider: &provider,
             scale_down_disabled_this_loop: false,
+            workers: &ferroscale_core::parallel::Workers::sequential(),
         })
     }
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferroscale_core::options::AutoscalingOptions;
+use ferroscale_core::parallel::Workers;
 use ferroscale_core::scale_down::{
     ControllerIndex, DeletionsInProgress, ScaleDownInput, ScaleDownPlan, ScaleDownState,
     plan_scale_down,
@@ -240,6 +241,11 @@ fn snapshot_of(built: &Built, extra: &[Pod]) -> Snapshot {
 
 /// Plans with every node unneeded for an hour already, so deletions are possible.
 fn plan(built: &Built, extra: &[Pod]) -> ScaleDownPlan {
+    plan_on(built, extra, &Workers::sequential())
+}
+
+/// [`plan`] on `workers`' threads.
+fn plan_on(built: &Built, extra: &[Pod], workers: &Workers) -> ScaleDownPlan {
     let mut snapshot = snapshot_of(built, extra);
     let group_index: HashMap<String, usize> = built
         .nodes
@@ -267,6 +273,7 @@ fn plan(built: &Built, extra: &[Pod]) -> ScaleDownPlan {
         options: &built.options,
         provider: &ProviderFacts::default(),
         scale_down_disabled_this_loop: false,
+        workers,
     })
 }
 
@@ -408,6 +415,16 @@ proptest! {
         let built = build(&spec);
         let plan = plan(&built, &[]);
         check_plan(&built, &plan)?;
+    }
+
+    /// Checks docs/behaviour.md SU-112: the plan is the same on one thread and on four, with
+    /// PDBs, blocking pods, priorities and min sizes in the mix.
+    #[test]
+    fn plans_are_the_same_on_every_thread_count(spec in cluster_spec()) {
+        let built = build(&spec);
+        let sequential = plan(&built, &[]);
+        let four = Workers::new(4).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(plan_on(&built, &[], &four), sequential);
     }
 
     #[test]

@@ -129,6 +129,7 @@ impl Cluster {
             options: &self.options,
             provider: &provider,
             scale_down_disabled_this_loop: disabled,
+            workers: &ferroscale_core::parallel::Workers::sequential(),
         });
         assert_eq!(snapshot.pod_count(), before, "the snapshot is restored");
         assert_eq!(snapshot.fork_depth(), 0);

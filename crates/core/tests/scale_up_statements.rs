@@ -128,6 +128,7 @@ impl Case {
             seed: 1,
             external_expander: ExternalExpanderStep::Skip,
             all_or_nothing: false,
+            workers: &ferroscale_core::parallel::Workers::sequential(),
         })
     }
 }

@@ -311,7 +311,7 @@ pub(crate) type DeviceIdx = u32;
 pub(crate) type ClaimIdx = u32;
 
 /// One device of a current slice.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct DeviceEntry {
     slice: Arc<ResourceSlice>,
     index: usize,
@@ -346,7 +346,7 @@ impl DeviceEntry {
 }
 
 /// A pool: the slices of its highest generation.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PoolEntry {
     driver: String,
     name: String,
@@ -377,7 +377,7 @@ impl PoolEntry {
 }
 
 /// A slice of a pool's current generation and its devices.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct SliceEntry {
     slice: Arc<ResourceSlice>,
     pool: u32,
@@ -386,7 +386,7 @@ struct SliceEntry {
 }
 
 /// Devices and pools, as the allocator reads them.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Catalogue {
     devices: Vec<DeviceEntry>,
     /// (driver, pool, device) → the device, for claims' allocation results.
@@ -572,7 +572,7 @@ impl Catalogue {
 }
 
 /// A claim and its state in the snapshot now.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ClaimEntry {
     pub(crate) claim: Arc<ResourceClaim>,
     pub(crate) allocation: Option<Arc<ClaimAllocation>>,
@@ -582,7 +582,7 @@ pub(crate) struct ClaimEntry {
 }
 
 /// One change of the DRA state, recorded so that a branch can revert it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum DraUndo {
     /// A consumer was appended to the claim's `reserved_for`.
     Reserved(ClaimIdx),
@@ -595,7 +595,7 @@ pub(crate) enum DraUndo {
 }
 
 /// Compiled selectors, by expression.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct SelectorCache {
     by_source: HashMap<String, u32>,
     compiled: Vec<Result<Arc<Selector>, CompileError>>,
@@ -625,7 +625,7 @@ impl SelectorCache {
 }
 
 /// Everything the DynamicResources filter knows, and the allocation state of claims.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct DraState {
     pub(crate) catalogue: Catalogue,
     classes: HashMap<String, Arc<DeviceClass>>,
@@ -646,11 +646,22 @@ pub(crate) struct DraState {
     /// estimator's scans) resolves its claims once. Only used while `epoch` is the plan's, so
     /// a stale plan is never used. Behind a mutex only to keep the snapshot `Sync` (a plan has
     /// cells); it is always reached through `&mut self`, without locking.
-    kept_plan: Mutex<Option<PodPlan>>,
+    kept_plan: KeptPlan,
+}
+
+/// The kept plan of [`DraState`]. A copy of the snapshot starts without one: it is only a cache
+/// (a missing plan is prepared again), and a plan's cells cannot be shared between copies.
+#[derive(Debug, Default)]
+struct KeptPlan(Mutex<Option<PodPlan>>);
+
+impl Clone for KeptPlan {
+    fn clone(&self) -> KeptPlan {
+        KeptPlan::default()
+    }
 }
 
 /// What the last successful `check` of a pod with claims found.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct LastFit {
     pod_uid: String,
     node: String,
@@ -812,6 +823,7 @@ impl DraState {
         let epoch = self.epoch;
         let kept = self
             .kept_plan
+            .0
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
@@ -828,6 +840,7 @@ impl DraState {
         if plan.epoch() == self.epoch {
             *self
                 .kept_plan
+                .0
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner) = Some(plan);
         }

@@ -670,7 +670,7 @@ pub(crate) struct InterPodPlan {
 }
 
 /// What a plan depends on: the fields of a pod that the inter-pod filters read.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PodShape {
     namespace: String,
     labels: Labels,
@@ -714,7 +714,7 @@ impl PodShape {
 
 /// The most recently used plans, by pod shape. Small: the autoscaler simulates a handful of pod
 /// shapes at a time (one per equivalence group).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct PlanCache {
     entries: Vec<(PodShape, Arc<InterPodPlan>)>,
     next_victim: usize,

@@ -125,7 +125,7 @@ impl FitSummary {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Undo {
     AddedNode(NodeId),
     RemovedNode(NodeId, NodeInfo),
@@ -145,7 +145,7 @@ enum Undo {
 /// branching and reverting stay proportional to the changes made on the branch.
 ///
 /// The snapshot is plain data: no lock or cell inside, `Send` and `Sync`.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Snapshot {
     slots: Vec<Option<NodeInfo>>,
     /// Per slot, kept equal to `FitSummary::of` the slot's node (closed for dead slots).

@@ -207,7 +207,7 @@ impl NodeEligibility {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct KeyIndex {
     name: String,
     value_ids: HashMap<String, ValueId>,
@@ -233,7 +233,7 @@ impl KeyIndex {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct MatcherIndex {
     matcher: PodMatcher,
     /// Matching pods per node slot.
@@ -242,7 +242,7 @@ struct MatcherIndex {
     spread_views: Vec<usize>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct DomainCounts {
     key: KeyId,
     per_value: Vec<u32>,
@@ -250,7 +250,7 @@ struct DomainCounts {
     total: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct EligibilityIndex {
     eligibility: NodeEligibility,
     per_node: Vec<bool>,
@@ -319,7 +319,7 @@ impl MinTracker {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct SpreadView {
     key: KeyId,
     eligibility: usize,
@@ -327,7 +327,7 @@ struct SpreadView {
     tracker: MinTracker,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ExistingTerm {
     clause: PodClause,
     key: KeyId,
@@ -360,7 +360,7 @@ pub(crate) struct SpreadNumbers {
 
 /// Every index of one snapshot, owned by it: filters register what they need through the
 /// snapshot's `&mut` entry points, and read it through `&`.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct TopologyIndex {
     keys: Vec<KeyIndex>,
     key_ids: HashMap<String, KeyId>,

@@ -44,6 +44,7 @@ use crate::kubernetes::{
     ClusterApi, ClusterError, ClusterObjects, StatusConfigMap, WorkloadController,
 };
 use crate::options::AutoscalingOptions;
+use crate::parallel::Workers;
 use crate::scale_down::{
     ControllerIndex, ControllerReplicas, DeletionInProgress, DeletionsInProgress, ScaleDownInput,
     ScaleDownPlan, ScaleDownState, first_blocking_pod, plan_scale_down,
@@ -287,6 +288,8 @@ pub struct Autoscaler {
     /// The service `grpc` in `--expander` calls (docs/grpc-expander.md); `None`: `grpc` keeps
     /// every option.
     external_expander: Option<Arc<dyn ExternalExpander>>,
+    /// Decide's worker threads, started once (`--predicate-parallelism`, at most the cores).
+    workers: Workers,
 }
 
 /// What the scale-down steps read besides the snapshot.
@@ -331,6 +334,7 @@ impl DecideTimer<'_> {
 
 impl Autoscaler {
     pub fn new(options: AutoscalingOptions, seed: u64) -> Autoscaler {
+        let options_parallelism = options.predicate_parallelism;
         Autoscaler {
             backoff: NodeGroupBackoff::from_options(&options),
             registry: ClusterStateRegistry::new(&options),
@@ -349,6 +353,7 @@ impl Autoscaler {
             capture_next: false,
             capturing: false,
             external_expander: None,
+            workers: Workers::for_machine(options_parallelism),
         }
     }
 
@@ -799,6 +804,7 @@ impl Autoscaler {
                     seed,
                     external_expander,
                     all_or_nothing: false,
+                    workers: &self.workers,
                 })
             };
         let plan = match &mut requests {
@@ -994,6 +1000,7 @@ impl Autoscaler {
                 options: &self.options,
                 provider: &provider,
                 scale_down_disabled_this_loop: step.skip_this_loop,
+                workers: &self.workers,
             })
         });
         self.scale_down_state = plan.next_state.clone();

@@ -359,6 +359,7 @@ impl Autoscaler {
                         // A request's plan does not call out: `grpc` keeps every option.
                         external_expander: ExternalExpanderStep::Skip,
                         all_or_nothing: true,
+                        workers: &self.workers,
                     })
                 });
                 match plan.status {

@@ -138,6 +138,7 @@ impl Autoscaler {
                     // Salvo rounds do not call out: `grpc` keeps every option there.
                     external_expander: ExternalExpanderStep::Skip,
                     all_or_nothing: false,
+                    workers: &self.workers,
                 })
             });
             events.extend(plan.events.iter().cloned());

@@ -18,6 +18,7 @@ use super::{
     plan_scale_down,
 };
 use crate::options::AutoscalingOptions;
+use crate::parallel::Workers;
 use crate::scale_up::{NodeGroupView, ProviderFacts};
 
 const GIB: i64 = 1 << 30;
@@ -37,6 +38,8 @@ pub struct ScaleDownFixture {
     pub now: Timestamp,
     /// Underutilized nodes in the cluster.
     pub underutilized: usize,
+    /// The threads the plan may use; one unless a benchmark or test says otherwise.
+    pub workers: Workers,
 }
 
 impl ScaleDownFixture {
@@ -56,6 +59,7 @@ impl ScaleDownFixture {
             options: &self.options,
             provider: &provider,
             scale_down_disabled_this_loop: false,
+            workers: &self.workers,
         })
     }
 
@@ -208,6 +212,7 @@ pub fn underutilized_cluster(shape: ClusterShape, steady: bool) -> ScaleDownFixt
         state.shortest_loop_interval = Some(Duration::from_secs(10));
     }
     ScaleDownFixture {
+        workers: Workers::sequential(),
         snapshot,
         groups: vec![NodeGroupView::new(
             "pool",

@@ -36,6 +36,7 @@ use ferroscale_scheduling::Snapshot;
 
 use crate::events::Event;
 use crate::options::AutoscalingOptions;
+use crate::parallel::Workers;
 use crate::scale_up::{NodeGroupView, ProviderFacts};
 
 pub use drainability::{RecheckBlock, first_blocking_pod};
@@ -76,6 +77,9 @@ pub struct ScaleDownInput<'a> {
     /// Set when the scale-up found only "new" pods (docs/behaviour.md SU-09): track unneeded nodes,
     /// delete none.
     pub scale_down_disabled_this_loop: bool,
+    /// The threads per-node checks run on (`--predicate-parallelism`); the plan is the same for
+    /// every thread count.
+    pub workers: &'a Workers,
 }
 
 /// Which workload controllers exist and their replica counts, for drainability rule 3 (a pod whose

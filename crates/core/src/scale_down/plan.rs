@@ -48,6 +48,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
         options,
         provider,
         scale_down_disabled_this_loop,
+        workers,
     } = input;
     let loop_interval = state.loop_interval(now, options.scan_interval);
     let mut next_state = state.clone();
@@ -108,16 +109,46 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
 
     // Candidates (docs/behaviour.md SD-103) and eligibility (SD-50–SD-63).
     let groups_in_local_cooldown = groups_in_local_cooldown(node_groups, state, now, options);
+    // A node's eligibility reads that node only, so the nodes are checked in parallel; the
+    // verdicts are taken in node order below (docs/behaviour.md SU-112).
+    let verdicts = {
+        let snapshot: &Snapshot = snapshot;
+        let gpu_label = provider.gpu_label;
+        workers.map(&nodes, |(id, node)| {
+            if is_upcoming_node(node) || deletions_in_progress.contains(&node.name) {
+                return None;
+            }
+            let group = group_of.get(id).and_then(|&g| node_groups.get(g));
+            if group.is_some_and(|g| {
+                g.target_size <= g.min_size || groups_in_local_cooldown.contains(g.id.as_str())
+            }) {
+                return None;
+            }
+            let info = snapshot.node(*id)?;
+            let device_pools = snapshot.device_pools(*id);
+            let eligibility = check_eligibility(
+                node,
+                &info.pods,
+                group,
+                now,
+                options,
+                gpu_label,
+                &device_pools,
+            );
+            let empty = looks_empty(&info.pods, now, options.expendable_pods_priority_cutoff);
+            Some((eligibility, empty))
+        })
+    };
     let mut candidates: Vec<Candidate> = Vec::new();
-    for (id, node) in &nodes {
+    for ((id, node), verdict) in nodes.iter().zip(verdicts) {
         if is_upcoming_node(node) || deletions_in_progress.contains(&node.name) {
             continue;
         }
         let group_index = group_of.get(id).copied();
         let group = group_index.and_then(|g| node_groups.get(g));
-        let Some(info) = snapshot.node(*id) else {
+        if snapshot.node(*id).is_none() {
             continue;
-        };
+        }
         let unremovable = |reason, utilization| UnremovableNode {
             node: node.name.clone(),
             group_id: group.map(|g| g.id.clone()),
@@ -138,16 +169,11 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
                 continue;
             }
         }
-        let device_pools = snapshot.device_pools(*id);
-        match check_eligibility(
-            node,
-            &info.pods,
-            group,
-            now,
-            options,
-            provider.gpu_label,
-            &device_pools,
-        ) {
+        // Every node that got this far was checked above.
+        let Some((eligibility, empty)) = verdict else {
+            continue;
+        };
+        match eligibility {
             Eligibility::Unremovable(reason, utilization) => {
                 plan.unremovable.push(unremovable(reason, utilization));
             }
@@ -158,7 +184,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
                     node: node.clone(),
                     group,
                     utilization,
-                    empty: looks_empty(&info.pods, now, options.expendable_pods_priority_cutoff),
+                    empty,
                     was_unneeded: state.is_unneeded(&node.name),
                 });
             }

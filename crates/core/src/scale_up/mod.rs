@@ -35,6 +35,7 @@ use crate::backoff::NodeGroupBackoff;
 use crate::cloud::{GroupOptions, NodeTemplate, ResourceLimits};
 use crate::events::Event;
 use crate::options::AutoscalingOptions;
+use crate::parallel::Workers;
 
 pub use crate::act::scale_up::{ScaleUpExecution, execute_scale_up};
 pub use balancing::templates_similar;
@@ -156,6 +157,9 @@ pub struct ScaleUpInput<'a> {
     /// Plan for every pending pod or for none (best-effort-atomic ProvisioningRequests): an
     /// option that leaves a pod out, or a scale-up capped below the estimate, is no plan.
     pub all_or_nothing: bool,
+    /// The threads node groups' options are estimated on (`--predicate-parallelism`); the plan
+    /// is the same for every thread count.
+    pub workers: &'a Workers,
 }
 
 /// The result of a scale-up decision (docs/behaviour.md SU-106).

@@ -156,6 +156,15 @@ fn external_query(options: &[ExpansionOption<'_>], pods: &[Arc<Pod>]) -> Expande
     }
 }
 
+/// One node group's estimate, prepared before the estimates run in parallel.
+struct EstimateJob<'s, 'g> {
+    state_index: usize,
+    template: &'s NodeTemplate,
+    /// The equivalence groups the template takes.
+    fitting: Vec<&'g [usize]>,
+    limits: Vec<i64>,
+}
+
 /// Inputs shared by the steps of one plan.
 struct PlanContext<'a> {
     now: ferroscale_model::Timestamp,
@@ -249,6 +258,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         seed,
         external_expander,
         all_or_nothing,
+        workers,
     } = input;
     let mut plan = ScaleUpPlan::empty(ScaleUpStatus::NotNeeded);
 
@@ -335,24 +345,28 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
                 .is_none()
                 .then(|| skip_reasons::NOT_READY.to_string())
         });
-        // With --scaleup-simulation-for-skipped-node-groups-enabled a skipped group's template
-        // is checked too, only so that a pod it could never take is reported with the filter
-        // that rejects it rather than the skip reason (docs/behaviour.md SU-109).
-        let simulate_skipped = options.scaleup_simulation_for_skipped_node_groups_enabled;
-        let verdicts = match (&skip, &template) {
+        states.push(GroupState {
+            view,
+            skip,
+            template,
+            usage,
+            verdicts: Vec::new(),
+        });
+    }
+    // With --scaleup-simulation-for-skipped-node-groups-enabled a skipped group's template is
+    // checked too, only so that a pod it could never take is reported with the filter that
+    // rejects it rather than the skip reason (docs/behaviour.md SU-109). On one thread: a
+    // template check is one filter check per equivalence group, cheaper than a worker's copy of
+    // the snapshot.
+    let simulate_skipped = options.scaleup_simulation_for_skipped_node_groups_enabled;
+    for state in &mut states {
+        state.verdicts = match (&state.skip, &state.template) {
             (None, Some(t)) => template_verdicts(snapshot, t, &pods, &equivalence_groups),
             (Some(_), Some(t)) if simulate_skipped => {
                 template_verdicts(snapshot, t, &pods, &equivalence_groups)
             }
             _ => Vec::new(),
         };
-        states.push(GroupState {
-            view,
-            skip,
-            template,
-            usage,
-            verdicts,
-        });
     }
 
     // Similar groups, for the estimator's capacity limit and for balancing.
@@ -379,8 +393,11 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         })
         .collect();
 
-    // 2.6: one estimate per valid group.
-    let mut expansion_options = Vec::new();
+    // 2.6: one estimate per valid group. Every estimate runs on a what-if branch of its own and
+    // depends only on its group, so the groups are estimated in parallel, each worker on its own
+    // copy of the snapshot, and the options are then taken in group order (docs/behaviour.md
+    // SU-112).
+    let mut jobs: Vec<EstimateJob<'_, '_>> = Vec::new();
     for (i, state) in states.iter().enumerate() {
         let Some(template) = &state.template else {
             continue;
@@ -408,14 +425,27 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             let left = options.max_nodes_total as i64 - ctx.cluster_nodes as i64;
             limits.push(if left > 0 { left } else { -1 });
         }
-        let result = estimate(
-            snapshot,
+        jobs.push(EstimateJob {
+            state_index: i,
             template,
+            fitting,
+            limits,
+        });
+    }
+    let estimates = workers.map_on_snapshots(snapshot, &jobs, |snapshot, job| {
+        estimate(
+            snapshot,
+            job.template,
             &pods,
-            &fitting,
-            NodeLimiter::new(&limits),
+            &job.fitting,
+            NodeLimiter::new(&job.limits),
             options.fastpath_binpacking_enabled,
-        );
+        )
+    });
+    let mut expansion_options = Vec::new();
+    for (job, result) in jobs.iter().zip(estimates) {
+        let (i, template) = (job.state_index, job.template);
+        let state = &states[i];
         let mut node_count = result.node_count;
         if state.view.zero_or_max() && node_count > 0 {
             node_count = state.view.max_size - state.view.target_size;
