@@ -517,16 +517,10 @@ fn scan_from(
             .find(|i| accepts(*i))
             .map(|i| NodeId(i as u32));
     }
-    for (from, to) in [(start, slots), (0, start)] {
-        let mut at = from;
-        while let Some(i) = snapshot.next_slot_that_may_fit(wants, at, to) {
-            if accepts(i) {
-                return Some(NodeId(i as u32));
-            }
-            at = i + 1;
-        }
-    }
-    None
+    [(start, slots), (0, start)]
+        .into_iter()
+        .find_map(|(from, to)| snapshot.first_slot_that_may_fit_where(wants, from, to, &accepts))
+        .map(|i| NodeId(i as u32))
 }
 
 /// A rejection as the filters produce it: borrowed, so that scanning thousands of nodes allocates

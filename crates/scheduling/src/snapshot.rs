@@ -26,7 +26,8 @@ use capacity_index::CapacityIndex;
 
 mod capacity_index;
 
-/// How many slots a search reads directly before it asks the capacity index to jump.
+/// How many slots in a row that cannot fit a search reads before it asks the capacity index to
+/// jump.
 const PROBED_SLOTS: usize = 8;
 
 /// Stable handle of a node within one snapshot. Handles of removed nodes are never reused.
@@ -522,16 +523,42 @@ impl Snapshot {
         from: usize,
         to: usize,
     ) -> Option<usize> {
-        let to = to.min(self.slots.len());
-        // Most searches find a candidate within a few slots: look at those directly, and ask the
-        // index only to jump over a longer run of full nodes.
-        let probe_end = to.min(from.saturating_add(PROBED_SLOTS));
-        for slot in from..probe_end {
+        self.first_slot_that_may_fit_where(wants, from, to, |_| true)
+    }
+
+    /// The first slot in `from..to` whose summary may fit `wants` and that `accepts`. Slots are
+    /// read one after another, as a plain scan does, while they may fit (most searches end
+    /// within a few slots, or visit nodes other filters reject); after a run of
+    /// [`PROBED_SLOTS`] slots that cannot, the capacity index jumps to the next one that may,
+    /// skipping whole ranges of full nodes.
+    #[inline(always)]
+    pub(crate) fn first_slot_that_may_fit_where(
+        &self,
+        wants: &FitSummary,
+        from: usize,
+        to: usize,
+        mut accepts: impl FnMut(usize) -> bool,
+    ) -> Option<usize> {
+        let to = to.min(self.fit_summaries.len());
+        let mut slot = from;
+        let mut misses = 0;
+        while slot < to {
             if self.fit_summaries[slot].may_fit(wants) {
-                return Some(slot);
+                if accepts(slot) {
+                    return Some(slot);
+                }
+                misses = 0;
+                slot += 1;
+            } else {
+                slot += 1;
+                misses += 1;
+                if misses == PROBED_SLOTS {
+                    misses = 0;
+                    slot = self.capacity.first_may_fit(wants, slot, to)?;
+                }
             }
         }
-        self.capacity.first_may_fit(wants, probe_end, to)
+        None
     }
 
     pub(crate) fn has_pods_with_anti_affinity(&self) -> bool {
