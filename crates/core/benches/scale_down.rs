@@ -1,7 +1,9 @@
 //! Scale-down decision speed on synthetic clusters (see `ferroscale_core::scale_down::fixtures`):
 //! (a) upstream scenario 4 — 1,000 nodes, ~52,000 pods, 700 nodes ~70 % and 300 ~30 % full,
 //! group min 970; (b) 5,000 nodes, 150,000 pods, 20 % underutilized; (c) how (a)-like decisions
-//! scale with cluster size.
+//! scale with cluster size; (d) upstream's RunOnce scale-down workload (2,000 nodes × 40 pods of
+//! 1 %, pods without a controller, 60 % removable) at 1× and 5×, first loop, plan only: linear
+//! planning takes about five times as long at 5×.
 //!
 //! The "steady" variants start from a state that already tracks every underutilized node as
 //! unneeded, so the search-stop rule lets the whole candidate set be simulated (the worst case of a
@@ -11,6 +13,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use ferroscale_core::bench_fixtures::upstream_scale_down;
 use ferroscale_core::scale_down::fixtures::{ClusterShape, underutilized_cluster};
 
 fn scenarios(c: &mut Criterion) {
@@ -43,6 +46,16 @@ fn scenarios(c: &mut Criterion) {
         });
     }
     scaling.finish();
+
+    let mut upstream = c.benchmark_group("plan_scale_down_upstream_runonce");
+    upstream.sample_size(10);
+    for (label, nodes) in [("1x_2k_nodes", 2000usize), ("5x_10k_nodes", 10_000)] {
+        let mut fixture = upstream_scale_down(nodes);
+        upstream.bench_function(label, |b| {
+            b.iter(|| black_box(fixture.plan().unneeded.len()))
+        });
+    }
+    upstream.finish();
 }
 
 criterion_group!(benches, scenarios);

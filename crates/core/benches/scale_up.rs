@@ -1,7 +1,9 @@
 //! Scale-up planning speed on synthetic clusters (see `ferroscale_core::bench_fixtures`):
 //! (a) 1,000 busy nodes and 30,000 pending pods of three shapes; (b) 5,000 nodes, 150,000 running
 //! pods, 5,000 pending pods with hostname anti-affinity and zone spread; (c) Karpenter's mix of
-//! 20,000 constrained pods onto an empty cluster; (d) how (a)-like plans scale with cluster size.
+//! 20,000 constrained pods onto an empty cluster; (d) how (a)-like plans scale with cluster size;
+//! (e) upstream's RunOnce scale-up workload (50,000 pods without a controller, 1/50 of a node
+//! each) at 1× and 5×, plan only: linear planning takes about five times as long at 5×.
 //!
 //! Each iteration plans on a branch of the snapshot that is reverted afterwards, so every plan sees
 //! the same cluster.
@@ -10,7 +12,7 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use ferroscale_core::bench_fixtures::{
-    ScaleUpFixture, busy_cluster, constrained_cluster, karpenter_mix,
+    ScaleUpFixture, busy_cluster, constrained_cluster, karpenter_mix, upstream_scale_up,
 };
 
 fn plan_once(fixture: &mut ScaleUpFixture) -> usize {
@@ -50,6 +52,15 @@ fn scenarios(c: &mut Criterion) {
         });
     }
     scaling.finish();
+
+    let mut upstream = c.benchmark_group("plan_scale_up_upstream_runonce");
+    upstream.sample_size(10);
+    for (label, nodes) in [("1x_50k_pods", 1000usize), ("5x_250k_pods", 5000)] {
+        let mut fixture = upstream_scale_up(nodes);
+        assert_eq!(plan_once(&mut fixture), nodes, "upstream's answer");
+        upstream.bench_function(label, |b| b.iter(|| black_box(plan_once(&mut fixture))));
+    }
+    upstream.finish();
 }
 
 criterion_group!(benches, scenarios);

@@ -544,3 +544,129 @@ pub fn dra_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFix
     fixture.advance(std::time::Duration::from_secs(10));
     fixture
 }
+
+// ---------------------------------------------------------------------------------------------
+// Upstream's two plain RunOnce workloads of `pkg/core/bench/benchmark_runonce_test.go` (nodes of
+// 10 CPUs and 10,000 bytes, one group 0…10,000, pods without a controller), for the decide steps
+// alone: the growth from 1× to 5× shows whether planning is linear in the cluster.
+// ---------------------------------------------------------------------------------------------
+
+/// Sets upstream's benchmark options by flag name.
+fn upstream_options(flags: &[(&str, &str)]) -> AutoscalingOptions {
+    let mut options = AutoscalingOptions::default();
+    for (flag, value) in flags {
+        if let Err(error) = options.set(flag, value) {
+            unreachable!("upstream's benchmark option --{flag}={value}: {error}");
+        }
+    }
+    options
+}
+
+/// Upstream's `BenchmarkRunOnceScaleUp` (`setupScaleUp(1000)` at `nodes` = 1,000): an empty
+/// cluster, one node group (0…10,000) whose template node has 10 CPUs and 10,000 bytes, and
+/// `nodes × 50` unschedulable pods without a controller, each asking 1/50 of the node's CPU and
+/// memory; least-waste, `--max-nodes-per-scaleup` 10,000. The answer is `nodes` new nodes.
+pub fn upstream_scale_up(nodes: usize) -> ScaleUpFixture {
+    const PODS_PER_NODE: usize = 50;
+    let template = NodeTemplate {
+        node: dra_node("n-template"),
+        pods: Vec::new(),
+        csi_node: None,
+        resource_slices: Vec::new(),
+    };
+    let cpu = DRA_NODE_CPU / PODS_PER_NODE as i64;
+    let memory = DRA_NODE_MEMORY / PODS_PER_NODE as i64;
+    let pending = (0..nodes * PODS_PER_NODE)
+        .map(|i| {
+            let mut p = Pod::new("default", format!("pod-{i}"));
+            p.requests = Resources::new(cpu, memory);
+            Arc::new(unschedulable(p))
+        })
+        .collect();
+    let max = DRA_MAX_GROUP_SIZE.to_string();
+    let options = upstream_options(&[
+        ("expander", "least-waste"),
+        ("max-nodes-per-scaleup", &max),
+        ("max-nodes-total", &max),
+        ("scale-up-from-zero", "true"),
+    ]);
+    ScaleUpFixture {
+        workers: Workers::sequential(),
+        snapshot: Snapshot::new(),
+        pending,
+        groups: vec![NodeGroupView::new(
+            "ng1",
+            0,
+            DRA_MAX_GROUP_SIZE,
+            0,
+            Some(template),
+        )],
+        options,
+        backoff: NodeGroupBackoff::default(),
+        now: Timestamp::from_secs(100_000),
+    }
+}
+
+/// Upstream's `BenchmarkRunOnceScaleDown` (`setupScaleDown60Percent(2000)` at `nodes` = 2,000):
+/// `nodes` ready nodes of one group (0…10,000) and `nodes × 40` running pods without a
+/// controller (`safe-to-evict`, pod `i` on node `i mod nodes`), each asking 1 % of a node's CPU
+/// and memory: 40 % utilization everywhere, so 60 % of the nodes can go. The options are
+/// upstream's for the run: no unneeded time, scale-down and drain parallelism 2,000, no delay
+/// after add, 2,000 non-empty candidates, unready scale-down on. The state is fresh: the plan is
+/// the first loop's.
+pub fn upstream_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFixture {
+    use std::collections::HashMap;
+
+    use crate::scale_down::{ControllerIndex, DeletionsInProgress, ScaleDownState};
+
+    const PODS_PER_NODE: usize = 40;
+    let cpu = DRA_NODE_CPU / 100;
+    let memory = DRA_NODE_MEMORY / 100;
+    let names: Vec<String> = (0..nodes).map(|i| format!("ng1-node-{i}")).collect();
+    let mut snapshot = Snapshot::new();
+    let mut ids = Vec::with_capacity(nodes);
+    let mut group_of = HashMap::with_capacity(nodes);
+    for name in &names {
+        ids.push(snapshot.add_node(Arc::new(dra_node(name))));
+        group_of.insert(name.clone(), 0);
+    }
+    for i in 0..nodes * PODS_PER_NODE {
+        let mut pod = Pod::new("default", format!("pod-{i}"));
+        pod.requests = Resources::new(cpu, memory);
+        pod.node_name = Some(names[i % nodes].clone());
+        pod.phase = ferroscale_model::PodPhase::Running;
+        pod.annotations
+            .insert(ferroscale_model::pod::SAFE_TO_EVICT.into(), "true".into());
+        snapshot.add_pod(ids[i % nodes], Arc::new(pod));
+    }
+    let options = upstream_options(&[
+        ("scale-down-unneeded-time", "0s"),
+        ("max-scale-down-parallelism", "2000"),
+        ("max-drain-parallelism", "2000"),
+        ("scale-down-delay-after-add", "0s"),
+        ("scale-down-enabled", "true"),
+        ("scale-down-non-empty-candidates-count", "2000"),
+        ("scale-down-unready-enabled", "true"),
+        ("scale-down-simulation-timeout", "60s"),
+        // As in `dra_scale_down`: no candidate pool limits the non-empty candidates.
+        ("scale-down-candidates-pool-ratio", "1"),
+    ]);
+    crate::scale_down::fixtures::ScaleDownFixture {
+        workers: Workers::sequential(),
+        snapshot,
+        groups: vec![NodeGroupView::new(
+            "ng1",
+            0,
+            DRA_MAX_GROUP_SIZE,
+            nodes,
+            None,
+        )],
+        group_of,
+        controllers: ControllerIndex::new(),
+        deletions: DeletionsInProgress::default(),
+        state: ScaleDownState::new(),
+        options,
+        now: Timestamp::from_secs(1_000_000),
+        underutilized: nodes,
+    }
+}

@@ -3,6 +3,7 @@
 
 use ferroscale_core::bench_fixtures::{
     busy_cluster, constrained_cluster, dra_scale_down, dra_scale_up, karpenter_mix,
+    upstream_scale_down, upstream_scale_up,
 };
 use ferroscale_core::scale_up::{ScaleUpStatus, plan_scale_up};
 
@@ -67,4 +68,37 @@ fn dra_scale_down_removes_sixty_percent_of_the_nodes() {
     );
     let again = f.plan();
     assert_eq!(again.unneeded.len(), 480, "the plan reverted its changes");
+}
+
+/// Upstream's plain scale-up workload checks the group's target size: one new node per 50 pods
+/// without a controller. Here at a fiftieth of the size.
+#[test]
+fn upstream_scale_up_needs_a_node_per_fifty_pods() {
+    let mut f = upstream_scale_up(20);
+    let plan = f.plan_on_branch();
+    assert_eq!(plan.status, ScaleUpStatus::Successful);
+    assert_eq!(plan.increases.iter().map(|i| i.delta()).sum::<usize>(), 20);
+    let again = f.plan_on_branch();
+    assert_eq!(again.increases, plan.increases);
+}
+
+/// Upstream's plain scale-down workload checks that 60 % of the nodes are marked for deletion:
+/// at 40 % utilization everywhere, the pods of 60 % of the nodes fit the room of the rest.
+#[test]
+fn upstream_scale_down_removes_sixty_percent_of_the_nodes() {
+    let mut f = upstream_scale_down(200);
+    let plan = f.plan();
+    assert_eq!(
+        plan.empty_to_delete.len() + plan.drain_to_delete.len(),
+        120,
+        "{:?} {:?}",
+        plan.status,
+        plan.unremovable.first()
+    );
+    let again = f.plan();
+    assert_eq!(
+        again.empty_to_delete.len() + again.drain_to_delete.len(),
+        120,
+        "the plan reverted its changes"
+    );
 }

@@ -37,7 +37,9 @@
 //! never need one unless a placed pod has required anti-affinity.
 //!
 //! [`find_node`] only needs a yes/no per node, so it first consults the snapshot's dense per-node
-//! capacity summary and reads the node itself only when that cannot decide.
+//! capacity summary and reads the node itself only when that cannot decide. Runs of nodes whose
+//! summary rules the pod out are jumped over with the snapshot's capacity index, so a pod that
+//! fits few nodes (or none) does not visit every full node on the way.
 //!
 //! The snapshot carries the scheduler profile (`--scheduler-config-file`, see
 //! [`crate::scheduler_config`]) resolved once into `FilterSwitches`: a disabled filter is
@@ -219,6 +221,13 @@ pub(crate) struct FilterSwitches {
 }
 
 impl FilterSwitches {
+    /// Whether a node whose capacity summary does not `may_fit` a pod is certainly rejected: the
+    /// summary stands for NodeUnschedulable and NodeResourcesFit, and with either disabled the
+    /// node itself decides.
+    pub(crate) fn capacity_rules_out(self) -> bool {
+        self.unschedulable && self.resources
+    }
+
     pub(crate) fn of(profile: &SchedulerProfile) -> FilterSwitches {
         let on = |p| profile.is_enabled(p);
         FilterSwitches {
@@ -377,8 +386,9 @@ fn uses_volume_filters(switches: FilterSwitches, pod: &Pod) -> bool {
 /// placement does. Cordoned nodes are skipped, as in the autoscaler.
 ///
 /// Only the yes/no answer matters here, so the cheapest test runs first: the snapshot's compact
-/// per-node capacity summary rejects most full nodes without touching the node itself. The
-/// snapshot is borrowed mutably for the same reason as in [`check`].
+/// per-node capacity summary rejects most full nodes without touching the node itself, and the
+/// capacity index ([`Snapshot::next_slot_with_room`]) skips whole runs of them. The snapshot is
+/// borrowed mutably for the same reason as in [`check`].
 pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
     if uses_volume_filters(snapshot.filter_switches(), pod) || pod.has_resource_claims() {
         return find_node_with_volumes(snapshot, pod, start);
@@ -458,7 +468,7 @@ fn find_node_where(
     let summaries = snapshot.fit_summaries();
     // The summary's "certainly not" stands for NodeUnschedulable and NodeResourcesFit: with either
     // disabled, it cannot reject, and the node itself decides.
-    let summary_rejects = switches.unschedulable && switches.resources;
+    let summary_rejects = snapshot.capacity_rules_out();
     // A pod without node-level constraints passes the node-local filters wherever the summary
     // says so, and the node itself need not be read at all.
     let unconstrained = pod.node_name.is_none()
@@ -479,13 +489,37 @@ fn find_node_where(
                 .is_some_and(|info| check_node_local(pod, info, switches, profile).is_ok()))
             && volumes_ok(snapshot, i)
     };
-    let mut order = (start..slots).chain(0..start);
     let Some(plan) = plan else {
-        return order.find(|i| local_ok(*i)).map(|i| NodeId(i as u32));
+        return scan_from(snapshot, &wants, summary_rejects, start, local_ok);
     };
     let topology = snapshot.topology();
-    order
-        .find(|i| local_ok(*i) && plan.check(topology, NodeId(*i as u32)).is_ok())
+    scan_from(snapshot, &wants, summary_rejects, start, |i| {
+        local_ok(i) && plan.check(topology, NodeId(i as u32)).is_ok()
+    })
+}
+
+/// The first slot from `start` to the end, then from the beginning to `start`, that `accepts`.
+/// When the summary's "certainly not" holds, the snapshot's capacity index jumps over the slots
+/// whose summary rules the pod out, which `accepts` would reject anyway: the slot found is the
+/// one a plain scan finds, and impossible nodes are never visited.
+#[inline(always)]
+fn scan_from(
+    snapshot: &Snapshot,
+    wants: &FitSummary,
+    summary_rejects: bool,
+    start: usize,
+    accepts: impl Fn(usize) -> bool,
+) -> Option<NodeId> {
+    let slots = snapshot.slot_count();
+    if !summary_rejects {
+        return (start..slots)
+            .chain(0..start)
+            .find(|i| accepts(*i))
+            .map(|i| NodeId(i as u32));
+    }
+    [(start, slots), (0, start)]
+        .into_iter()
+        .find_map(|(from, to)| snapshot.first_slot_that_may_fit_where(wants, from, to, &accepts))
         .map(|i| NodeId(i as u32))
 }
 

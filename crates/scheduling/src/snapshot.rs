@@ -8,7 +8,7 @@
 //! open by an early return, a `?` or a panic.
 
 use std::collections::HashMap;
-use std::ops::{Deref, DerefMut};
+use std::ops::{Deref, DerefMut, Range};
 use std::sync::Arc;
 
 use ferroscale_model::{
@@ -21,6 +21,14 @@ use crate::filters::{FilterSwitches, InterPodPlan};
 use crate::scheduler_config::SchedulerProfile;
 use crate::topology::{NamespaceLabels, TopologyIndex};
 use crate::volumes::VolumeCatalogue;
+
+use capacity_index::CapacityIndex;
+
+mod capacity_index;
+
+/// How many slots in a row that cannot fit a search reads before it asks the capacity index to
+/// jump.
+const PROBED_SLOTS: usize = 8;
 
 /// Stable handle of a node within one snapshot. Handles of removed nodes are never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -150,6 +158,9 @@ pub struct Snapshot {
     slots: Vec<Option<NodeInfo>>,
     /// Per slot, kept equal to `FitSummary::of` the slot's node (closed for dead slots).
     fit_summaries: Vec<FitSummary>,
+    /// Maxima of `fit_summaries` over ranges of slots, updated with them: searches skip whole
+    /// ranges of slots that certainly cannot take a pod.
+    capacity: CapacityIndex,
     by_name: HashMap<String, NodeId>,
     live_nodes: usize,
     pod_count: usize,
@@ -478,6 +489,78 @@ impl Snapshot {
         &self.fit_summaries
     }
 
+    /// The first slot in `slots` whose node the filters do not certainly reject for `pod` on
+    /// capacity alone: every slot before it in the range is dead, cordoned, or lacks the pod
+    /// count, cpu, memory or ephemeral storage the pod requests. A search over nodes (from the
+    /// slot it last tried + 1 up to the end of its range) uses it to skip impossible nodes
+    /// without visiting them, at O(log n) per skipped range. It only rules nodes out, never in:
+    /// the slot returned still needs the full filters. When the scheduler profile disables
+    /// NodeUnschedulable or NodeResourcesFit, capacity rules nothing out and this is the first
+    /// slot of the range.
+    pub fn next_slot_with_room(&self, pod: &Pod, slots: Range<usize>) -> Option<usize> {
+        let end = slots.end.min(self.slots.len());
+        if slots.start >= end {
+            return None;
+        }
+        if !self.capacity_rules_out() {
+            return Some(slots.start);
+        }
+        self.next_slot_that_may_fit(&FitSummary::wanted_by(pod), slots.start, end)
+    }
+
+    /// Whether a slot whose summary does not `may_fit` a pod is certainly rejected by the
+    /// filters: the summary stands for NodeUnschedulable and NodeResourcesFit, and with either
+    /// disabled the node itself decides.
+    pub(crate) fn capacity_rules_out(&self) -> bool {
+        self.switches.capacity_rules_out()
+    }
+
+    /// [`Snapshot::next_slot_with_room`] for an already computed request, when capacity rules
+    /// nodes out.
+    pub(crate) fn next_slot_that_may_fit(
+        &self,
+        wants: &FitSummary,
+        from: usize,
+        to: usize,
+    ) -> Option<usize> {
+        self.first_slot_that_may_fit_where(wants, from, to, |_| true)
+    }
+
+    /// The first slot in `from..to` whose summary may fit `wants` and that `accepts`. Slots are
+    /// read one after another, as a plain scan does, while they may fit (most searches end
+    /// within a few slots, or visit nodes other filters reject); after a run of
+    /// [`PROBED_SLOTS`] slots that cannot, the capacity index jumps to the next one that may,
+    /// skipping whole ranges of full nodes.
+    #[inline(always)]
+    pub(crate) fn first_slot_that_may_fit_where(
+        &self,
+        wants: &FitSummary,
+        from: usize,
+        to: usize,
+        mut accepts: impl FnMut(usize) -> bool,
+    ) -> Option<usize> {
+        let to = to.min(self.fit_summaries.len());
+        let mut slot = from;
+        let mut misses = 0;
+        while slot < to {
+            if self.fit_summaries[slot].may_fit(wants) {
+                if accepts(slot) {
+                    return Some(slot);
+                }
+                misses = 0;
+                slot += 1;
+            } else {
+                slot += 1;
+                misses += 1;
+                if misses == PROBED_SLOTS {
+                    misses = 0;
+                    slot = self.capacity.first_may_fit(wants, slot, to)?;
+                }
+            }
+        }
+        None
+    }
+
     pub(crate) fn has_pods_with_anti_affinity(&self) -> bool {
         self.pods_with_anti_affinity > 0
     }
@@ -522,7 +605,10 @@ impl Snapshot {
             self.fit_summaries
                 .resize(id.index() + 1, FitSummary::default());
         }
-        self.fit_summaries[id.index()] = FitSummary::of(&info);
+        let summary = FitSummary::of(&info);
+        self.fit_summaries[id.index()] = summary;
+        self.capacity
+            .update(id.index(), &summary, &self.fit_summaries);
         self.slots[id.index()] = Some(info);
         self.topology.node_added(id.index(), &node);
         for pod in pods {
@@ -544,6 +630,8 @@ impl Snapshot {
         self.topology.node_removed(id.index());
         let mut info = self.slots.get_mut(id.index()).and_then(Option::take)?;
         self.fit_summaries[id.index()] = FitSummary::default();
+        self.capacity
+            .update(id.index(), &FitSummary::default(), &self.fit_summaries);
         self.by_name.remove(&info.node.name);
         self.live_nodes -= 1;
         for pod in &pods {
@@ -559,7 +647,10 @@ impl Snapshot {
             return;
         };
         Self::account_pod(info, &pod, true);
-        self.fit_summaries[id.index()] = FitSummary::of(info);
+        let summary = FitSummary::of(info);
+        self.fit_summaries[id.index()] = summary;
+        self.capacity
+            .update(id.index(), &summary, &self.fit_summaries);
         match position {
             Some(p) if p <= info.pods.len() => info.pods.insert(p, pod.clone()),
             _ => info.pods.push(pod.clone()),
@@ -582,7 +673,10 @@ impl Snapshot {
         }
         let pod = info.pods.remove(index);
         Self::account_pod(info, &pod, false);
-        self.fit_summaries[id.index()] = FitSummary::of(info);
+        let summary = FitSummary::of(info);
+        self.fit_summaries[id.index()] = summary;
+        self.capacity
+            .update(id.index(), &summary, &self.fit_summaries);
         self.pod_count -= 1;
         if !pod.pod_anti_affinity.is_empty() {
             self.pods_with_anti_affinity -= 1;
@@ -677,6 +771,7 @@ impl Snapshot {
             let expected = slot.as_ref().map(FitSummary::of).unwrap_or_default();
             assert_eq!(self.fit_summaries[i], expected, "fit summary of slot {i}");
         }
+        self.capacity.assert_matches(&self.fit_summaries);
         self.topology
             .assert_consistent(&self.slots, &self.namespace_labels);
         self.dra.assert_consistent();

@@ -1,8 +1,11 @@
 //! Equivalence groups (docs/behaviour.md SU-101): pending pods of one controller with equal labels
 //! and an equal scheduling-relevant spec are simulated once per group instead of once per pod.
 //!
-//! A pod without a controller, or a DaemonSet pod, is a group of its own. A controller may own at
-//! most [`MAX_GROUPS_PER_CONTROLLER`] groups; further shapes become singletons, as upstream.
+//! Pods without a controller are grouped by the same shape (unlike upstream, which keeps each one
+//! apart): fifty thousand identical bare pods are one group, not fifty thousand, so the estimator
+//! and the similar-pod memo do their work once per shape. A DaemonSet pod, and a controller-less
+//! pod already naming a node, is a group of its own. A controller may own at most
+//! [`MAX_GROUPS_PER_CONTROLLER`] groups; further shapes become singletons, as upstream.
 
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
@@ -63,16 +66,22 @@ pub(super) fn same_shape(a: &Pod, b: &Pod) -> bool {
 /// groups are ordered by their first pod.
 pub(super) fn group_pods(pods: &[Arc<Pod>]) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    // (controller uid, shape hash) -> groups with that hash.
-    let mut by_key: HashMap<(&str, u64), Vec<usize>> = HashMap::new();
+    // (controller uid, none for controller-less pods; shape hash) -> groups with that hash.
+    let mut by_key: HashMap<(Option<&str>, u64), Vec<usize>> = HashMap::new();
     let mut per_controller: HashMap<&str, usize> = HashMap::new();
     for (i, pod) in pods.iter().enumerate() {
+        if pod.is_daemonset_pod() {
+            groups.push(vec![i]);
+            continue;
+        }
         let controller = match pod.controller() {
-            Some(c) if !pod.is_daemonset_pod() => c.uid.as_str(),
-            _ => {
+            Some(c) => Some(c.uid.as_str()),
+            // A bare pod bound to a node by name goes nowhere else; no other pod stands for it.
+            None if pod.node_name.is_some() => {
                 groups.push(vec![i]);
                 continue;
             }
+            None => None,
         };
         let mut hasher = DefaultHasher::new();
         shape(pod).hash(&mut hasher);
@@ -87,12 +96,16 @@ pub(super) fn group_pods(pods: &[Arc<Pod>]) -> Vec<Vec<usize>> {
             groups[g].push(i);
             continue;
         }
-        let count = per_controller.entry(controller).or_insert(0);
         groups.push(vec![i]);
-        if *count < MAX_GROUPS_PER_CONTROLLER {
+        // The cap on shapes is per controller; controller-less pods have none.
+        if let Some(controller) = controller {
+            let count = per_controller.entry(controller).or_insert(0);
+            if *count >= MAX_GROUPS_PER_CONTROLLER {
+                continue;
+            }
             *count += 1;
-            by_key.entry(key).or_default().push(groups.len() - 1);
         }
+        by_key.entry(key).or_default().push(groups.len() - 1);
     }
     groups
 }
@@ -115,6 +128,13 @@ mod tests {
         Arc::new(p)
     }
 
+    fn bare(name: &str, cpu: i64) -> Arc<Pod> {
+        let mut p = Pod::new("default", name);
+        p.requests = Resources::new(cpu, 0);
+        Arc::new(p)
+    }
+
+    /// docs/behaviour.md SU-101.
     #[test]
     fn pods_of_one_controller_with_equal_specs_share_a_group() {
         let pods = vec![
@@ -122,11 +142,81 @@ mod tests {
             owned("b-1", "b", 100),
             owned("a-2", "a", 100),
             owned("a-3", "a", 200),
-            Arc::new(Pod::new("default", "bare-1")),
-            Arc::new(Pod::new("default", "bare-2")),
         ];
         let groups = group_pods(&pods);
-        assert_eq!(groups, vec![vec![0, 2], vec![1], vec![3], vec![4], vec![5]]);
+        assert_eq!(groups, vec![vec![0, 2], vec![1], vec![3]]);
+    }
+
+    /// docs/behaviour.md SU-101: controller-less pods with the same shape share a group (a
+    /// deliberate difference from upstream), apart from owned pods of that shape; groups stay in
+    /// the order of their first pod.
+    #[test]
+    fn controller_less_pods_with_equal_specs_share_a_group() {
+        let mut labelled = (*bare("bare-5", 100)).clone();
+        labelled.labels.insert("app".into(), "x".into());
+        let pods = vec![
+            bare("bare-1", 100),
+            owned("a-1", "a", 100),
+            bare("bare-2", 200),
+            bare("bare-3", 100),
+            Arc::new(labelled),
+            bare("bare-4", 200),
+            bare("bare-6", 100),
+        ];
+        let groups = group_pods(&pods);
+        assert_eq!(
+            groups,
+            vec![vec![0, 3, 6], vec![1], vec![2, 5], vec![4]],
+            "equal requests and labels group; the owned pod and the labelled one stay apart"
+        );
+    }
+
+    /// docs/behaviour.md SU-101: controller-less DaemonSet pods (by annotation) and pods that
+    /// already name a node stay groups of their own.
+    #[test]
+    fn controller_less_daemonset_pods_and_bound_pods_stay_apart() {
+        let pinned = |name: &str| {
+            let mut p = (*bare(name, 100)).clone();
+            p.node_name = Some("n1".into());
+            Arc::new(p)
+        };
+        let daemon = |name: &str| {
+            let mut p = (*bare(name, 100)).clone();
+            p.annotations.insert(
+                "cluster-autoscaler.kubernetes.io/daemonset-pod".into(),
+                "true".into(),
+            );
+            Arc::new(p)
+        };
+        let pods = vec![pinned("p-1"), pinned("p-2"), daemon("d-1"), daemon("d-2")];
+        assert!(pods[2].is_daemonset_pod());
+        let groups = group_pods(&pods);
+        assert_eq!(groups, vec![vec![0], vec![1], vec![2], vec![3]]);
+    }
+
+    /// docs/dra.md DRA-127, docs/behaviour.md SU-101: controller-less pods naming different
+    /// claims are not interchangeable and stay apart; those naming the same template group.
+    #[test]
+    fn controller_less_pods_naming_different_claims_stay_apart() {
+        use ferroscale_model::dra::{PodClaimSource, PodResourceClaim};
+        let with = |name: &str, source: PodClaimSource| {
+            let mut p = (*bare(name, 100)).clone();
+            p.resource_claims.push(PodResourceClaim {
+                name: "gpu".into(),
+                source,
+            });
+            Arc::new(p)
+        };
+        let template = || PodClaimSource::Template("gpu-template".into());
+        let pods = vec![
+            with("b-1", PodClaimSource::Claim("gpu-b-1".into())),
+            with("b-2", PodClaimSource::Claim("gpu-b-2".into())),
+            with("b-3", template()),
+            with("b-4", template()),
+            bare("b-5", 100),
+        ];
+        let groups = group_pods(&pods);
+        assert_eq!(groups, vec![vec![0], vec![1], vec![2, 3], vec![4]]);
     }
 
     /// docs/dra.md DRA-127.

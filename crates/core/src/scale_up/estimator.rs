@@ -5,8 +5,10 @@
 //! Upstream bounds the estimation with wall-clock budgets (`--max-nodegroup-binpacking-duration`,
 //! `--max-binpacking-time`). The decision step never reads the clock, so the only bound here is the
 //! node limit of [`NodeLimiter`] (`--max-nodes-per-scaleup`, similar-group capacity and cluster
-//! capacity); each pod is checked against at most one full pass over the new nodes per equivalence
-//! group, so the work is bounded by pods + groups × new nodes.
+//! capacity). A pod is checked against the last new node, or (to fill nodes added for earlier
+//! groups) against the new nodes the snapshot's capacity index does not rule out, found in
+//! O(log n) each: once the new nodes are full, a group costs no check per new node, and the work
+//! grows linearly with pods and groups.
 
 use std::sync::Arc;
 
@@ -122,36 +124,87 @@ fn spreads_over_hostnames(pod: &Pod) -> bool {
     })
 }
 
+/// The template copies added on the estimate's branch, in the order they were added.
+#[derive(Debug, Default)]
 struct NewNodes {
     ids: Vec<NodeId>,
     used: Vec<bool>,
     /// Where the last successful "any node" search ended; the next one starts there, which fills
     /// nodes one after another and keeps the search amortised linear.
     cursor: usize,
+    /// Whether the copies occupy consecutive snapshot slots (`ids[k]` is slot `ids[0] + k`), so
+    /// that the snapshot's capacity index can search them as one slot range. Copies are added at
+    /// the end of the snapshot one after another, so this only fails if a copy's name was taken.
+    consecutive: bool,
 }
 
 impl NewNodes {
-    /// Places the pod on the first new node (from the cursor, wrapping) where it fits.
+    fn push(&mut self, id: NodeId, used: bool) {
+        self.consecutive = match self.ids.first() {
+            None => true,
+            Some(first) => self.consecutive && id.index() == first.index() + self.ids.len(),
+        };
+        self.ids.push(id);
+        self.used.push(used);
+    }
+
+    /// Places the pod on the first new node (from the cursor, wrapping, never the one at `skip`)
+    /// where it fits.
     fn place_on_any(
         &mut self,
         snapshot: &mut Snapshot,
         pod: &Arc<Pod>,
         skip: Option<usize>,
     ) -> bool {
+        let found = if self.consecutive {
+            self.first_fit_indexed(snapshot, pod, skip)
+        } else {
+            self.first_fit_scanning(snapshot, pod, skip)
+        };
+        let Some(k) = found else {
+            return false;
+        };
+        snapshot.add_pod(self.ids[k], pod.clone());
+        self.used[k] = true;
+        self.cursor = k;
+        true
+    }
+
+    /// Every new node from the cursor, wrapping, checked in turn.
+    fn first_fit_scanning(
+        &self,
+        snapshot: &mut Snapshot,
+        pod: &Pod,
+        skip: Option<usize>,
+    ) -> Option<usize> {
         let n = self.ids.len();
-        for step in 0..n {
-            let k = (self.cursor + step) % n;
-            if Some(k) == skip {
-                continue;
-            }
-            if check(snapshot, pod, self.ids[k]).is_ok() {
-                snapshot.add_pod(self.ids[k], pod.clone());
-                self.used[k] = true;
-                self.cursor = k;
-                return true;
+        (0..n)
+            .map(|step| (self.cursor + step) % n)
+            .find(|&k| Some(k) != skip && check(snapshot, pod, self.ids[k]).is_ok())
+    }
+
+    /// The same search in the same order, but only over the new nodes the snapshot's capacity
+    /// index does not rule out: once the new nodes are full, a pod costs O(log n) instead of a
+    /// check per new node, and the node found is the one the full scan finds.
+    fn first_fit_indexed(
+        &self,
+        snapshot: &mut Snapshot,
+        pod: &Pod,
+        skip: Option<usize>,
+    ) -> Option<usize> {
+        let base = self.ids.first()?.index();
+        let n = self.ids.len();
+        for (from, to) in [(self.cursor, n), (0, self.cursor)] {
+            let mut at = from;
+            while let Some(slot) = snapshot.next_slot_with_room(pod, base + at..base + to) {
+                let k = slot - base;
+                if Some(k) != skip && check(snapshot, pod, self.ids[k]).is_ok() {
+                    return Some(k);
+                }
+                at = k + 1;
             }
         }
-        false
+        None
     }
 }
 
@@ -194,11 +247,7 @@ pub(super) fn estimate(
     // The estimate is a what-if: everything placed below is reverted when `branch` drops.
     let mut branch = snapshot.branch();
     let snapshot: &mut Snapshot = &mut branch;
-    let mut new_nodes = NewNodes {
-        ids: Vec::new(),
-        used: Vec::new(),
-        cursor: 0,
-    };
+    let mut new_nodes = NewNodes::default();
     let mut may_add_nodes = true;
     let mut placed = Vec::new();
     // Nodes the fast path counted without adding them to the snapshot.
@@ -224,7 +273,6 @@ pub(super) fn estimate(
             }
             let name = format!("{}-e-{}", template.node.name, new_nodes.ids.len());
             let id = add_template_copy(snapshot, template, &name, false);
-            new_nodes.ids.push(id);
             let mut per_node = 0;
             for &i in rest {
                 if check(snapshot, &pods[i], id).is_err() {
@@ -234,7 +282,7 @@ pub(super) fn estimate(
                 placed.push(i);
                 per_node += 1;
             }
-            new_nodes.used.push(per_node > 0);
+            new_nodes.push(id, per_node > 0);
             if per_node == 0 {
                 continue;
             }
@@ -284,8 +332,7 @@ pub(super) fn estimate(
             }
             let name = format!("{}-e-{}", template.node.name, new_nodes.ids.len());
             let id = add_template_copy(snapshot, template, &name, false);
-            new_nodes.ids.push(id);
-            new_nodes.used.push(false);
+            new_nodes.push(id, false);
             if check(snapshot, pod, id).is_err() {
                 break;
             }
@@ -467,6 +514,45 @@ mod tests {
         assert_eq!(slow.node_count, 6, "each small pod fills a big pod's gap");
         assert_eq!(fast.node_count, 7);
         assert_eq!((slow.placed.len(), fast.placed.len()), (9, 9));
+    }
+
+    /// The capacity index only skips new nodes the full check rejects: for every cursor and
+    /// skipped node, the indexed search picks the node the plain scan picks.
+    #[test]
+    fn indexed_search_of_new_nodes_matches_the_plain_scan() {
+        let mut snapshot = Snapshot::new();
+        let t = template(4000);
+        let mut branch = snapshot.branch();
+        let mut new_nodes = NewNodes::default();
+        // Free cpu per copy after filling: 0, 3000, 0, 500, 4000, 0, 1000, 0.
+        for (k, used) in [4000, 1000, 4000, 3500, 0, 4000, 3000, 4000]
+            .into_iter()
+            .enumerate()
+        {
+            let id = add_template_copy(&mut branch, &t, &format!("copy-{k}"), false);
+            if used > 0 {
+                let mut p = Pod::new("default", format!("filler-{k}"));
+                p.requests = Resources::new(used, 0);
+                branch.add_pod(id, Arc::new(p));
+            }
+            new_nodes.push(id, used > 0);
+        }
+        assert!(new_nodes.consecutive, "copies take consecutive slots");
+        for cpu in [0, 100, 600, 1500, 3500, 4500] {
+            let pod = pods(1, cpu).pop().unwrap();
+            for cursor in 0..8 {
+                new_nodes.cursor = cursor;
+                for skip in [None, Some(1), Some(4), Some(cursor)] {
+                    assert_eq!(
+                        new_nodes.first_fit_indexed(&mut branch, &pod, skip),
+                        new_nodes.first_fit_scanning(&mut branch, &pod, skip),
+                        "cpu {cpu}, cursor {cursor}, skip {skip:?}"
+                    );
+                }
+            }
+        }
+        let full = pods(1, 4500).pop().unwrap();
+        assert_eq!(new_nodes.first_fit_indexed(&mut branch, &full, None), None);
     }
 
     /// docs/behaviour.md SU-111: pods with a topology spread constraint are never fast-pathed.

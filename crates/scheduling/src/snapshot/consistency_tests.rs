@@ -28,6 +28,7 @@ struct NodeShape {
     zone: Option<u8>,
     hostname: bool,
     tainted: bool,
+    cordoned: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -39,6 +40,9 @@ struct PodShape {
     host_port: bool,
     /// Uses the device claim `c<k>` (several pods may share one).
     claim: Option<u8>,
+    /// Requests a third of a node's cpu and memory, so that nodes fill up and the capacity
+    /// index has ranges to skip.
+    large: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -65,11 +69,13 @@ fn node_shape() -> impl Strategy<Value = NodeShape> {
         proptest::option::of(0u8..3),
         proptest::bool::weighted(0.85),
         proptest::bool::weighted(0.2),
+        proptest::bool::weighted(0.1),
     )
-        .prop_map(|(zone, hostname, tainted)| NodeShape {
+        .prop_map(|(zone, hostname, tainted, cordoned)| NodeShape {
             zone,
             hostname,
             tainted,
+            cordoned,
         })
 }
 
@@ -81,15 +87,19 @@ fn pod_shape() -> impl Strategy<Value = PodShape> {
         proptest::option::weighted(0.3, (0u8..2, any::<bool>())),
         proptest::bool::weighted(0.1),
         proptest::option::weighted(0.3, 0u8..CLAIMS),
+        proptest::bool::weighted(0.3),
     )
         .prop_map(
-            |(app, other_namespace, terminating, anti_affinity, host_port, claim)| PodShape {
-                app,
-                other_namespace,
-                terminating,
-                anti_affinity,
-                host_port,
-                claim,
+            |(app, other_namespace, terminating, anti_affinity, host_port, claim, large)| {
+                PodShape {
+                    app,
+                    other_namespace,
+                    terminating,
+                    anti_affinity,
+                    host_port,
+                    claim,
+                    large,
+                }
             },
         )
 }
@@ -197,6 +207,7 @@ fn make_node(shape: &NodeShape, serial: usize) -> Arc<Node> {
         n.taints
             .push(Taint::new("dedicated", "x", TaintEffect::NoSchedule));
     }
+    n.unschedulable = shape.cordoned;
     Arc::new(n)
 }
 
@@ -216,7 +227,11 @@ fn make_pod(shape: &PodShape, serial: usize) -> Arc<Pod> {
         "default"
     };
     let mut p = Pod::new(namespace, format!("p{serial}"));
-    p.requests = Resources::new(10, 1 << 20);
+    p.requests = if shape.large {
+        Resources::new(2600, 5 << 30)
+    } else {
+        Resources::new(10, 1 << 20)
+    };
     p.labels
         .insert("app".into(), APPS[shape.app as usize].into());
     if shape.terminating {
@@ -315,6 +330,13 @@ fn probes() -> Vec<Pod> {
     let mut big = Pod::new("default", "big");
     big.requests = Resources::new(7990, 1 << 20);
     probes.push(big);
+    // Fit only on nodes without a large pod, by cpu or by memory alone.
+    let mut cpu = Pod::new("default", "cpu");
+    cpu.requests = Resources::new(6000, 0);
+    probes.push(cpu);
+    let mut memory = Pod::new("default", "memory");
+    memory.requests = Resources::new(0, 12 << 30);
+    probes.push(memory);
     let mut port = Pod::new("default", "port");
     port.host_ports.push(HostPort {
         port: 8080,
@@ -488,8 +510,45 @@ fn with_namespaces() -> Snapshot {
     s
 }
 
+/// The node a plain scan finds: the first, from `start` to the end and then from the
+/// beginning, on which `check` accepts the pod.
+fn first_accepting(s: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
+    let slots = s.slot_count();
+    (start..slots)
+        .chain(0..start)
+        .map(|i| NodeId(i as u32))
+        .find(|id| s.node(*id).is_some() && check(s, pod, *id).is_ok())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// The capacity index only skips nodes the filters reject: from every start, `find_node`
+    /// finds the node a plain scan with `check` finds, on the trunk and on an open branch.
+    #[test]
+    fn indexed_find_node_matches_a_plain_scan(
+        before in proptest::collection::vec(op(), 0..80),
+        on_branch in proptest::collection::vec(op(), 0..30),
+    ) {
+        let mut s = with_namespaces();
+        let mut serial = 0;
+        run(&mut s, &before, &mut serial, 0);
+        let mut branch = s.branch();
+        run(&mut branch, &on_branch, &mut serial, 1);
+        let slots = branch.slot_count();
+        for pod in probes() {
+            for start in 0..slots.max(1) {
+                let plain = first_accepting(&mut branch, &pod, start);
+                prop_assert_eq!(find_node(&mut branch, &pod, start), plain, "{} from {}", pod.name, start);
+            }
+        }
+        drop(branch);
+        s.assert_indexes_consistent();
+        for pod in probes() {
+            let plain = first_accepting(&mut s, &pod, 0);
+            prop_assert_eq!(find_node(&mut s, &pod, 0), plain, "{}", pod.name);
+        }
+    }
 
     #[test]
     fn random_mutations_match_a_snapshot_rebuilt_from_scratch(
