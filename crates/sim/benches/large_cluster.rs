@@ -79,8 +79,17 @@ fn describe_loop(outcome: &LoopOutcome) -> String {
         .as_ref()
         .map(|p| p.unneeded.len())
         .unwrap_or(0);
+    let status = match (&outcome.error, &outcome.scale_up) {
+        (Some(error), _) => format!("loop error: {error:?}"),
+        (None, Some(plan)) if added == 0 => format!(
+            "scale-up status {:?}, {} pods not helped",
+            plan.status,
+            plan.pods_not_helped.len()
+        ),
+        _ => String::new(),
+    };
     format!(
-        "decide {:.0} ms ({}); {} pending pods, scale-up adds {added} nodes, {unneeded} nodes unneeded",
+        "decide {:.0} ms ({}); {} pending pods, scale-up adds {added} nodes, {unneeded} nodes unneeded {status}",
         outcome.decide_millis,
         functions.join(", "),
         outcome.pending_pods.len(),
