@@ -858,10 +858,11 @@ impl<'p> Simulation<'p> {
 
     /// Drops nodes whose instance the cloud no longer has (deleted through the provider or lost).
     fn remove_vanished_nodes(&mut self, now: Timestamp) {
+        let instances = self.cloud.instance_ids();
         let vanished: Vec<(String, String, Option<String>)> = self
             .cluster
             .nodes()
-            .filter(|n| n.group.is_some() && !self.cloud.instance_exists(&n.node.provider_id))
+            .filter(|n| n.group.is_some() && !instances.contains(&n.node.provider_id))
             .map(|n| {
                 (
                     n.node.name.clone(),
