@@ -5,7 +5,7 @@
 //! write (taints, evictions, events, the status ConfigMap) is applied to the cluster at once and
 //! logged, so the runner can put drains, refusals and rollbacks on the timeline afterwards.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
@@ -125,8 +125,12 @@ fn capacity_objects(cluster: &Cluster) -> CapacityObjects {
 /// pods they own. DaemonSets come
 /// from the scenario's objects.
 fn implied_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadController> {
-    let mut by_owner: HashMap<(&str, &str, &str), (usize, i32)> = HashMap::new();
+    let mut by_owner: HashMap<(&str, &str, &str), (usize, i32)> = HashMap::default();
     let mut controllers: Vec<WorkloadController> = Vec::new();
+    // Pods of one controller mostly come one after another (created together): they count
+    // towards the previous pod's entry without hashing its key again.
+    let mut previous: Option<(&str, &str, &str)> = None;
+    let mut run = 0;
     for pod in pods {
         let Some(owner) = pod.controller() else {
             continue;
@@ -139,6 +143,16 @@ fn implied_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadCont
             pod.namespace.as_str(),
             owner.name.as_str(),
         );
+        if previous == Some(key) {
+            run += 1;
+            continue;
+        }
+        if let Some(previous) = previous.replace(key)
+            && let Some((_, replicas)) = by_owner.get_mut(&previous)
+        {
+            *replicas = replicas.saturating_add(run);
+        }
+        run = 0;
         match by_owner.get_mut(&key) {
             Some((_, replicas)) => *replicas = replicas.saturating_add(1),
             None => {
@@ -152,6 +166,11 @@ fn implied_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadCont
                 });
             }
         }
+    }
+    if let Some(previous) = previous
+        && let Some((_, replicas)) = by_owner.get_mut(&previous)
+    {
+        *replicas = replicas.saturating_add(run);
     }
     for (index, replicas) in by_owner.into_values() {
         if let Some(controller) = controllers.get_mut(index) {

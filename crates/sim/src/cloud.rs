@@ -607,6 +607,23 @@ impl SimulatedCloud {
         })
     }
 
+    /// The provider ids of every instance of every group, to check many nodes at once (one
+    /// [`SimulatedCloud::instance_exists`] per node scans its group's instances: quadratic over
+    /// a whole cluster).
+    pub fn instance_ids(&self) -> foldhash::HashSet<String> {
+        let mut ids = foldhash::HashSet::default();
+        for group in &self.groups {
+            ids.extend(
+                group
+                    .state()
+                    .instances
+                    .iter()
+                    .map(|i| i.provider_id.clone()),
+            );
+        }
+        ids
+    }
+
     /// Whether the instance was removed by a `DeleteNodes` call (the autoscaler's doing).
     pub fn deleted_through_api(&self, provider_id: &str) -> bool {
         self.group_of_provider_id(provider_id)

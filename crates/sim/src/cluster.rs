@@ -15,7 +15,12 @@
 //! controllers (claims made from templates, allocations written back on binding, released when
 //! pods end, devices published by group nodes) in [`crate::dra`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+// Maps keyed by pod uid, pod key and node name hold every pod of a 1,000,000-pod scenario: the
+// hasher is foldhash's fast one (SipHash's resistance to collision attacks buys nothing on keys
+// the simulator builds itself, and hashing was a tenth of building the pods).
+use foldhash::HashMap;
 use std::sync::Arc;
 
 use ferroscale_model::resources::PODS;
@@ -164,9 +169,10 @@ pub struct Cluster {
     live_by_key: HashMap<String, PodIndex>,
     /// Re-creations so far, for unique names of re-created pods.
     recreated: usize,
-    /// Controllers deleted by the scenario (kind, namespace, name): they no longer exist and no
-    /// longer re-create their pods.
-    deleted_controllers: HashSet<(String, String, String)>,
+    /// Controllers deleted by the scenario by name, with their (kind, namespace): they no longer
+    /// exist and no longer re-create their pods. Keyed by name so that the check for every pod of
+    /// every loop looks up a `&str` without building a key.
+    deleted_controllers: HashMap<String, Vec<(String, String)>>,
     /// Pods bound by name to a node they did not fit on, since the last [`Cluster::take_refusals`].
     refusals: Vec<NodeRefusal>,
 }
@@ -296,21 +302,29 @@ impl Cluster {
 
     /// Deletes a workload controller, orphaning its pods.
     pub fn delete_controller(&mut self, kind: &str, namespace: &str, name: &str) {
-        self.deleted_controllers.insert((
-            kind.to_string(),
-            namespace.to_string(),
-            name.to_string(),
-        ));
+        let entry = (kind.to_string(), namespace.to_string());
+        let deleted = self
+            .deleted_controllers
+            .entry(name.to_string())
+            .or_default();
+        if !deleted.contains(&entry) {
+            deleted.push(entry);
+        }
     }
 
     /// Whether the pod's controller was deleted by the scenario.
     pub fn controller_deleted(&self, pod: &Pod) -> bool {
+        if self.deleted_controllers.is_empty() {
+            return false;
+        }
         pod.controller().is_some_and(|c| {
-            self.deleted_controllers.contains(&(
-                c.kind.clone(),
-                pod.namespace.clone(),
-                c.name.clone(),
-            ))
+            self.deleted_controllers
+                .get(c.name.as_str())
+                .is_some_and(|deleted| {
+                    deleted
+                        .iter()
+                        .any(|(kind, namespace)| *kind == c.kind && *namespace == pod.namespace)
+                })
         })
     }
 
@@ -699,6 +713,14 @@ impl Cluster {
         index
     }
 
+    /// Makes room for `additional` more pods at once (a scenario's `create.count`), rather than
+    /// growing the pod list and its indexes step by step, rehashing as they go.
+    pub fn reserve_pods(&mut self, additional: usize) {
+        self.pods.reserve(additional);
+        self.pod_by_uid.reserve(additional);
+        self.live_by_key.reserve(additional);
+    }
+
     fn note_refusal(&mut self, node: &str, reason: &str) {
         // Copies bound to one node arrive together: only the latest entry needs a look.
         match self
@@ -724,10 +746,15 @@ impl Cluster {
     fn insert_pod(&mut self, mut pod: Pod, now: Timestamp, shape: Option<usize>) -> PodIndex {
         let index = self.pods.len();
         if pod.uid.is_empty() || self.pod_by_uid.contains_key(&pod.uid) {
-            pod.uid = format!("uid-sim-{index}-{}-{}", pod.namespace, pod.name);
+            pod.uid = sized_uid(index, &pod.namespace, &pod.name);
         }
         self.pod_by_uid.insert(pod.uid.clone(), index);
-        self.live_by_key.insert(pod.key(), index);
+        // `Pod::key`, allocated once at its final size.
+        let mut key = String::with_capacity(pod.namespace.len() + 1 + pod.name.len());
+        key.push_str(&pod.namespace);
+        key.push('/');
+        key.push_str(&pod.name);
+        self.live_by_key.insert(key, index);
         if pod.has_checked_volumes() && self.storage.adopt_ephemeral_claims(&pod) {
             self.storage_changed();
         }
@@ -748,14 +775,17 @@ impl Cluster {
     }
 
     fn bind(&mut self, index: PodIndex, node: NodeId, now: Timestamp) {
-        let Some(node_name) = self.snapshot.node(node).map(|n| n.node.name.clone()) else {
+        let Some(node_name) = self.snapshot.node(node).map(|n| n.node.name.as_str()) else {
             return;
         };
         let Some(record) = self.pods.get_mut(index) else {
             return;
         };
         let pod = Arc::make_mut(&mut record.pod);
-        pod.node_name = Some(node_name);
+        // A pod created bound by name already names its node: keep that string.
+        if pod.node_name.as_deref() != Some(node_name) {
+            pod.node_name = Some(node_name.to_string());
+        }
         pod.phase = PodPhase::Running;
         pod.scheduled_condition = Some(PodCondition {
             status: ConditionStatus::True,
@@ -910,6 +940,16 @@ impl Cluster {
         }
         outcome
     }
+}
+
+/// `uid-sim-<index>-<namespace>-<name>`, allocated once at its final size (a million pods are
+/// named this way when a large scenario starts).
+fn sized_uid(index: PodIndex, namespace: &str, name: &str) -> String {
+    use std::fmt::Write;
+    let mut uid = String::with_capacity(8 + 20 + 1 + namespace.len() + 1 + name.len());
+    // Writing into a String cannot fail.
+    let _ = write!(uid, "uid-sim-{index}-{namespace}-{name}");
+    uid
 }
 
 #[cfg(test)]

@@ -668,6 +668,15 @@ impl<'p> Simulation<'p> {
         Some(report)
     }
 
+    /// Plays the scenario up to the next engine loop (events, provisioning, scheduling) without
+    /// running it, so that the setup and the loop can be told apart (the benchmarks time them
+    /// separately); the next [`Simulation::next_loop`] then only runs the loop.
+    pub fn play_to_next_loop(&mut self) {
+        if self.next_loop < self.end {
+            self.play_until(self.next_loop);
+        }
+    }
+
     /// Plays the rest of the scenario and returns everything it produced.
     pub fn finish(mut self) -> SimulationResult {
         self.play_to_end();
@@ -723,7 +732,9 @@ impl<'p> Simulation<'p> {
                     (format!("created {}", object.describe()), String::new())
                 }
                 ScenarioAction::Create { count, pod, bind } => {
-                    let mut names = Vec::with_capacity(*count);
+                    self.cluster.reserve_pods(*count);
+                    // Only the first and last names go into the timeline.
+                    let mut names: (Option<String>, Option<String>) = (None, None);
                     for i in 0..*count {
                         let mut copy = pod.clone();
                         if *count > 1 {
@@ -735,14 +746,16 @@ impl<'p> Simulation<'p> {
                         if let Some(placement) = bind {
                             copy.node_name = Some(placement.node_for(i));
                         }
-                        names.push(copy.name.clone());
+                        if i == 0 {
+                            names.0 = Some(copy.name.clone());
+                        } else if i + 1 == *count {
+                            names.1 = Some(copy.name.clone());
+                        }
                         self.cluster.add_pod(copy, now, shape);
                     }
-                    let range = match (names.first(), names.last()) {
-                        (Some(first), Some(last)) if names.len() > 1 => {
-                            format!(" {first} … {last}")
-                        }
-                        (Some(first), _) => format!(" {first}"),
+                    let range = match names {
+                        (Some(first), Some(last)) => format!(" {first} … {last}"),
+                        (Some(first), None) => format!(" {first}"),
                         _ => String::new(),
                     };
                     (
@@ -845,10 +858,11 @@ impl<'p> Simulation<'p> {
 
     /// Drops nodes whose instance the cloud no longer has (deleted through the provider or lost).
     fn remove_vanished_nodes(&mut self, now: Timestamp) {
+        let instances = self.cloud.instance_ids();
         let vanished: Vec<(String, String, Option<String>)> = self
             .cluster
             .nodes()
-            .filter(|n| n.group.is_some() && !self.cloud.instance_exists(&n.node.provider_id))
+            .filter(|n| n.group.is_some() && !instances.contains(&n.node.provider_id))
             .map(|n| {
                 (
                     n.node.name.clone(),

@@ -1,7 +1,8 @@
 //! Scenarios compiled into the binary: the default that `ferroscale simulate` runs without an
 //! argument, the upstream scalability scenarios (docs/behaviour.md SIM-101), a full simulated
 //! day, a StatefulSet whose volumes pin it to one zone, and GPUs claimed through Dynamic Resource
-//! Allocation, and the capacity APIs (a buffer, a quota, ProvisioningRequests of both classes).
+//! Allocation, the capacity APIs (a buffer, a quota, ProvisioningRequests of both classes), and
+//! two large clusters (15,000 nodes / 450,000 pods and 65,000 nodes / 1,000,000 pods).
 
 use std::path::Path;
 
@@ -47,6 +48,8 @@ pub const BUNDLED: &[(&str, &str)] = &[
         "capacity-apis",
         include_str!("../../scenarios/capacity-apis.yaml"),
     ),
+    ("large-15k", include_str!("../../scenarios/large-15k.yaml")),
+    ("large-65k", include_str!("../../scenarios/large-65k.yaml")),
 ];
 
 /// The text of a bundled scenario.
