@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use harness::{App, Autoscaler, Cluster, NAMESPACE, POOL_LABEL, wait_until};
+use harness::{App, Autoscaler, Cluster, NAMESPACE, POOL_LABEL};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Node, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{
@@ -75,17 +75,40 @@ async fn bench() {
         started.elapsed().as_secs_f64()
     );
 
+    println!("ferroscale run is process {:?}", autoscaler.pid());
+    // The watch caches' memory: resident memory with no pods, then after each third of the pods
+    // (a loop has run over each stage before it is read).
+    let names = cluster.pool_node_names().await;
+    let mut stages = vec![(0, settled_rss(&autoscaler).await)];
     let started = Instant::now();
-    fill_nodes(&cluster, pods_per_node).await;
+    let thirds = [pods_per_node / 3, pods_per_node * 2 / 3, pods_per_node];
+    let mut bound = 0;
+    for per_node in thirds {
+        fill_nodes(&cluster, &names, bound, per_node).await;
+        bound = per_node;
+        stages.push((names.len() * per_node, settled_rss(&autoscaler).await));
+    }
     println!(
         "{} pods bound and Running after {:.1} s",
         nodes * pods_per_node,
         started.elapsed().as_secs_f64()
     );
+    for (pods, rss) in &stages {
+        println!("RSS with {pods} pods: {rss:.1} MiB");
+    }
+    if let (Some((first_pods, first_rss)), Some((last_pods, last_rss))) =
+        (stages.first(), stages.last())
+        && last_pods > first_pods
+    {
+        println!(
+            "watch caches: {:.1} MiB per 10,000 pods",
+            (last_rss - first_rss) / (*last_pods - *first_pods) as f64 * 10_000.0
+        );
+    }
     let quiet = sample(&autoscaler, Duration::from_secs(60)).await;
     println!(
-        "steady state: RSS {:.0} MiB, {:.3} CPU s per loop over {} loops",
-        quiet.rss_mib, quiet.cpu_per_loop, quiet.loops
+        "steady state: RSS {:.0} MiB (peak so far {:.0} MiB), {:.3} CPU s per loop over {} loops",
+        quiet.rss_mib, quiet.peak_mib, quiet.cpu_per_loop, quiet.loops
     );
 
     let mut latencies = Vec::new();
@@ -108,8 +131,8 @@ async fn bench() {
         latencies[latencies.len() - 1].as_secs_f64() * 1000.0
     );
     println!(
-        "during bursts: RSS {:.0} MiB, {:.3} CPU s per loop over {} loops",
-        during.rss_mib, during.cpu_per_loop, during.loops
+        "during bursts: RSS {:.0} MiB (peak of the whole run {:.0} MiB), {:.3} CPU s per loop over {} loops",
+        during.rss_mib, during.peak_mib, during.cpu_per_loop, during.loops
     );
 }
 
@@ -137,14 +160,20 @@ async fn set_pool_bounds(cluster: &Cluster, min: usize, max: usize) {
         .expect("patch templates");
 }
 
-/// Binds `per_node` small pods straight to every pool node (no scheduler), 16 creates at a time,
-/// and waits until kwok reports all of them Running.
-async fn fill_nodes(cluster: &Cluster, per_node: usize) {
-    let names = cluster.pool_node_names().await;
+/// Resident memory once two scan intervals have passed (two loops over what the caches hold),
+/// after the pods have all been listed.
+async fn settled_rss(autoscaler: &Autoscaler) -> f64 {
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    Usage::now(autoscaler).rss_mib
+}
+
+/// Binds small pods `from..per_node` straight to every node of `names` (no scheduler), 16
+/// creates at a time, and waits until kwok reports all of them Running.
+async fn fill_nodes(cluster: &Cluster, names: &[String], from: usize, per_node: usize) {
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), harness::APPS);
     let work = names
         .iter()
-        .flat_map(|node| (0..per_node).map(move |i| (node.clone(), format!("fill-{node}-{i}"))));
+        .flat_map(|node| (from..per_node).map(move |i| (node.clone(), format!("fill-{node}-{i}"))));
     futures::stream::iter(work)
         .map(|(node, name)| {
             let pods = pods.clone();
@@ -159,19 +188,33 @@ async fn fill_nodes(cluster: &Cluster, per_node: usize) {
         .await
         .expect("create filler pods");
     let expected = names.len() * per_node;
-    wait_until(&format!("{expected} filler pods Running"), async || {
+    // Every 5 s and for up to 15 minutes: each look lists every filler pod, which on a machine
+    // shared with builds slowed kwok down more than it told (the harness polls every 250 ms
+    // for 4 minutes).
+    let deadline = Instant::now() + FILL_LIMIT;
+    loop {
         let list = pods
             .list(&ListParams::default().labels("app=fill"))
             .await
             .expect("list");
-        list.items
+        let running = list
+            .items
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count()
-            == expected
-    })
-    .await;
+            .count();
+        if running == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gave up after {FILL_LIMIT:?} waiting for {expected} filler pods Running ({running} are)"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
 }
+
+/// How long the filler pods may take to run.
+const FILL_LIMIT: Duration = Duration::from_secs(900);
 
 fn filler(name: &str, node: &str) -> Pod {
     Pod {
@@ -286,6 +329,8 @@ fn is_unschedulable(pod: &Pod) -> bool {
 /// Process counters read from /proc.
 struct Usage {
     rss_mib: f64,
+    /// `VmHWM`: the highest resident memory since the process started.
+    peak_mib: f64,
     cpu_seconds: f64,
     loops: f64,
 }
@@ -294,11 +339,14 @@ impl Usage {
     fn now(autoscaler: &Autoscaler) -> Usage {
         let pid = autoscaler.pid().expect("autoscaler runs");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let rss_kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0.0);
+        let kib = |field: &str| -> f64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                .unwrap_or(0.0)
+        };
+        let rss_kib = kib("VmRSS:");
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         // Fields after the command name: utime and stime are the 14th and 15th of the line.
         let after_name = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
@@ -313,6 +361,7 @@ impl Usage {
         let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         Usage {
             rss_mib: rss_kib / 1024.0,
+            peak_mib: kib("VmHWM:") / 1024.0,
             cpu_seconds: (ticks(11) + ticks(12)) / per_second.max(1.0),
             loops: autoscaler
                 .metric("cluster_autoscaler_function_duration_seconds_count{function=\"main\"}")
@@ -324,6 +373,7 @@ impl Usage {
         let loops = (self.loops - earlier.loops).max(1.0);
         Sample {
             rss_mib: self.rss_mib,
+            peak_mib: self.peak_mib,
             cpu_per_loop: (self.cpu_seconds - earlier.cpu_seconds) / loops,
             loops: loops as u64,
         }
@@ -332,6 +382,7 @@ impl Usage {
 
 struct Sample {
     rss_mib: f64,
+    peak_mib: f64,
     cpu_per_loop: f64,
     loops: u64,
 }

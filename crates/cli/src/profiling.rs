@@ -41,9 +41,18 @@ const FREQUENCY: i32 = 100;
 /// (`prof:true`) but records nothing (`prof_active:false`) until [`activate_heap_sampling`] turns
 /// it on; once on, it samples one allocation per 2^19 bytes (512 KiB) on average, Go's
 /// `MemProfileRate` too, which keeps the cost of `--profiling` small.
+///
+/// Memory the process freed goes back to the system about a second later (`dirty_decay_ms:1000`,
+/// jemalloc's default is ten), returned by jemalloc's own background thread
+/// (`background_thread:true`) rather than by whichever allocation happens to come next. A loop
+/// builds and drops a snapshot of the whole cluster every scan interval; without these, the pages
+/// of the last one stayed resident while the process slept until the next (docs/benchmarks.md,
+/// "The live loop at 1,000 nodes").
 #[unsafe(export_name = "_rjem_malloc_conf")]
-static MALLOC_CONF: MallocConf =
-    MallocConf(c"prof:true,prof_active:false,lg_prof_sample:19".as_ptr());
+static MALLOC_CONF: MallocConf = MallocConf(
+    c"prof:true,prof_active:false,lg_prof_sample:19,background_thread:true,dirty_decay_ms:1000"
+        .as_ptr(),
+);
 
 /// A C string pointer as jemalloc declares `malloc_conf` (`const char *`): one machine word.
 #[repr(transparent)]
@@ -308,6 +317,15 @@ mod tests {
         let active: Result<bool, _> = unsafe { tikv_jemalloc_ctl::raw::read(b"opt.prof_active\0") };
         assert_eq!(active, Ok(false));
         assert_eq!(tikv_jemalloc_ctl::profiling::lg_prof_sample::read(), Ok(19));
+    }
+
+    #[test]
+    fn jemalloc_returns_freed_memory_within_a_second_from_its_own_thread() {
+        assert_eq!(tikv_jemalloc_ctl::opt::background_thread::read(), Ok(true));
+        // SAFETY: `opt.dirty_decay_ms` is a readable ssize_t (jemalloc's mallctl documentation).
+        let decay: Result<isize, _> =
+            unsafe { tikv_jemalloc_ctl::raw::read(b"opt.dirty_decay_ms\0") };
+        assert_eq!(decay, Ok(1000));
     }
 
     #[test]

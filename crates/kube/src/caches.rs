@@ -986,11 +986,14 @@ impl ClusterCaches {
     ) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
         let mut pod_uids = BTreeMap::new();
         if !pods.is_empty() {
+            // Matched by (namespace, name) without formatting every cached pod's key: a loop's
+            // events name a few pods, the cache holds tens of thousands.
+            let wanted: std::collections::HashSet<(&str, &str)> =
+                pods.iter().filter_map(|key| key.split_once('/')).collect();
             let state = self.stores.pods.read();
             for pod in state.objects.values() {
-                let key = pod.key();
-                if pods.contains(&key.as_str()) {
-                    pod_uids.insert(key, pod.uid.clone());
+                if wanted.contains(&(pod.namespace.as_str(), pod.name.as_str())) {
+                    pod_uids.insert(pod.key(), pod.uid.clone());
                 }
             }
         }

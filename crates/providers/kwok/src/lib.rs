@@ -29,6 +29,7 @@ use ferroscale_core::cloud::{
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use rand::RngExt;
@@ -681,10 +682,86 @@ impl NodeGroup for KwokNodeGroup {
     }
 }
 
+/// What `refresh` and `cleanup` read of a listed Node: its name, annotations and providerID.
+/// Everything else (status, images, managed fields: most of each object's bytes) is skipped
+/// while parsing instead of being built into a full `Node` and dropped; at 1,000 nodes that
+/// parse, once per loop, took about a tenth of the autoscaler's CPU (docs/benchmarks.md, "The
+/// live loop at 1,000 nodes").
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(from = "ListedNodeFields")]
+struct ListedNode {
+    metadata: ObjectMeta,
+    provider_id: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct ListedNodeFields {
+    metadata: Option<ListedNodeMeta>,
+    spec: Option<ListedNodeSpec>,
+}
+
+#[derive(serde::Deserialize)]
+struct ListedNodeMeta {
+    name: Option<String>,
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ListedNodeSpec {
+    #[serde(rename = "providerID")]
+    provider_id: Option<String>,
+}
+
+impl From<ListedNodeFields> for ListedNode {
+    fn from(fields: ListedNodeFields) -> ListedNode {
+        let (name, annotations) = fields
+            .metadata
+            .map_or((None, None), |meta| (meta.name, meta.annotations));
+        ListedNode {
+            metadata: ObjectMeta {
+                name,
+                annotations,
+                ..ObjectMeta::default()
+            },
+            provider_id: fields.spec.and_then(|spec| spec.provider_id),
+        }
+    }
+}
+
+/// Listed at the Nodes' own path: a `Node` in everything but what is parsed of it.
+impl kube::Resource for ListedNode {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(dynamic: &()) -> std::borrow::Cow<'_, str> {
+        Node::kind(dynamic)
+    }
+    fn group(dynamic: &()) -> std::borrow::Cow<'_, str> {
+        Node::group(dynamic)
+    }
+    fn version(dynamic: &()) -> std::borrow::Cow<'_, str> {
+        Node::version(dynamic)
+    }
+    fn api_version(dynamic: &()) -> std::borrow::Cow<'_, str> {
+        Node::api_version(dynamic)
+    }
+    fn plural(dynamic: &()) -> std::borrow::Cow<'_, str> {
+        Node::plural(dynamic)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// The kwok provider.
 pub struct KwokProvider {
     config: KwokConfig,
     nodes_api: Api<Node>,
+    /// The same Nodes, parsed only as far as [`ListedNode`].
+    listed_nodes_api: Api<ListedNode>,
     groups: Vec<Arc<KwokNodeGroup>>,
 }
 
@@ -709,7 +786,8 @@ impl KwokProvider {
     /// Groups from already parsed specs; targets start at each group's desired count until the
     /// first `refresh`.
     pub fn from_specs(client: Client, config: KwokConfig, specs: Vec<GroupSpec>) -> KwokProvider {
-        let nodes_api: Api<Node> = Api::all(client);
+        let nodes_api: Api<Node> = Api::all(client.clone());
+        let listed_nodes_api: Api<ListedNode> = Api::all(client);
         let groups = specs
             .into_iter()
             .map(|spec| {
@@ -730,6 +808,7 @@ impl KwokProvider {
         KwokProvider {
             config,
             nodes_api,
+            listed_nodes_api,
             groups,
         }
     }
@@ -738,10 +817,11 @@ impl KwokProvider {
         &self.groups
     }
 
-    /// Every Node this provider manages (the fake-node and group annotations).
-    async fn managed_nodes(&self) -> Result<Vec<Node>, CloudError> {
+    /// Every Node this provider manages (the fake-node and group annotations), as much of each
+    /// as `refresh` and `cleanup` read.
+    async fn managed_nodes(&self) -> Result<Vec<ListedNode>, CloudError> {
         let list = self
-            .nodes_api
+            .listed_nodes_api
             .list(&ListParams::default())
             .await
             .map_err(|e| provider_error("listing Nodes", e))?;
@@ -825,9 +905,8 @@ impl CloudProvider for KwokProvider {
                 .map(|node| {
                     let name = node.metadata.name.clone().unwrap_or_default();
                     let provider_id = node
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.provider_id.clone())
+                        .provider_id
+                        .clone()
                         .unwrap_or_else(|| format!("{}{name}", templates::PROVIDER_ID_PREFIX));
                     (name, provider_id)
                 })
@@ -882,6 +961,52 @@ impl CloudProvider for KwokProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::Resource;
+
+    /// `refresh` reads a listed Node's name, annotations and providerID, and nothing else, from
+    /// the Nodes' own path.
+    #[test]
+    fn a_listed_node_keeps_what_refresh_reads_and_skips_the_rest() {
+        let full = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": "kwok-fake-small-1",
+                "uid": "u1",
+                "labels": {"kubernetes.io/hostname": "kwok-fake-small-1"},
+                "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_ANNOTATION_VALUE, GROUP_NAME_ANNOTATION: "small"},
+                "managedFields": [{"manager": "kwok", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}],
+            },
+            "spec": {"providerID": "kwok:kwok-fake-small-1", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "capacity": {"cpu": "4"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "images": [{"names": ["registry.example/app:1"], "sizeBytes": 1}],
+            },
+        });
+        let listed: ListedNode = serde_json::from_value(full).expect("a Node parses");
+        assert_eq!(listed.metadata.name.as_deref(), Some("kwok-fake-small-1"));
+        assert_eq!(
+            listed
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(GROUP_NAME_ANNOTATION))
+                .map(String::as_str),
+            Some("small")
+        );
+        assert_eq!(
+            listed.provider_id.as_deref(),
+            Some("kwok:kwok-fake-small-1")
+        );
+        assert!(listed.metadata.labels.is_none() && listed.metadata.managed_fields.is_none());
+
+        let bare: ListedNode =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}, "spec": null}))
+                .expect("a Node without spec parses");
+        assert_eq!(bare.provider_id, None);
+        assert_eq!(ListedNode::url_path(&(), None), Node::url_path(&(), None));
+    }
 
     fn node(name: &str, status: NodeStatus, changed: u64) -> GroupNode {
         GroupNode {
