@@ -21,6 +21,10 @@ use ferroscale_sim::upstream_runonce::{RunOnceWorkload, Workload};
 #[path = "support/timed.rs"]
 mod timed;
 
+// The allocator of the `ferroscale` binary, so that the times are those of `ferroscale run`.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Builds, times one loop, and checks upstream's outcome; returns the loop's wall time.
 fn timed_loop(run: RunOnceWorkload, report: &mut bool) -> Duration {
     let mut prepared = match run.prepare() {

@@ -227,6 +227,12 @@ impl ClusterApi for TimedCluster<'_> {
             .await
     }
 
+    async fn gather_nodes(&self) -> Result<Vec<Arc<Node>>, ClusterError> {
+        self.recorder
+            .time("ClusterApi::gather_nodes", self.inner.gather_nodes())
+            .await
+    }
+
     async fn node(&self, name: &str) -> Result<Option<Arc<Node>>, ClusterError> {
         self.recorder
             .time("ClusterApi::node", self.inner.node(name))
