@@ -27,18 +27,13 @@ use ferroscale_sim::scenario::{bundled, parse_scenario};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// `VmRSS` (current) and `VmHWM` (peak) in MiB, from /proc/self/status (Linux).
+#[path = "../../core/benches/support/rss.rs"]
+mod rss;
+
+/// `VmRSS` (current) and `VmHWM` (peak) in MiB.
 fn resident_mib() -> Option<(f64, f64)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|kib| kib as f64 / 1024.0)
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
+    let (rss, hwm) = rss::resident_kib()?;
+    Some((rss as f64 / 1024.0, hwm as f64 / 1024.0))
 }
 
 /// CPU time of this (single) thread in seconds, from /proc/thread-self/schedstat (Linux): the

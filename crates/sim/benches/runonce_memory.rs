@@ -15,7 +15,7 @@ use std::process::{Command, ExitCode};
 
 use ferroscale_sim::upstream_runonce::{RunOnceWorkload, Workload};
 
-#[path = "support/rss.rs"]
+#[path = "../../core/benches/support/rss.rs"]
 mod rss;
 
 use rss::resident_kib;
