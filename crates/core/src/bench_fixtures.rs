@@ -502,24 +502,7 @@ pub fn dra_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFix
     for (i, pod) in pods.into_iter().enumerate() {
         snapshot.add_pod(ids[i % nodes], Arc::new(pod));
     }
-    let mut options = AutoscalingOptions::default();
-    for (flag, value) in [
-        ("scale-down-unneeded-time", "0s"),
-        ("max-scale-down-parallelism", "2000"),
-        ("max-drain-parallelism", "2000"),
-        ("scale-down-delay-after-add", "0s"),
-        ("scale-down-enabled", "true"),
-        ("scale-down-non-empty-candidates-count", "2000"),
-        ("scale-down-unready-enabled", "true"),
-        ("scale-down-simulation-timeout", "60s"),
-        // Upstream's run leaves the candidate pool unset and expects 60 % of the nodes marked
-        // in one loop, so no pool limits the non-empty candidates there: every node may be one.
-        ("scale-down-candidates-pool-ratio", "1"),
-    ] {
-        if let Err(error) = options.set(flag, value) {
-            unreachable!("upstream's benchmark option --{flag}={value}: {error}");
-        }
-    }
+    let options = upstream_options(UPSTREAM_SCALE_DOWN_OPTIONS);
     let mut fixture = crate::scale_down::fixtures::ScaleDownFixture {
         workers: Workers::sequential(),
         snapshot,
@@ -550,6 +533,21 @@ pub fn dra_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFix
 // 10 CPUs and 10,000 bytes, one group 0…10,000, pods without a controller), for the decide steps
 // alone: the growth from 1× to 5× shows whether planning is linear in the cluster.
 // ---------------------------------------------------------------------------------------------
+
+/// The options of upstream's two `RunOnce` scale-down workloads. Upstream's run leaves the
+/// candidate pool unset and expects 60 % of the nodes marked in one loop, so no pool limits the
+/// non-empty candidates there: every node may be one (`--scale-down-candidates-pool-ratio=1`).
+const UPSTREAM_SCALE_DOWN_OPTIONS: &[(&str, &str)] = &[
+    ("scale-down-unneeded-time", "0s"),
+    ("max-scale-down-parallelism", "2000"),
+    ("max-drain-parallelism", "2000"),
+    ("scale-down-delay-after-add", "0s"),
+    ("scale-down-enabled", "true"),
+    ("scale-down-non-empty-candidates-count", "2000"),
+    ("scale-down-unready-enabled", "true"),
+    ("scale-down-simulation-timeout", "60s"),
+    ("scale-down-candidates-pool-ratio", "1"),
+];
 
 /// Sets upstream's benchmark options by flag name.
 fn upstream_options(flags: &[(&str, &str)]) -> AutoscalingOptions {
@@ -639,18 +637,7 @@ pub fn upstream_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDo
             .insert(ferroscale_model::pod::SAFE_TO_EVICT.into(), "true".into());
         snapshot.add_pod(ids[i % nodes], Arc::new(pod));
     }
-    let options = upstream_options(&[
-        ("scale-down-unneeded-time", "0s"),
-        ("max-scale-down-parallelism", "2000"),
-        ("max-drain-parallelism", "2000"),
-        ("scale-down-delay-after-add", "0s"),
-        ("scale-down-enabled", "true"),
-        ("scale-down-non-empty-candidates-count", "2000"),
-        ("scale-down-unready-enabled", "true"),
-        ("scale-down-simulation-timeout", "60s"),
-        // As in `dra_scale_down`: no candidate pool limits the non-empty candidates.
-        ("scale-down-candidates-pool-ratio", "1"),
-    ]);
+    let options = upstream_options(UPSTREAM_SCALE_DOWN_OPTIONS);
     crate::scale_down::fixtures::ScaleDownFixture {
         workers: Workers::sequential(),
         snapshot,
