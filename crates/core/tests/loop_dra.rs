@@ -327,6 +327,55 @@ fn a_template_from_a_real_node_carries_its_devices() {
     assert_eq!(increases(&log), vec!["cloud.increase_size gpu 1"]);
 }
 
+/// docs/dra.md DRA-129: a new node that Kubernetes calls Ready but whose DRA driver has not
+/// published its ResourceSlices yet is still starting: the pending claim pod waits for it instead
+/// of growing the group a second time, the node is no example for the group's template, and once
+/// the slices are there the node counts as ready.
+#[test]
+fn a_ready_node_without_its_devices_is_still_starting() {
+    let (log, cloud, cluster) = two_groups(2);
+    add_claim(&cluster, claim("gpu-0", &[]));
+    cluster.add_pod(using(pending_pod("train-0", 3000, t(0)), "gpu-0"));
+    let mut autoscaler = Autoscaler::new(options(&[]), 1);
+    run(&mut autoscaler, &cloud, &cluster, t(100));
+    assert_eq!(increases(&log), vec!["cloud.increase_size gpu 1"]);
+
+    // The node registers and is Ready, but its devices are not published.
+    let mut new = node("gpu-1", 8000, 16 << 30);
+    new.creation_time = t(110);
+    new.conditions.last_transition = Some(t(110));
+    cloud.add_instance("gpu", &new);
+    cluster.add_node(new);
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(120));
+    assert_eq!(
+        increases(&log),
+        vec!["cloud.increase_size gpu 1"],
+        "no second node for the same pod"
+    );
+    let counts = outcome.cluster_state.group("gpu").unwrap().counts;
+    assert_eq!((counts.ready, counts.not_started), (0, 1));
+
+    // Ready for over a minute and still without devices: not an example of its group either,
+    // whose template keeps the provider's devices.
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(200));
+    let gpu = outcome.node_groups.iter().find(|g| g.id == "gpu").unwrap();
+    let template = gpu.template.as_ref().unwrap();
+    assert_eq!(template.resource_slices.len(), 1);
+    assert_eq!(template.resource_slices[0].devices.len(), 2);
+    assert_eq!(increases(&log), vec!["cloud.increase_size gpu 1"]);
+
+    // Its driver publishes a complete pool: it is ready.
+    cluster
+        .state()
+        .dra
+        .slices
+        .push(Arc::new(slice("gpu-1", "gpu-1", 2)));
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(210));
+    let counts = outcome.cluster_state.group("gpu").unwrap().counts;
+    assert_eq!((counts.ready, counts.not_started), (1, 0));
+    assert_eq!(increases(&log), vec!["cloud.increase_size gpu 1"]);
+}
+
 /// Group `gpu` with nodes `g1` and `g2` of four devices each; `g1_claims` pods on g1 and
 /// `g2_claims` pods on g2 hold one allocated device each. Every pod is small, so CPU never
 /// keeps a node.

@@ -284,6 +284,35 @@ impl DraObjects {
     }
 }
 
+/// Complete pools per driver among `slices`: a pool (driver, pool name) is complete when the
+/// slices of its highest generation number exactly its `resourceSliceCount`. Readiness compares a
+/// node's count with its group template's (docs/dra.md DRA-129): a node that publishes fewer
+/// complete pools of a driver than its template has not finished publishing its devices.
+pub fn complete_pools_by_driver<'a>(
+    slices: impl IntoIterator<Item = &'a ResourceSlice>,
+) -> BTreeMap<String, usize> {
+    // (driver, pool) -> (newest generation, its slice count, slices of it seen).
+    let mut pools: BTreeMap<(&str, &str), (i64, i64, i64)> = BTreeMap::new();
+    for slice in slices {
+        let entry = pools
+            .entry((slice.driver.as_str(), slice.pool.as_str()))
+            .or_insert((slice.pool_generation, slice.pool_slice_count, 0));
+        if slice.pool_generation > entry.0 {
+            *entry = (slice.pool_generation, slice.pool_slice_count, 0);
+        } else if slice.pool_generation < entry.0 {
+            continue;
+        }
+        entry.2 += 1;
+    }
+    let mut complete: BTreeMap<String, usize> = BTreeMap::new();
+    for ((driver, _), (_, expected, seen)) in pools {
+        if seen == expected {
+            *complete.entry(driver.to_string()).or_default() += 1;
+        }
+    }
+    complete
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,5 +338,43 @@ mod tests {
         assert_eq!(copy.devices, slice.devices);
         assert!(copy.scope.reaches("new-1", &Labels::new()));
         assert!(!copy.scope.reaches("tmpl", &Labels::new()));
+    }
+
+    fn slice(driver: &str, pool: &str, generation: i64, count: i64) -> ResourceSlice {
+        ResourceSlice {
+            name: format!("{pool}-{generation}"),
+            driver: driver.into(),
+            pool: pool.into(),
+            pool_generation: generation,
+            pool_slice_count: count,
+            scope: DeviceScope::Node("n".into()),
+            ..ResourceSlice::default()
+        }
+    }
+
+    #[test]
+    fn a_pool_counts_once_all_slices_of_its_newest_generation_are_there() {
+        let gpu = "gpu.example.com";
+        // One pool in two slices, only one of them published: not complete.
+        assert!(complete_pools_by_driver(&[slice(gpu, "a", 1, 2)]).is_empty());
+        // Both published: one complete pool.
+        let both = [slice(gpu, "a", 1, 2), slice(gpu, "a", 1, 2)];
+        assert_eq!(complete_pools_by_driver(&both).get(gpu), Some(&1));
+        // A newer generation with one of its two slices replaces the complete older one.
+        let updating = [
+            slice(gpu, "a", 1, 2),
+            slice(gpu, "a", 1, 2),
+            slice(gpu, "a", 2, 2),
+        ];
+        assert!(complete_pools_by_driver(&updating).is_empty());
+        // Pools of other drivers and other pools count separately.
+        let mixed = [
+            slice(gpu, "a", 1, 1),
+            slice(gpu, "b", 3, 1),
+            slice("nic.example.com", "a", 1, 1),
+        ];
+        let pools = complete_pools_by_driver(&mixed);
+        assert_eq!(pools.get(gpu), Some(&2));
+        assert_eq!(pools.get("nic.example.com"), Some(&1));
     }
 }

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use ferroscale_model::dra::ResourceSlice;
+use ferroscale_model::dra::{ResourceSlice, complete_pools_by_driver};
 use ferroscale_model::{Node, Pod, Timestamp};
 use futures::StreamExt;
 
@@ -170,6 +170,7 @@ impl Gathered {
     /// What cluster-state needs of each group: its view, its instances (when `Nodes()`
     /// answered) and its registered nodes.
     pub(super) fn observations(&self) -> Vec<GroupObservation> {
+        let slices_by_node = self.node_local_slices();
         self.views
             .iter()
             .enumerate()
@@ -186,9 +187,37 @@ impl Gathered {
                 let mut observation =
                     GroupObservation::new(view.clone(), instances.unwrap_or_default(), nodes);
                 observation.instances_known = known;
+                // docs/dra.md DRA-129: a node with fewer complete device pools than its
+                // template has not published its devices yet.
+                if let Some(template) = &view.template {
+                    observation.template_device_pools =
+                        complete_pools_by_driver(&template.resource_slices);
+                }
+                if !observation.template_device_pools.is_empty() {
+                    observation.node_device_pools = observation
+                        .nodes
+                        .iter()
+                        .filter_map(|node| {
+                            let slices = slices_by_node.get(node.name.as_str())?;
+                            let pools = complete_pools_by_driver(slices.iter().map(|s| &***s));
+                            Some((node.name.clone(), pools))
+                        })
+                        .collect();
+                }
                 observation
             })
             .collect()
+    }
+
+    /// The cluster's node-local ResourceSlices by node name.
+    fn node_local_slices(&self) -> HashMap<&str, Vec<&Arc<ResourceSlice>>> {
+        let mut by_node: HashMap<&str, Vec<&Arc<ResourceSlice>>> = HashMap::new();
+        for slice in &self.objects.dra.slices {
+            if let Some(node) = slice.node_name() {
+                by_node.entry(node).or_default().push(slice);
+            }
+        }
+        by_node
     }
 }
 

@@ -3,11 +3,11 @@
 //! SU-108), else the provider's `TemplateNodeInfo()` (with the DaemonSet pods that would start on
 //! it), else — as a last resort — any real node of the group.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferroscale_model::dra::ResourceSlice;
+use ferroscale_model::dra::{ResourceSlice, complete_pools_by_driver};
 use ferroscale_model::taints::{TO_BE_DELETED, first_untolerated};
 use ferroscale_model::{CsiNode, DaemonSet, Node, Pod, PodPhase, Timestamp};
 
@@ -22,6 +22,9 @@ pub const STABLE_READINESS: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Default)]
 pub struct TemplateCache {
     by_group: HashMap<String, CachedTemplate>,
+    /// Complete DRA device pools per driver of each group's last template, whatever its source:
+    /// a real node with fewer is not a good example (docs/dra.md DRA-129).
+    device_pools: HashMap<String, BTreeMap<String, usize>>,
 }
 
 /// A template and when it was last taken from a good real node.
@@ -35,6 +38,30 @@ impl TemplateCache {
     /// Drops the entries of groups that no longer exist.
     pub fn retain_groups(&mut self, group_ids: &[&str]) {
         self.by_group.retain(|g, _| group_ids.contains(&g.as_str()));
+        self.device_pools
+            .retain(|g, _| group_ids.contains(&g.as_str()));
+    }
+
+    /// Remembers the device pools of the template chosen for `group_id` this loop.
+    fn chosen(&mut self, group_id: &str, template: &NodeTemplate) {
+        let pools = complete_pools_by_driver(&template.resource_slices);
+        if pools.is_empty() {
+            self.device_pools.remove(group_id);
+        } else {
+            self.device_pools.insert(group_id.to_string(), pools);
+        }
+    }
+
+    /// Whether `slices`, a real node's, hold at least the complete pools of every driver that the
+    /// group's last template had: otherwise the node's devices are not all published yet.
+    fn has_expected_devices(&self, group_id: &str, slices: &[ResourceSlice]) -> bool {
+        let Some(expected) = self.device_pools.get(group_id) else {
+            return true;
+        };
+        let published = complete_pools_by_driver(slices);
+        expected
+            .iter()
+            .all(|(driver, count)| published.get(driver).copied().unwrap_or(0) >= *count)
     }
 }
 
@@ -127,7 +154,41 @@ pub async fn choose_template(
         csi_node: csi_node_of(&node.name),
         resource_slices: slices_of(&node.name),
     };
-    if let Some(node) = nodes.iter().find(|n| good_example(n, now)) {
+    let usable = |node: &Node| {
+        good_example(node, now) && cache.has_expected_devices(group.id(), &slices_of(&node.name))
+    };
+    let example = nodes.iter().find(|n| usable(n)).cloned();
+    let (template, error) = pick_template(
+        group,
+        example.as_deref(),
+        nodes,
+        &from_node,
+        daemonsets,
+        cache,
+        now,
+        options,
+    )
+    .await;
+    if let Some((template, _)) = &template {
+        cache.chosen(group.id(), template);
+    }
+    (template, error)
+}
+
+/// The first source of [`choose_template`] that gives a template; `example` is the group's first
+/// good real node, if any.
+#[allow(clippy::too_many_arguments)]
+async fn pick_template(
+    group: &dyn NodeGroup,
+    example: Option<&Node>,
+    nodes: &[Arc<Node>],
+    from_node: &dyn Fn(&Node) -> NodeTemplate,
+    daemonsets: &[DaemonSet],
+    cache: &mut TemplateCache,
+    now: Timestamp,
+    options: &AutoscalingOptions,
+) -> (Option<(NodeTemplate, TemplateSource)>, Option<CloudError>) {
+    if let Some(node) = example {
         let mut template = sanitize_template(&from_node(node), group.id(), "template", options);
         if options.force_ds {
             add_daemonset_pods(&mut template, daemonsets);

@@ -13,7 +13,7 @@
 mod readiness;
 pub mod status;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use crate::events::{Event, EventObject, reasons};
 use crate::options::{AutoscalingOptions, UnreadyNodesScope};
 use crate::scale_up::NodeGroupView;
 
-pub use readiness::{NodeReadiness, ReadinessRules};
+pub use readiness::{DevicePools, NodeReadiness, ReadinessRules};
 pub use status::{StatusInput, StatusReport, render_status_yaml};
 
 /// Annotation on the placeholder nodes handed to `DeleteNodes` for instances that have no Node
@@ -54,6 +54,13 @@ pub struct GroupObservation {
     /// instance is missing is not taken as deleted; the `ToBeDeletedByClusterAutoscaler` taint is
     /// used instead (docs/behaviour.md SD-111).
     pub instances_known: bool,
+    /// Complete DRA device pools per driver that a new node of the group publishes, from its
+    /// template's node-local ResourceSlices; empty when the group has no devices (docs/dra.md
+    /// DRA-129).
+    pub template_device_pools: BTreeMap<String, usize>,
+    /// Complete DRA device pools per driver that each of `nodes` publishes; nodes without
+    /// node-local ResourceSlices are absent.
+    pub node_device_pools: HashMap<String, BTreeMap<String, usize>>,
 }
 
 impl GroupObservation {
@@ -63,6 +70,19 @@ impl GroupObservation {
             instances,
             nodes,
             instances_known: true,
+            template_device_pools: BTreeMap::new(),
+            node_device_pools: HashMap::new(),
+        }
+    }
+
+    /// What the group's template and `node` say about the node's devices.
+    fn device_pools(&self, node: &Node) -> DevicePools<'_> {
+        if self.template_device_pools.is_empty() {
+            return DevicePools::default();
+        }
+        DevicePools {
+            node: self.node_device_pools.get(&node.name),
+            template: Some(&self.template_device_pools),
         }
     }
 }
@@ -517,8 +537,10 @@ impl ClusterStateRegistry {
             .iter()
             .filter(|n| !grouped.contains(n.name.as_str()))
         {
+            // A node in no group has no template to expect devices from.
             let class = self.classify(
                 node,
+                &DevicePools::default(),
                 node.has_taint(TO_BE_DELETED),
                 now,
                 options.max_node_startup_time,
@@ -564,7 +586,8 @@ impl ClusterStateRegistry {
             } else {
                 node.has_taint(TO_BE_DELETED)
             };
-            let class = self.classify(node, deleted, now, startup_time);
+            let devices = observation.device_pools(node);
+            let class = self.classify(node, &devices, deleted, now, startup_time);
             if class == NodeClass::NotStarted {
                 work.not_started.push(node.name.clone());
             }
@@ -608,6 +631,7 @@ impl ClusterStateRegistry {
     fn classify(
         &self,
         node: &Node,
+        devices: &DevicePools<'_>,
         deleted: bool,
         now: Timestamp,
         startup_time: Duration,
@@ -618,7 +642,7 @@ impl ClusterStateRegistry {
         if node.conditions.suspended {
             return NodeClass::Suspended;
         }
-        match self.rules.readiness(node) {
+        match self.rules.readiness_with_devices(node, devices) {
             NodeReadiness::Ready => NodeClass::Ready,
             _ if now.since(node.creation_time) < startup_time => NodeClass::NotStarted,
             NodeReadiness::ResourceUnready => NodeClass::ResourceUnready,

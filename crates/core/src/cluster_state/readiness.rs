@@ -1,8 +1,11 @@
 //! Readiness of one node as the autoscaler judges it (docs/behaviour.md CS-101, CS-102): the
 //! Kubernetes conditions and condition taints, plus the autoscaler's own rules — startup taints
 //! make a Ready node count as still starting, and a GPU-labelled node without GPUs in its
-//! allocatable is not ready yet because its device plugin has not reported them. Status taints
-//! never affect readiness.
+//! allocatable is not ready yet because its device plugin has not reported them, and neither is a
+//! node that has published fewer complete device pools of a DRA driver than its group's template
+//! (its DRA driver has not published its ResourceSlices yet). Status taints never affect readiness.
+
+use std::collections::BTreeMap;
 
 use ferroscale_model::Node;
 use ferroscale_model::resources::NVIDIA_GPU;
@@ -19,8 +22,8 @@ pub enum NodeReadiness {
     NotReady,
     /// Ready by its conditions, but it still carries a startup taint.
     StartupTainted,
-    /// Ready by its conditions, but a resource it should offer (the GPU) is missing from
-    /// allocatable; reported as `resourceUnready`.
+    /// Ready by its conditions, but a resource it should offer is missing: the GPU from
+    /// allocatable, or DRA devices from its ResourceSlices; reported as `resourceUnready`.
     ResourceUnready,
 }
 
@@ -70,16 +73,22 @@ impl ReadinessRules {
         key.starts_with(STATUS_TAINT_PREFIX) || self.status_taints.iter().any(|t| t == key)
     }
 
-    /// The node's readiness under these rules. Conditions come first: a node that Kubernetes calls
-    /// not ready is `NotReady` whatever its taints.
+    /// The node's readiness under these rules, for a node without DRA expectations. Conditions
+    /// come first: a node that Kubernetes calls not ready is `NotReady` whatever its taints.
     pub fn readiness(&self, node: &Node) -> NodeReadiness {
+        self.readiness_with_devices(node, &DevicePools::default())
+    }
+
+    /// The node's readiness under these rules, with the complete device pools it publishes and
+    /// those its group's template says it will (docs/dra.md DRA-129).
+    pub fn readiness_with_devices(&self, node: &Node, devices: &DevicePools<'_>) -> NodeReadiness {
         if !node.is_ready() {
             return NodeReadiness::NotReady;
         }
         if node.taints.iter().any(|t| self.is_startup_taint(&t.key)) {
             return NodeReadiness::StartupTainted;
         }
-        if self.gpu_missing(node) {
+        if self.gpu_missing(node) || devices.missing() {
             return NodeReadiness::ResourceUnready;
         }
         NodeReadiness::Ready
@@ -91,6 +100,31 @@ impl ReadinessRules {
         !self.gpu_label.is_empty()
             && node.labels.contains_key(&self.gpu_label)
             && node.allocatable.get(NVIDIA_GPU) <= 0
+    }
+}
+
+/// Complete DRA device pools per driver (`ferroscale_model::dra::complete_pools_by_driver`): what a
+/// node publishes, and what a new node of its group publishes according to the group's template.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DevicePools<'a> {
+    pub node: Option<&'a BTreeMap<String, usize>>,
+    pub template: Option<&'a BTreeMap<String, usize>>,
+}
+
+impl DevicePools<'_> {
+    /// Some driver of the template has fewer complete pools on the node: the node's devices are
+    /// not all published yet. Without a template there is nothing to expect.
+    fn missing(&self) -> bool {
+        let Some(template) = self.template else {
+            return false;
+        };
+        template.iter().any(|(driver, expected)| {
+            self.node
+                .and_then(|pools| pools.get(driver))
+                .copied()
+                .unwrap_or(0)
+                < *expected
+        })
     }
 }
 
@@ -179,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn status_taints_leave_the_node_ready() {
+    fn status_taints_leave_the_node() {
         let mut options = AutoscalingOptions::default();
         options
             .set("status-taint", "example.com/maintenance")
@@ -214,6 +248,56 @@ mod tests {
             rules.readiness(&node()),
             NodeReadiness::Ready,
             "a node without the GPU label needs no GPU"
+        );
+    }
+
+    #[test]
+    fn a_node_short_of_its_templates_complete_pools_is_resource_unready() {
+        let rules = ReadinessRules::default();
+        let pools = |entries: &[(&str, usize)]| -> BTreeMap<String, usize> {
+            entries.iter().map(|(d, n)| (d.to_string(), *n)).collect()
+        };
+        let template = pools(&[("gpu.example.com", 1), ("nic.example.com", 2)]);
+        let check = |published: Option<&BTreeMap<String, usize>>| {
+            rules.readiness_with_devices(
+                &node(),
+                &DevicePools {
+                    node: published,
+                    template: Some(&template),
+                },
+            )
+        };
+        assert_eq!(
+            check(None),
+            NodeReadiness::ResourceUnready,
+            "nothing published"
+        );
+        let partial = pools(&[("gpu.example.com", 1), ("nic.example.com", 1)]);
+        assert_eq!(check(Some(&partial)), NodeReadiness::ResourceUnready);
+        let all = pools(&[("gpu.example.com", 1), ("nic.example.com", 2)]);
+        assert_eq!(check(Some(&all)), NodeReadiness::Ready);
+        let more = pools(&[("gpu.example.com", 3), ("nic.example.com", 2), ("x", 1)]);
+        assert_eq!(
+            check(Some(&more)),
+            NodeReadiness::Ready,
+            "more than the template"
+        );
+        // Without a template nothing is expected; conditions still come first.
+        assert_eq!(
+            rules.readiness_with_devices(&node(), &DevicePools::default()),
+            NodeReadiness::Ready
+        );
+        let mut not_ready = node();
+        not_ready.conditions.ready = Some(ConditionStatus::False);
+        assert_eq!(
+            rules.readiness_with_devices(
+                &not_ready,
+                &DevicePools {
+                    node: None,
+                    template: Some(&template)
+                }
+            ),
+            NodeReadiness::NotReady
         );
     }
 }
