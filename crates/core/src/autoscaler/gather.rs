@@ -123,6 +123,9 @@ pub(super) struct Gathered {
     pub(super) views: Vec<NodeGroupView>,
     /// Node name → index into `groups`.
     pub(super) group_of_node: HashMap<String, usize>,
+    /// Per group (index into `groups`): its registered nodes, in the order of `objects.nodes`
+    /// (the nodes `group_of_node` maps to it).
+    pub(super) nodes_of_group: Vec<Vec<Arc<Node>>>,
     /// Per group: `Nodes()` (`None` when the call failed).
     pub(super) instances: Vec<Option<Vec<Instance>>>,
     /// Nodes of a group that the provider keeps out of scale-down this loop
@@ -174,13 +177,7 @@ impl Gathered {
             .iter()
             .enumerate()
             .map(|(i, view)| {
-                let nodes: Vec<Arc<Node>> = self
-                    .objects
-                    .nodes
-                    .iter()
-                    .filter(|n| self.group_of_node.get(&n.name) == Some(&i))
-                    .cloned()
-                    .collect();
+                let nodes = self.nodes_of_group.get(i).cloned().unwrap_or_default();
                 let instances = self.instances.get(i).cloned().flatten();
                 let known = instances.is_some();
                 let mut observation =
@@ -413,6 +410,7 @@ pub(super) async fn gather_groups(
         groups,
         views,
         group_of_node,
+        nodes_of_group,
         instances,
         scale_down_vetoed,
         resource_limits,
