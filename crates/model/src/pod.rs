@@ -240,7 +240,13 @@ impl Pod {
 
     /// `namespace/name`, for messages.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        // Built by hand: a loop asks for one key per pending pod, and `format!` costs several
+        // times the copy.
+        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
+        key.push_str(&self.namespace);
+        key.push('/');
+        key.push_str(&self.name);
+        key
     }
 
     /// The claim a generic ephemeral volume of this pod uses.

@@ -33,6 +33,9 @@ pub struct ScaleUpExecution {
     pub failed: Vec<(GroupIncrease, CloudError)>,
     /// Resizes not attempted because an earlier one failed (sequential mode).
     pub not_attempted: Vec<GroupIncrease>,
+    /// The events of the execution. The loop moves them into its own events (de-duplicated,
+    /// published, and kept in `LoopOutcome::events`) rather than copying one per triggering pod,
+    /// so in a loop's outcome this is empty.
     pub events: Vec<Event>,
     /// `scaled_up_nodes_total` increment.
     pub scaled_up_nodes: usize,
@@ -192,11 +195,14 @@ pub async fn execute_scale_up(
             })
             .collect::<Vec<_>>()
             .join(" ");
+        // One message for every pod (there can be hundreds of thousands), formatted once.
+        let message = format!("pod triggered scale-up: [{resizes}]");
+        execution.events.reserve(plan.triggering_pods.len());
         for pod in &plan.triggering_pods {
             execution.events.push(Event::normal(
                 EventObject::Pod(pod.clone()),
                 reasons::TRIGGERED_SCALE_UP,
-                format!("pod triggered scale-up: [{resizes}]"),
+                message.clone(),
             ));
         }
     }

@@ -44,14 +44,15 @@ impl Autoscaler {
         if self.options.dry_run {
             return None;
         }
-        let execution = execute_scale_up(plan, groups, &mut self.backoff, now, &self.options).await;
+        let mut execution =
+            execute_scale_up(plan, groups, &mut self.backoff, now, &self.options).await;
         for increase in &execution.succeeded {
             self.registry
                 .register_scale_up(&increase.group_id, increase.delta(), now);
             self.scale_down_state
                 .record_scale_up(&increase.group_id, now);
         }
-        events.extend(execution.events.iter().cloned());
+        events.append(&mut execution.events);
         Some(execution)
     }
 

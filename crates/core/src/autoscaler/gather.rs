@@ -123,6 +123,9 @@ pub(super) struct Gathered {
     pub(super) views: Vec<NodeGroupView>,
     /// Node name → index into `groups`.
     pub(super) group_of_node: HashMap<String, usize>,
+    /// Per group (index into `groups`): its registered nodes, in the order of `objects.nodes`
+    /// (the nodes `group_of_node` maps to it).
+    pub(super) nodes_of_group: Vec<Vec<Arc<Node>>>,
     /// Per group: `Nodes()` (`None` when the call failed).
     pub(super) instances: Vec<Option<Vec<Instance>>>,
     /// Nodes of a group that the provider keeps out of scale-down this loop
@@ -175,13 +178,7 @@ impl Gathered {
             .iter()
             .enumerate()
             .map(|(i, view)| {
-                let nodes: Vec<Arc<Node>> = self
-                    .objects
-                    .nodes
-                    .iter()
-                    .filter(|n| self.group_of_node.get(&n.name) == Some(&i))
-                    .cloned()
-                    .collect();
+                let nodes = self.nodes_of_group.get(i).cloned().unwrap_or_default();
                 let instances = self.instances.get(i).cloned().flatten();
                 let known = instances.is_some();
                 let mut observation =
@@ -313,13 +310,23 @@ pub(super) async fn gather_groups(
     // The lookups finish in any order; the outcome lists them by node name.
     lookup_failures.sort_by_key(|failure| failure.subject.clone());
     failures.extend(lookup_failures);
-    let mut pods_by_node: HashMap<&str, Vec<Arc<Pod>>> = HashMap::new();
-    for pod in &objects.pods {
-        if let Some(node) = pod.node_name.as_deref() {
-            pods_by_node.entry(node).or_default().push(pod.clone());
+    // Each group's registered nodes, in the cluster's order, in one pass over the nodes.
+    let mut nodes_of_group: Vec<Vec<Arc<Node>>> = vec![Vec::new(); groups.len()];
+    for node in &objects.nodes {
+        if let Some(nodes) = group_of_node
+            .get(&node.name)
+            .and_then(|&i| nodes_of_group.get_mut(i))
+        {
+            nodes.push(node.clone());
         }
     }
-    let pods_on = |node: &str| pods_by_node.get(node).cloned().unwrap_or_default();
+    // Only the nodes templates may be built from need their pods: one per group, not every node.
+    let examples = nodes_of_group
+        .iter()
+        .flat_map(|nodes| templates::example_nodes(nodes, now))
+        .map(|node| node.name.as_str());
+    let pods_of_nodes = PodsOfNodes::new(&objects.pods, examples);
+    let pods_on = |node: &str| pods_of_nodes.pods_on(node);
     let csi_node_of = |node: &str| {
         objects
             .volumes
@@ -346,18 +353,12 @@ pub(super) async fn gather_groups(
 
     let mut views = Vec::with_capacity(groups.len());
     let mut instances = Vec::with_capacity(groups.len());
-    for (i, (group, (group_instances, target, group_options))) in
-        groups.iter().zip(per_group).enumerate()
+    for ((group, (group_instances, target, group_options)), nodes) in
+        groups.iter().zip(per_group).zip(&nodes_of_group)
     {
-        let nodes: Vec<Arc<Node>> = objects
-            .nodes
-            .iter()
-            .filter(|n| group_of_node.get(&n.name) == Some(&i))
-            .cloned()
-            .collect();
         let (template, template_error) = templates::choose_template(
             group.as_ref(),
-            &nodes,
+            nodes,
             &pods_on,
             &csi_node_of,
             &slices_of,
@@ -418,25 +419,100 @@ pub(super) async fn gather_groups(
         .ok()
         .flatten()
         .flatten();
-    let grouped: Vec<Arc<Node>> = objects
-        .nodes
-        .iter()
-        .filter(|n| group_of_node.contains_key(&n.name))
-        .cloned()
-        .collect();
-    let scale_down_vetoed = if options.scale_down_enabled && !grouped.is_empty() {
-        cloud.scale_down_vetoes(&grouped).await
+    let grouped: Vec<Arc<Node>> = if options.scale_down_enabled {
+        objects
+            .nodes
+            .iter()
+            .filter(|n| group_of_node.contains_key(&n.name))
+            .cloned()
+            .collect()
     } else {
+        Vec::new()
+    };
+    let scale_down_vetoed = if grouped.is_empty() {
         HashSet::new()
+    } else {
+        cloud.scale_down_vetoes(&grouped).await
     };
     Gathered {
         objects,
         groups,
         views,
         group_of_node,
+        nodes_of_group,
         instances,
         scale_down_vetoed,
         resource_limits,
         failures,
+    }
+}
+
+/// The pods bound to the nodes templates are built from. Indexing only those nodes costs one
+/// look-up of a small table per bound pod instead of a copied handle per pod in a table of every
+/// node; a node outside the index is answered by a scan, so the answer never depends on which
+/// nodes were indexed.
+struct PodsOfNodes<'a> {
+    pods: &'a [Arc<Pod>],
+    indexed: HashMap<&'a str, Vec<&'a Arc<Pod>>, foldhash::fast::RandomState>,
+}
+
+impl<'a> PodsOfNodes<'a> {
+    fn new(pods: &'a [Arc<Pod>], nodes: impl IntoIterator<Item = &'a str>) -> PodsOfNodes<'a> {
+        let mut indexed: HashMap<&str, Vec<&Arc<Pod>>, _> = HashMap::default();
+        for node in nodes {
+            indexed.entry(node).or_default();
+        }
+        if !indexed.is_empty() {
+            for pod in pods {
+                if let Some(on) = pod.node_name.as_deref().and_then(|n| indexed.get_mut(n)) {
+                    on.push(pod);
+                }
+            }
+        }
+        PodsOfNodes { pods, indexed }
+    }
+
+    /// The pods bound to `node`, in the gathered order.
+    fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
+        match self.indexed.get(node) {
+            Some(pods) => pods.iter().map(|&p| p.clone()).collect(),
+            None => self
+                .pods
+                .iter()
+                .filter(|p| p.node_name.as_deref() == Some(node))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(pods: &[Arc<Pod>], node: &str) -> Vec<String> {
+        pods.iter()
+            .filter(|p| p.node_name.as_deref() == Some(node))
+            .map(|p| p.key())
+            .collect()
+    }
+
+    /// Indexed or not, a node's pods are the ones bound to it, in the gathered order.
+    #[test]
+    fn pods_of_nodes_answers_every_node_as_a_scan_does() {
+        let pods: Vec<Arc<Pod>> = (0..40)
+            .map(|i| {
+                let mut pod = Pod::new("ns", format!("p{i}"));
+                pod.node_name = (i % 5 != 0).then(|| format!("n{}", i % 3));
+                Arc::new(pod)
+            })
+            .collect();
+        let index = PodsOfNodes::new(&pods, ["n1", "n1", "absent"]);
+        assert_eq!(index.indexed.len(), 2);
+        for node in ["n0", "n1", "n2", "absent", "other"] {
+            let got: Vec<String> = index.pods_on(node).iter().map(|p| p.key()).collect();
+            assert_eq!(got, scan(&pods, node), "{node}");
+        }
+        assert!(!index.pods_on("n1").is_empty());
     }
 }

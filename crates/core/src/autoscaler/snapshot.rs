@@ -2,11 +2,11 @@
 //! gathered objects and the cluster-state report to the snapshot the decide steps share, the
 //! pending pods and the pods of nodes being drained.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use ferroscale_model::Pod;
-use ferroscale_scheduling::{Snapshot, VolumeCatalogue};
+use ferroscale_scheduling::{NodeId, Snapshot, VolumeCatalogue};
 
 use crate::cluster_state::ClusterStateReport;
 use crate::kubernetes::ClusterObjects;
@@ -73,18 +73,34 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
     for ns in &objects.namespaces {
         snapshot.set_namespace_labels(ns.name.clone(), ns.labels.clone());
     }
+    // The handle of every added node by name, kept here with a fast hasher so that placing a
+    // bound pod costs no SipHash of its node's name; consecutive pods of one node (the usual
+    // order) reuse the last answer.
+    let mut node_ids: HashMap<&str, NodeId, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(objects.nodes.len(), Default::default());
     for node in &objects.nodes {
         if !registered_upcoming.contains(node.name.as_str()) {
-            snapshot.add_node(node.clone());
+            let id = snapshot.add_node(node.clone());
+            node_ids.entry(node.name.as_str()).or_insert(id);
         }
     }
     let mut pending: Vec<Arc<Pod>> = Vec::new();
+    let mut last: Option<(&str, Option<NodeId>)> = None;
     for pod in &pods {
         match pod.node_name.as_deref() {
             Some(name) => {
-                if !pod.is_expendable(cutoff)
-                    && let Some(id) = snapshot.node_id(name)
-                {
+                if pod.is_expendable(cutoff) {
+                    continue;
+                }
+                let id = match last {
+                    Some((last_name, id)) if last_name == name => id,
+                    _ => {
+                        let id = node_ids.get(name).copied();
+                        last = Some((name, id));
+                        id
+                    }
+                };
+                if let Some(id) = id {
                     snapshot.add_pod(id, (*pod).clone());
                 }
             }
@@ -115,5 +131,62 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
         snapshot,
         pending,
         draining_pods,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroscale_model::{Node, Resources};
+
+    /// Every bound pod lands on the node it names, whether the pods of a node come in a run or
+    /// interleaved with others; pods of a node not in the cluster are left out, and unbound pods
+    /// are pending.
+    #[test]
+    fn bound_pods_land_on_their_own_nodes_in_any_order() {
+        let nodes: Vec<Arc<Node>> = (0..4)
+            .map(|i| Arc::new(Node::new(format!("n{i}"), Resources::new(64_000, 64 << 30))))
+            .collect();
+        let pods: Vec<Arc<Pod>> = (0..30)
+            .map(|i| {
+                let mut pod = Pod::new("ns", format!("p{i}"));
+                pod.node_name = match i {
+                    0..10 => Some(format!("n{}", i / 5)),
+                    10..20 => Some(format!("n{}", i % 4)),
+                    20..25 => Some("gone".to_string()),
+                    _ => None,
+                };
+                Arc::new(pod)
+            })
+            .collect();
+        let objects = ClusterObjects {
+            nodes,
+            pods: pods.clone(),
+            ..ClusterObjects::default()
+        };
+        let built = build_snapshot(SnapshotInput {
+            objects: &objects,
+            report: &ClusterStateReport::default(),
+            views: &[],
+            draining: &HashSet::new(),
+            options: &AutoscalingOptions::default(),
+        });
+        for pod in &pods {
+            let on: Vec<&str> = built
+                .snapshot
+                .nodes()
+                .filter(|(_, info)| info.pods.iter().any(|p| Arc::ptr_eq(p, pod)))
+                .map(|(_, info)| info.node.name.as_str())
+                .collect();
+            let expected: Vec<&str> = pod
+                .node_name
+                .as_deref()
+                .filter(|n| *n != "gone")
+                .into_iter()
+                .collect();
+            assert_eq!(on, expected, "{}", pod.name);
+        }
+        assert_eq!(built.snapshot.pod_count(), 20);
+        assert_eq!(built.pending.len(), 5);
     }
 }

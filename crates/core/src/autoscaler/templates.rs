@@ -131,6 +131,14 @@ pub enum TemplateSource {
     UnreadyNode,
 }
 
+/// The nodes of a group a template may be built from at `now`, the ones [`choose_template`] asks
+/// `pods_on` about: the first good example, else the first node (used when the provider has no
+/// template). Gather indexes the bound pods of these nodes only.
+pub fn example_nodes(nodes: &[Arc<Node>], now: Timestamp) -> impl Iterator<Item = &Node> {
+    let good = nodes.iter().find(|n| good_example(n, now));
+    good.or(nodes.first()).into_iter().map(|n| &**n)
+}
+
 /// The template of `group` at `now`. `nodes` are the group's registered nodes, `pods_on` gives
 /// the pods bound to a node, `csi_node_of` its CSINode and `slices_of` its node-local
 /// ResourceSlices (a template built from a real node keeps the node's volume limits and devices,

@@ -432,7 +432,12 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             limits,
         });
     }
-    let estimates = workers.map_on_snapshots(snapshot, &jobs, |snapshot, job| {
+    let placements = jobs
+        .iter()
+        .flat_map(|job| &job.fitting)
+        .map(|members| members.len())
+        .sum();
+    let estimates = workers.map_on_snapshots(snapshot, &jobs, placements, |snapshot, job| {
         estimate(
             snapshot,
             job.template,
