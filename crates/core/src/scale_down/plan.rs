@@ -275,12 +275,6 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
             continue;
         }
         let risky = !pdb_tracker.fits_together(movable.iter().map(Arc::as_ref));
-        // Pods that really run on the node (not simulated arrivals) are the ones to evict.
-        let pods_to_evict: Vec<Arc<Pod>> = movable
-            .iter()
-            .filter(|p| !simulated_pods.contains(&p.uid))
-            .cloned()
-            .collect();
         match simulator.remove_node(snapshot, candidate.id, &movable) {
             Err(pod) => {
                 plan.unremovable.push(unremovable(
@@ -294,6 +288,16 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
                 );
             }
             Ok(moves) => {
+                // Pods that really run on the node (not simulated arrivals) are the ones to evict.
+                let pods_to_evict: Vec<Arc<Pod>> = if movable.is_empty() {
+                    Vec::new()
+                } else {
+                    movable
+                        .iter()
+                        .filter(|p| !simulated_pods.contains(&p.uid))
+                        .cloned()
+                        .collect()
+                };
                 pdb_tracker.consume(movable.iter().map(Arc::as_ref));
                 simulated_pods.extend(moves.iter().map(|m| m.pod.uid.clone()));
                 let empty = movable.is_empty();
