@@ -44,6 +44,9 @@ impl NodeId {
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
     pub node: Arc<Node>,
+    /// The pods placed here. Being in this list is what places a pod: a pod the removal
+    /// simulation moved here (shared, not copied) keeps the `node_name` of the node it really
+    /// runs on, which no filter reads for placed pods.
     pub pods: Vec<Arc<Pod>>,
     /// Sum of the placed pods' requests, with `pods` counting the pods.
     pub requested: Resources,
