@@ -9,8 +9,8 @@
 //!    never considers cordoned nodes, so neither do we.
 //! 2. **NodeName** — a pod whose `node_name` is set may only go to that node. The model has no
 //!    separate "requested node" for unbound pods, so for pending pods this filter never rejects;
-//!    callers that re-place pods of a node (drain simulation) must clear `node_name` first, as
-//!    upstream does.
+//!    callers that re-place pods of a node (drain simulation) clear `node_name` first, as
+//!    upstream does, or search with [`find_node_for_unbound`], which reads it as cleared.
 //! 3. **TaintToleration** — every `NoSchedule`/`NoExecute` taint must be tolerated.
 //! 4. **NodeAffinity** — the node selector and required node affinity must match.
 //! 5. **NodePorts** — no requested host port may conflict with one in use.
@@ -282,8 +282,14 @@ pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unf
         return check_with_volumes(snapshot, pod, node, switches);
     }
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
-    check_node_local(pod, info, switches, snapshot.scheduler_profile())
-        .map_err(Rejected::into_unfit)?;
+    check_node_local(
+        pod,
+        pod.node_name.as_deref(),
+        info,
+        switches,
+        snapshot.scheduler_profile(),
+    )
+    .map_err(Rejected::into_unfit)?;
     check_inter_pod(snapshot, pod, node)
 }
 
@@ -347,8 +353,14 @@ fn check_planned(
     devices: Option<&PodPlan>,
 ) -> Result<Option<(String, NodeAllocation)>, Unfit> {
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
-    check_node_local(pod, info, switches, snapshot.scheduler_profile())
-        .map_err(Rejected::into_unfit)?;
+    check_node_local(
+        pod,
+        pod.node_name.as_deref(),
+        info,
+        switches,
+        snapshot.scheduler_profile(),
+    )
+    .map_err(Rejected::into_unfit)?;
     if let Some(volumes) = volumes {
         volumes.check_node(snapshot, info).map_err(Unfit::volume)?;
     }
@@ -390,15 +402,38 @@ fn uses_volume_filters(switches: FilterSwitches, pod: &Pod) -> bool {
 /// capacity index ([`Snapshot::next_slot_with_room`]) skips whole runs of them. The snapshot is
 /// borrowed mutably for the same reason as in [`check`].
 pub fn find_node(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
+    find_node_as(snapshot, pod, pod.node_name.as_deref(), start)
+}
+
+/// [`find_node`] for `pod` as if its `node_name` were cleared: the node a pod that is placed in
+/// the snapshot (or bound elsewhere) would be moved to, as the drain simulation asks. Nothing is
+/// copied: the NodeName filter reads the cleared name instead of the pod's.
+pub fn find_node_for_unbound(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
+    find_node_as(snapshot, pod, None, start)
+}
+
+/// [`find_node`] with `node_name` standing for the pod's own.
+#[inline(always)]
+fn find_node_as(
+    snapshot: &mut Snapshot,
+    pod: &Pod,
+    node_name: Option<&str>,
+    start: usize,
+) -> Option<NodeId> {
     if uses_volume_filters(snapshot.filter_switches(), pod) || pod.has_resource_claims() {
-        return find_node_with_volumes(snapshot, pod, start);
+        return find_node_with_volumes(snapshot, pod, node_name, start);
     }
-    find_node_where(snapshot, pod, start, |_, _| true)
+    find_node_where(snapshot, pod, node_name, start, |_, _| true)
 }
 
 /// [`find_node`] for a pod the volume filters or the DynamicResources filter look at.
 #[inline(never)]
-fn find_node_with_volumes(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> Option<NodeId> {
+fn find_node_with_volumes(
+    snapshot: &mut Snapshot,
+    pod: &Pod,
+    node_name: Option<&str>,
+    start: usize,
+) -> Option<NodeId> {
     let switches = snapshot.filter_switches();
     // A pod a per-pod part rejects fits nowhere.
     let volumes = if uses_volume_filters(switches, pod) {
@@ -413,7 +448,7 @@ fn find_node_with_volumes(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> O
     };
     // The allocation found on the last node the DynamicResources filter accepted.
     let last_fit = RefCell::new(None);
-    let found = find_node_where(snapshot, pod, start, |snapshot, i| {
+    let found = find_node_where(snapshot, pod, node_name, start, |snapshot, i| {
         let Some(info) = snapshot.node(NodeId(i as u32)) else {
             return false;
         };
@@ -447,11 +482,13 @@ fn find_node_with_volumes(snapshot: &mut Snapshot, pod: &Pod, start: usize) -> O
     found
 }
 
-/// The scan of [`find_node`], with `volumes_ok` as the per-node part of the volume filters.
+/// The scan of [`find_node`], with `volumes_ok` as the per-node part of the volume filters and
+/// `node_name` as the pod's for the NodeName filter.
 #[inline(always)]
 fn find_node_where(
     snapshot: &mut Snapshot,
     pod: &Pod,
+    node_name: Option<&str>,
     start: usize,
     volumes_ok: impl Fn(&Snapshot, usize) -> bool,
 ) -> Option<NodeId> {
@@ -471,7 +508,7 @@ fn find_node_where(
     let summary_rejects = snapshot.capacity_rules_out();
     // A pod without node-level constraints passes the node-local filters wherever the summary
     // says so, and the node itself need not be read at all.
-    let unconstrained = pod.node_name.is_none()
+    let unconstrained = node_name.is_none()
         && pod.node_selector.is_empty()
         && pod.required_node_affinity.is_none()
         && pod.requests.extended().next().is_none();
@@ -484,9 +521,9 @@ fn find_node_where(
         }
         // A "certainly yes" holds with any filter disabled: disabling only lets more nodes pass.
         ((unconstrained && summary.admits_unconstrained(&wants))
-            || snapshot
-                .node(NodeId(i as u32))
-                .is_some_and(|info| check_node_local(pod, info, switches, profile).is_ok()))
+            || snapshot.node(NodeId(i as u32)).is_some_and(|info| {
+                check_node_local(pod, node_name, info, switches, profile).is_ok()
+            }))
             && volumes_ok(snapshot, i)
     };
     let Some(plan) = plan else {
@@ -566,6 +603,16 @@ impl Rejected<'_> {
     }
 }
 
+/// Whether the nodes `pod` fits on are decided by each node and what is placed on it alone, never
+/// by pods elsewhere: in this snapshot no inter-pod filter (the pod's affinity or anti-affinity,
+/// a placed pod's anti-affinity, topology spread), volume filter or device claim applies to it.
+/// Then taking pods off one node changes for no other node whether the pod fits there.
+pub fn fits_by_node_alone(snapshot: &Snapshot, pod: &Pod) -> bool {
+    !needs_inter_pod_filters(snapshot, pod)
+        && !uses_volume_filters(snapshot.filter_switches(), pod)
+        && !pod.has_resource_claims()
+}
+
 fn needs_inter_pod_filters(snapshot: &Snapshot, pod: &Pod) -> bool {
     let switches = snapshot.filter_switches();
     (switches.inter_pod_affinity
@@ -584,6 +631,7 @@ fn is_hard(constraint: &TopologySpreadConstraint) -> bool {
 /// the scheduler profile disables.
 fn check_node_local<'a>(
     pod: &'a Pod,
+    node_name: Option<&str>,
     info: &'a NodeInfo,
     switches: FilterSwitches,
     profile: &SchedulerProfile,
@@ -592,12 +640,7 @@ fn check_node_local<'a>(
     if switches.unschedulable && node.unschedulable {
         return Err(Rejected::NodeUnschedulable);
     }
-    if switches.node_name
-        && pod
-            .node_name
-            .as_ref()
-            .is_some_and(|name| *name != node.name)
-    {
+    if switches.node_name && node_name.is_some_and(|name| name != node.name) {
         return Err(Rejected::NodeName);
     }
     if switches.taints

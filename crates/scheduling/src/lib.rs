@@ -24,7 +24,7 @@ mod topology;
 pub mod volumes;
 
 pub use dra::{AllocationNote, DraReason, DraUnfit, PoolUtilization};
-pub use filters::{Unfit, UnfitKind, check, find_node};
+pub use filters::{Unfit, UnfitKind, check, find_node, find_node_for_unbound, fits_by_node_alone};
 pub use scheduler_config::{FilterPlugin, SchedulerConfigError, SchedulerProfile};
 pub use snapshot::{Branch, NodeId, NodeInfo, Snapshot};
 pub use volumes::{VolumeCatalogue, VolumePlugin, VolumeUnfit};

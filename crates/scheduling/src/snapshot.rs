@@ -44,6 +44,9 @@ impl NodeId {
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
     pub node: Arc<Node>,
+    /// The pods placed here. Being in this list is what places a pod: a pod the removal
+    /// simulation moved here (shared, not copied) keeps the `node_name` of the node it really
+    /// runs on, which no filter reads for placed pods.
     pub pods: Vec<Arc<Pod>>,
     /// Sum of the placed pods' requests, with `pods` counting the pods.
     pub requested: Resources,
@@ -595,6 +598,9 @@ impl Snapshot {
         let pods = std::mem::take(&mut info.pods);
         info.requested = Resources::default();
         info.host_ports.clear();
+        for pod in &pods {
+            Self::account_pod(&mut info, pod, true);
+        }
         self.by_name.insert(info.node.name.clone(), id);
         self.live_nodes += 1;
         let node = info.node.clone();
@@ -605,28 +611,31 @@ impl Snapshot {
             self.fit_summaries
                 .resize(id.index() + 1, FitSummary::default());
         }
+        // The slot's summary and capacity entry change once, with every pod accounted.
         let summary = FitSummary::of(&info);
         self.fit_summaries[id.index()] = summary;
         self.capacity
             .update(id.index(), &summary, &self.fit_summaries);
         self.slots[id.index()] = Some(info);
         self.topology.node_added(id.index(), &node);
-        for pod in pods {
-            self.attach_pod(id, pod, None);
+        for pod in &pods {
+            self.count_pod(id, pod, true);
+        }
+        if let Some(info) = self.slots[id.index()].as_mut() {
+            info.pods = pods;
         }
     }
 
+    /// Takes the node out of its slot with its pods (in their order; `requested` and
+    /// `host_ports` still account for them).
     fn detach_node(&mut self, id: NodeId) -> Option<NodeInfo> {
-        let count = self.node(id)?.pods.len();
-        // Pods leave one by one through the same path as `remove_pod`, last first, so the returned
-        // info lists them in their original order.
-        let mut pods = Vec::with_capacity(count);
-        for index in (0..count).rev() {
-            if let Some(pod) = self.detach_pod(id, index) {
-                pods.push(pod);
-            }
+        let info = self.slots.get_mut(id.index()).and_then(Option::as_mut)?;
+        let pods = std::mem::take(&mut info.pods);
+        // Pods leave last first, with the bookkeeping `remove_pod` does; the slot's summary and
+        // capacity entry change once, as the slot dies.
+        for pod in pods.iter().rev() {
+            self.count_pod(id, pod, false);
         }
-        pods.reverse();
         self.topology.node_removed(id.index());
         let mut info = self.slots.get_mut(id.index()).and_then(Option::take)?;
         self.fit_summaries[id.index()] = FitSummary::default();
@@ -634,9 +643,6 @@ impl Snapshot {
             .update(id.index(), &FitSummary::default(), &self.fit_summaries);
         self.by_name.remove(&info.node.name);
         self.live_nodes -= 1;
-        for pod in &pods {
-            Self::account_pod(&mut info, pod, true);
-        }
         info.pods = pods;
         Some(info)
     }
@@ -651,19 +657,14 @@ impl Snapshot {
         self.fit_summaries[id.index()] = summary;
         self.capacity
             .update(id.index(), &summary, &self.fit_summaries);
+        self.count_pod(id, &pod, true);
+        let Some(info) = self.slots[id.index()].as_mut() else {
+            return;
+        };
         match position {
-            Some(p) if p <= info.pods.len() => info.pods.insert(p, pod.clone()),
-            _ => info.pods.push(pod.clone()),
+            Some(p) if p <= info.pods.len() => info.pods.insert(p, pod),
+            _ => info.pods.push(pod),
         }
-        self.pod_count += 1;
-        if !pod.pod_anti_affinity.is_empty() {
-            self.pods_with_anti_affinity += 1;
-        }
-        if pod.has_checked_volumes() {
-            Self::count_claim_users(&mut self.claim_users, &pod, true);
-        }
-        self.topology
-            .pod_changed(id.index(), &pod, true, &self.slots, &self.namespace_labels);
     }
 
     fn detach_pod(&mut self, id: NodeId, index: usize) -> Option<Arc<Pod>> {
@@ -677,16 +678,27 @@ impl Snapshot {
         self.fit_summaries[id.index()] = summary;
         self.capacity
             .update(id.index(), &summary, &self.fit_summaries);
-        self.pod_count -= 1;
-        if !pod.pod_anti_affinity.is_empty() {
-            self.pods_with_anti_affinity -= 1;
+        self.count_pod(id, &pod, false);
+        Some(pod)
+    }
+
+    /// The snapshot-wide bookkeeping of a pod arriving on (`adding`) or leaving slot `id`: the
+    /// counts, the claims' users and the topology indexes. The slot's own accounting is the
+    /// caller's.
+    fn count_pod(&mut self, id: NodeId, pod: &Pod, adding: bool) {
+        let anti_affinity = !pod.pod_anti_affinity.is_empty();
+        if adding {
+            self.pod_count += 1;
+            self.pods_with_anti_affinity += usize::from(anti_affinity);
+        } else {
+            self.pod_count -= 1;
+            self.pods_with_anti_affinity -= usize::from(anti_affinity);
         }
         if pod.has_checked_volumes() {
-            Self::count_claim_users(&mut self.claim_users, &pod, false);
+            Self::count_claim_users(&mut self.claim_users, pod, adding);
         }
         self.topology
-            .pod_changed(id.index(), &pod, false, &self.slots, &self.namespace_labels);
-        Some(pod)
+            .pod_changed(id.index(), pod, adding, &self.slots, &self.namespace_labels);
     }
 
     fn count_claim_users(

@@ -23,6 +23,9 @@ use super::{
 use crate::options::AutoscalingOptions;
 use crate::scale_up::is_upcoming_node;
 
+/// Uids of the pods the simulation placed in this loop.
+type SimulatedPods = foldhash::HashSet<String>;
+
 /// A node that passed eligibility and waits for its removal simulation.
 struct Candidate {
     id: NodeId,
@@ -97,8 +100,9 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
 
     let mut simulator = RemovalSimulator::new(now, not_destinations.clone());
     // Pods placed by the simulation rather than really running where the snapshot shows them:
-    // they are never evicted from the node they were simulated onto.
-    let mut simulated_pods: HashSet<String> = HashSet::new();
+    // they are never evicted from the node they were simulated onto. Every pod to move is
+    // looked up, hence the fast (seeded) hasher.
+    let mut simulated_pods = SimulatedPods::default();
     place_recently_evicted(
         snapshot,
         &mut simulator,
@@ -275,12 +279,6 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
             continue;
         }
         let risky = !pdb_tracker.fits_together(movable.iter().map(Arc::as_ref));
-        // Pods that really run on the node (not simulated arrivals) are the ones to evict.
-        let pods_to_evict: Vec<Arc<Pod>> = movable
-            .iter()
-            .filter(|p| !simulated_pods.contains(&p.uid))
-            .cloned()
-            .collect();
         match simulator.remove_node(snapshot, candidate.id, &movable) {
             Err(pod) => {
                 plan.unremovable.push(unremovable(
@@ -294,6 +292,16 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
                 );
             }
             Ok(moves) => {
+                // Pods that really run on the node (not simulated arrivals) are the ones to evict.
+                let pods_to_evict: Vec<Arc<Pod>> = if movable.is_empty() {
+                    Vec::new()
+                } else {
+                    movable
+                        .iter()
+                        .filter(|p| !simulated_pods.contains(&p.uid))
+                        .cloned()
+                        .collect()
+                };
                 pdb_tracker.consume(movable.iter().map(Arc::as_ref));
                 simulated_pods.extend(moves.iter().map(|m| m.pod.uid.clone()));
                 let empty = movable.is_empty();
@@ -599,7 +607,7 @@ fn place_recently_evicted(
     simulator: &mut RemovalSimulator,
     deletions: &super::DeletionsInProgress,
     controllers: &super::ControllerIndex,
-    simulated_pods: &mut HashSet<String>,
+    simulated_pods: &mut SimulatedPods,
 ) {
     let mut placed_per_owner: HashMap<(String, String, String), i32> = HashMap::new();
     for pod in &deletions.recently_evicted {

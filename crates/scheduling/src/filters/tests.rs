@@ -123,6 +123,46 @@ fn a_bound_pod_fits_only_its_own_node() {
 }
 
 #[test]
+fn find_node_for_unbound_reads_the_node_name_as_cleared() {
+    let mut s = Snapshot::new();
+    let a = add_node(&mut s, "a", None);
+    let b = add_node(&mut s, "b", Some("z1"));
+    let mut p = pod("p");
+    p.node_name = Some("b".into());
+    assert_eq!(find_node(&mut s, &p, 0), Some(b));
+    // The pod leaves `b`: the first node it fits on, as for its copy without a node name.
+    assert_eq!(find_node_for_unbound(&mut s, &p, 0), Some(a));
+    // Every other filter still applies, e.g. a node selector.
+    p.node_selector = labels(&[(ZONE, "z1")]);
+    assert_eq!(find_node_for_unbound(&mut s, &p, 0), Some(b));
+    p.node_selector = labels(&[(ZONE, "z2")]);
+    assert_eq!(find_node_for_unbound(&mut s, &p, 0), None);
+}
+
+#[test]
+fn fits_by_node_alone_only_without_inter_pod_volume_or_device_constraints() {
+    let mut s = Snapshot::new();
+    let a = add_node(&mut s, "a", Some("z1"));
+    let mut plain = pod("plain");
+    plain.node_selector = labels(&[(ZONE, "z1")]);
+    plain.host_ports.push(HostPort {
+        port: 80,
+        protocol: Protocol::Tcp,
+        host_ip: String::new(),
+    });
+    assert!(fits_by_node_alone(&s, &plain));
+    let mut anti = pod("anti");
+    anti.pod_anti_affinity.push(term("web", ZONE));
+    assert!(!fits_by_node_alone(&s, &anti));
+    let mut spreading = pod("spreading");
+    spreading.topology_spread.push(spread("web", ZONE, 1));
+    assert!(!fits_by_node_alone(&s, &spreading));
+    // A placed pod's anti-affinity can reject any pod in its domain.
+    place(&mut s, a, anti);
+    assert!(!fits_by_node_alone(&s, &plain));
+}
+
+#[test]
 fn taints_reject_unless_tolerated_and_prefer_no_schedule_never_rejects() {
     let mut s = Snapshot::new();
     let tainted = |effect| {
