@@ -115,6 +115,9 @@ struct GroupState {
     /// Provider ids of instances removed through `DeleteNodes` (rather than lost), so the runner
     /// can tell the autoscaler's removals from the cloud's.
     deleted_through_api: std::collections::HashSet<String>,
+    /// Instances removed so far (deleted, lost or cancelled), so the runner can tell that no
+    /// node can have lost its machine since it last looked.
+    removals: u64,
 }
 
 /// A simulated node group. Shared between the cloud and the engine through `Arc`.
@@ -271,6 +274,7 @@ impl SimulatedNodeGroup {
         let count = before - state.instances.len();
         state.target = state.target.saturating_sub(count);
         state.deleted.extend(removed);
+        state.removals += count as u64;
         count
     }
 
@@ -437,6 +441,7 @@ impl NodeGroup for SimulatedNodeGroup {
             if !state.instances[index].registered {
                 let instance = state.instances.remove(index);
                 state.deleted.push((instance.requested_at, now));
+                state.removals += 1;
                 cancelled += 1;
             }
         }
@@ -622,6 +627,12 @@ impl SimulatedCloud {
             );
         }
         ids
+    }
+
+    /// How many instances every group has removed so far: while it stays the same, every node
+    /// that had a machine still has it.
+    pub fn instance_removals(&self) -> u64 {
+        self.groups.iter().map(|g| g.state().removals).sum()
     }
 
     /// Whether the instance was removed by a `DeleteNodes` call (the autoscaler's doing).
@@ -908,6 +919,26 @@ mod tests {
         block_on(group.delete_nodes(&[nodes[0].node.clone()])).unwrap();
         assert_eq!(block_on(group.target_size()).unwrap(), 0);
         assert!(!cloud.instance_exists(&nodes[0].node.provider_id));
+    }
+
+    /// The runner skips its check of every node against the cloud while this count stands still,
+    /// so every way an instance goes must move it.
+    #[test]
+    fn instance_removals_count_deletions_losses_and_cancellations() {
+        let (clock, cloud) = cloud();
+        let nodes = cloud.provision(clock.now());
+        let group = cloud.group("a").unwrap().clone();
+        assert_eq!(cloud.instance_removals(), 0);
+        block_on(group.increase_size(3)).unwrap();
+        assert_eq!(cloud.instance_removals(), 0);
+        block_on(group.decrease_target_size(-1)).unwrap();
+        assert_eq!(cloud.instance_removals(), 1);
+        let more = cloud.provision(Timestamp::from_secs(1000));
+        assert_eq!(more.len(), 2);
+        assert!(cloud.lose_instance(&more[0].node.provider_id));
+        assert_eq!(cloud.instance_removals(), 2);
+        block_on(group.delete_nodes(&[nodes[0].node.clone()])).unwrap();
+        assert_eq!(cloud.instance_removals(), 3);
     }
 
     #[test]

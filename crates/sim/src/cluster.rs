@@ -175,6 +175,18 @@ pub struct Cluster {
     deleted_controllers: HashMap<String, Vec<(String, String)>>,
     /// Pods bound by name to a node they did not fit on, since the last [`Cluster::take_refusals`].
     refusals: Vec<NodeRefusal>,
+    /// Nodes whose object changed (taints, cordon) since the scheduler stand-in's snapshot last
+    /// read them, with the order of their last change. The snapshot has no in-place node update:
+    /// a change re-adds the node with its pods, which the engine's taint writes (a whole
+    /// scale-down's worth in one loop) would pay for each time although nothing reads the
+    /// snapshot's copy of the node until the next scheduling pass. So the change is applied to the
+    /// cluster's node at once and to the snapshot when it is next needed
+    /// ([`Cluster::refresh_changed_nodes`]), in the order the nodes last changed, which leaves the
+    /// snapshot's nodes in the order eager re-adding would have (the stand-in's round-robin start
+    /// depends on it).
+    changed_nodes: HashMap<String, u64>,
+    /// Counter giving `changed_nodes` their order.
+    node_changes: u64,
 }
 
 /// Pods whose `spec.nodeName` named a node that had no room for them: the node refused them, as a
@@ -281,6 +293,7 @@ impl Cluster {
     /// Gives the scheduler stand-in's snapshot the DRA objects as they are now, if they changed
     /// behind its back.
     fn sync_dra(&mut self) {
+        self.refresh_changed_nodes();
         if self.dra_stale {
             self.dra.load_into(&mut self.snapshot);
             self.dra_stale = false;
@@ -361,14 +374,17 @@ impl Cluster {
         (healthy - desired_healthy).max(0)
     }
 
-    /// Registered nodes with their bound pods, as the scheduler and the engine see them.
+    /// Registered nodes with their bound pods, as the scheduler stand-in sees them. A node's
+    /// taints and cordon written since the last scheduling pass reach it with the next pass
+    /// (or [`Cluster::snapshot_mut`]); [`Cluster::node`] has them at once.
     pub fn snapshot(&self) -> &Snapshot {
         &self.snapshot
     }
 
     /// Mutable access for the engine, which forks and reverts; callers must leave the snapshot as
-    /// they found it (every fork reverted).
+    /// they found it (every fork reverted). Every node in it is up to date.
     pub fn snapshot_mut(&mut self) -> &mut Snapshot {
+        self.refresh_changed_nodes();
         &mut self.snapshot
     }
 
@@ -381,6 +397,11 @@ impl Cluster {
         self.node_order
             .iter()
             .filter_map(|name| self.nodes.get(name))
+    }
+
+    /// Registered nodes in no particular order (cheaper than [`Cluster::nodes`]).
+    pub fn nodes_unordered(&self) -> impl Iterator<Item = &ClusterNode> {
+        self.nodes.values()
     }
 
     pub fn node_count(&self) -> usize {
@@ -422,6 +443,8 @@ impl Cluster {
         if self.nodes.contains_key(&node.name) {
             return;
         }
+        // A node changed before this one registered comes before it in the snapshot.
+        self.refresh_changed_nodes();
         let node = Arc::new(node);
         let id = self.snapshot.add_node(node.clone());
         if self.storage.node_registered(&node.name, group.as_deref()) {
@@ -460,6 +483,7 @@ impl Cluster {
             return 0;
         };
         self.node_order.retain(|n| n != name);
+        self.changed_nodes.remove(name);
         if self.storage.node_removed(name) {
             self.storage_changed();
         }
@@ -650,21 +674,43 @@ impl Cluster {
         self.release_claims(&pod, true);
     }
 
-    /// The snapshot has no in-place node update: remove and re-add with the same pods.
+    /// Gives a node a new object (taints, cordon): the cluster's copy (what Gather and the engine
+    /// read) at once, the scheduler stand-in's snapshot before it next reads nodes.
     fn replace_node(&mut self, name: &str, node: Node) {
         let Some(entry) = self.nodes.get_mut(name) else {
             return;
         };
-        let pods = self.snapshot.remove_node(entry.id);
-        let node = Arc::new(node);
-        let id = self.snapshot.add_node(node.clone());
-        for pod in pods {
-            self.snapshot.add_pod(id, pod);
-        }
-        entry.node = node;
-        entry.id = id;
+        entry.node = Arc::new(node);
+        self.node_changes += 1;
+        self.changed_nodes
+            .insert(name.to_string(), self.node_changes);
         if !self.dra.is_empty() {
             self.dra_stale = true;
+        }
+    }
+
+    /// Brings the snapshot's copies of changed nodes up to date, re-adding each (the snapshot has
+    /// no in-place node update) with its pods, in the order the nodes last changed.
+    fn refresh_changed_nodes(&mut self) {
+        if self.changed_nodes.is_empty() {
+            return;
+        }
+        let mut changed: Vec<(u64, String)> = self
+            .changed_nodes
+            .drain()
+            .map(|(name, order)| (order, name))
+            .collect();
+        changed.sort_unstable();
+        for (_, name) in changed {
+            let Some(entry) = self.nodes.get_mut(&name) else {
+                continue;
+            };
+            let pods = self.snapshot.remove_node(entry.id);
+            let id = self.snapshot.add_node(entry.node.clone());
+            for pod in pods {
+                self.snapshot.add_pod(id, pod);
+            }
+            entry.id = id;
         }
     }
 
@@ -880,6 +926,7 @@ impl Cluster {
     /// rest are marked unschedulable. When nothing changed since the last pass only the new pods
     /// are tried: the verdict for the others could not have changed.
     pub fn schedule(&mut self, now: Timestamp) -> SchedulingOutcome {
+        self.refresh_changed_nodes();
         let mut candidates: Vec<PodIndex> = if self.capacity_changed {
             self.pending.clone()
         } else {
@@ -1198,6 +1245,103 @@ mod tests {
             Taint::new("k", "v", ferroscale_model::TaintEffect::NoSchedule),
             false
         ));
+    }
+
+    /// The snapshot's nodes, in slot order, with their taint keys and cordon.
+    fn snapshot_nodes(c: &mut Cluster) -> Vec<(String, Vec<String>, bool)> {
+        c.snapshot_mut()
+            .nodes()
+            .map(|(_, info)| {
+                let node = &info.node;
+                let taints = node.taints.iter().map(|t| t.key.clone()).collect();
+                (node.name.clone(), taints, node.unschedulable)
+            })
+            .collect()
+    }
+
+    /// Node writes reach the scheduler stand-in's snapshot later than the cluster's nodes, but
+    /// the snapshot ends up as re-adding each node at every write would leave it: the same
+    /// objects, the same pods, and the nodes in the same order (a written node moves to the end,
+    /// which the stand-in's round-robin start depends on).
+    #[test]
+    fn node_writes_leave_the_snapshot_as_re_adding_each_node_would() {
+        let mut c = Cluster::new(Vec::new());
+        // The order re-adding at every write gives: a written node goes to the end.
+        let mut expected: Vec<String> = Vec::new();
+        let moved = |expected: &mut Vec<String>, name: &str| {
+            expected.retain(|n| n != name);
+            expected.push(name.to_string());
+        };
+        for i in 0..6 {
+            c.add_node(node(&format!("n{i}"), 4000), None);
+            expected.push(format!("n{i}"));
+        }
+        for i in 0..6 {
+            let mut p = pod(&format!("p{i}"), 100);
+            p.node_name = Some(format!("n{i}"));
+            c.add_pod(p, Timestamp::from_secs(0), None);
+        }
+        let taint = |key: &str| Taint::new(key, "v", ferroscale_model::TaintEffect::NoSchedule);
+        assert!(c.taint("n1", taint("a"), true));
+        moved(&mut expected, "n1");
+        assert!(c.taint("n3", taint("a"), false));
+        moved(&mut expected, "n3");
+        assert!(c.taint("n1", taint("b"), false));
+        moved(&mut expected, "n1");
+        // The engine reads the written node at once, and its pods stay with it.
+        assert!(
+            c.node("n1")
+                .is_some_and(|n| n.node.unschedulable && n.node.taints.len() == 2)
+        );
+        assert_eq!(
+            c.snapshot()
+                .node(c.node("n1").unwrap().id)
+                .map(|i| i.pods.len()),
+            Some(1)
+        );
+        // A node registering after the writes comes after the written nodes.
+        c.add_node(node("n6", 4000), None);
+        expected.push("n6".to_string());
+        assert!(c.cordon("n0"));
+        moved(&mut expected, "n0");
+        assert!(c.untaint("n3", "a", false));
+        moved(&mut expected, "n3");
+        // A written node that leaves is not re-added.
+        assert!(c.taint("n4", taint("a"), false));
+        c.remove_node("n4", Timestamp::from_secs(1));
+        expected.retain(|n| n != "n4");
+        assert!(c.uncordon("n0"));
+        moved(&mut expected, "n0");
+
+        let nodes = snapshot_nodes(&mut c);
+        let names: Vec<&str> = nodes.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert_eq!(names, expected);
+        for (name, taints, cordoned) in &nodes {
+            let live = &c.node(name).unwrap().node;
+            let live_taints: Vec<String> = live.taints.iter().map(|t| t.key.clone()).collect();
+            assert_eq!(
+                (taints, *cordoned),
+                (&live_taints, live.unschedulable),
+                "{name}"
+            );
+        }
+        assert_eq!(c.snapshot().pod_count(), 5);
+        for name in ["n0", "n1", "n2", "n3", "n5"] {
+            let info = c.snapshot().node(c.node(name).unwrap().id).unwrap();
+            assert_eq!(info.pods.len(), 1, "{name}");
+        }
+        // The next pass sees the cordon and the taints: a pod that tolerates nothing lands on a
+        // node without either.
+        c.add_pod(pod("new", 100), Timestamp::from_secs(2), None);
+        c.schedule(Timestamp::from_secs(2));
+        let placed = c
+            .live_pod("default", "new")
+            .and_then(|r| r.pod.node_name.clone());
+        let placed = placed.expect("a free node takes the pod");
+        assert!(
+            ["n0", "n2", "n3", "n5", "n6"].contains(&placed.as_str()),
+            "{placed}"
+        );
     }
 
     #[test]

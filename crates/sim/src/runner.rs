@@ -349,6 +349,9 @@ pub struct Simulation<'p> {
     evicted_this_loop: usize,
     /// The status ConfigMap's content as last written.
     final_status: Option<String>,
+    /// The cloud's instance removals when the runner last looked for nodes whose machine is
+    /// gone: while unchanged, none can be.
+    removals_seen: Option<u64>,
     /// What the timeline said so far about requests, buffers and quotas.
     capacity: CapacityRecorder,
     progress: Option<ProgressReporter<'p>>,
@@ -590,6 +593,7 @@ impl<'p> Simulation<'p> {
             removed_this_loop: 0,
             evicted_this_loop: 0,
             final_status: None,
+            removals_seen: None,
             capacity: CapacityRecorder::default(),
             progress: None,
         };
@@ -858,6 +862,12 @@ impl<'p> Simulation<'p> {
 
     /// Drops nodes whose instance the cloud no longer has (deleted through the provider or lost).
     fn remove_vanished_nodes(&mut self, now: Timestamp) {
+        // Checking every node against every instance costs a set of every provider id per loop.
+        let removals = self.cloud.instance_removals();
+        if self.removals_seen == Some(removals) {
+            return;
+        }
+        self.removals_seen = Some(removals);
         let instances = self.cloud.instance_ids();
         let vanished: Vec<(String, String, Option<String>)> = self
             .cluster
@@ -921,11 +931,13 @@ impl<'p> Simulation<'p> {
         }
     }
 
-    fn update_peaks(&mut self) {
+    /// Raises the groups' peaks to their node counts now; returns the counts.
+    fn update_peaks(&mut self) -> Vec<usize> {
         let counts = self.nodes_per_group();
-        for (stats, count) in self.stats.iter_mut().zip(counts) {
-            stats.peak = stats.peak.max(count);
+        for (stats, count) in self.stats.iter_mut().zip(&counts) {
+            stats.peak = stats.peak.max(*count);
         }
+        counts
     }
 
     fn nodes_per_group(&self) -> Vec<usize> {
@@ -936,7 +948,8 @@ impl<'p> Simulation<'p> {
             .enumerate()
             .map(|(i, g)| (g.as_str(), i))
             .collect();
-        for node in self.cluster.nodes() {
+        // Counting needs no registration order: no lookup of each node by name.
+        for node in self.cluster.nodes_unordered() {
             if let Some(i) = node.group.as_deref().and_then(|g| index.get(g)) {
                 counts[*i] += 1;
             }
@@ -1010,7 +1023,7 @@ impl<'p> Simulation<'p> {
             (self.capacity).after_loop(now, &self.cluster, &log.conditions, &outcome.events);
         self.timeline.extend(capacity);
 
-        self.update_peaks();
+        let nodes = self.update_peaks();
         let targets = self
             .group_ids
             .iter()
@@ -1018,7 +1031,7 @@ impl<'p> Simulation<'p> {
             .collect();
         self.samples.push(LoopSample {
             at: now,
-            nodes: self.nodes_per_group(),
+            nodes,
             targets,
             pending_pods: self
                 .cluster

@@ -342,6 +342,9 @@ impl RunOnceWorkload {
     fn add_pods(&self, cluster: &mut Cluster, node_names: &[String]) {
         let nodes = self.nodes();
         let per_node = self.workload.pods_per_node() as i64;
+        // The pod list and its indexes sized once, not grown by doubling (a third of their
+        // memory spare at upstream's size).
+        cluster.reserve_pods(self.pods());
         match self.workload {
             Workload::ScaleUp => {
                 for i in 0..self.pods() {
