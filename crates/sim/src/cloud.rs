@@ -115,6 +115,8 @@ struct GroupState {
     /// Provider ids of instances removed through `DeleteNodes` (rather than lost), so the runner
     /// can tell the autoscaler's removals from the cloud's.
     deleted_through_api: std::collections::HashSet<String>,
+    /// Every `IncreaseSize` call received, for the resize-call counts of the reports.
+    resize_calls: crate::resize_calls::ResizeCallLog,
 }
 
 /// A simulated node group. Shared between the cloud and the engine through `Arc`.
@@ -166,6 +168,11 @@ impl SimulatedNodeGroup {
             ))),
             None => Ok(()),
         }
+    }
+
+    /// The `IncreaseSize` calls this group received so far.
+    pub fn resize_calls(&self) -> crate::resize_calls::ResizeCallLog {
+        self.state().resize_calls.clone()
     }
 
     /// The provider id of this group's instance behind node `node_name`.
@@ -348,6 +355,9 @@ impl NodeGroup for SimulatedNodeGroup {
 
     async fn increase_size(&self, delta: usize) -> Result<(), CloudError> {
         let now = self.clock.now();
+        self.state()
+            .resize_calls
+            .record(now, delta, self.spec.provisioning_delay);
         if delta == 0 {
             return Err(CloudError::InvalidRequest(format!(
                 "group {}: size increase must be positive",
