@@ -5,6 +5,8 @@
 //! [`CloudError::NotImplemented`]; the engine falls back as upstream does. Gather code calls this
 //! trait; the Decide layer never does — it sees the values gathered into a snapshot.
 
+pub mod resize_merge;
+
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;

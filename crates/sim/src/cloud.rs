@@ -118,6 +118,8 @@ struct GroupState {
     /// Instances removed so far (deleted, lost or cancelled), so the runner can tell that no
     /// node can have lost its machine since it last looked.
     removals: u64,
+    /// Every `IncreaseSize` call received, for the resize-call counts of the reports.
+    resize_calls: crate::resize_calls::ResizeCallLog,
 }
 
 /// A simulated node group. Shared between the cloud and the engine through `Arc`.
@@ -169,6 +171,11 @@ impl SimulatedNodeGroup {
             ))),
             None => Ok(()),
         }
+    }
+
+    /// The `IncreaseSize` calls this group received so far.
+    pub fn resize_calls(&self) -> crate::resize_calls::ResizeCallLog {
+        self.state().resize_calls.clone()
     }
 
     /// The provider id of this group's instance behind node `node_name`.
@@ -352,6 +359,9 @@ impl NodeGroup for SimulatedNodeGroup {
 
     async fn increase_size(&self, delta: usize) -> Result<(), CloudError> {
         let now = self.clock.now();
+        self.state()
+            .resize_calls
+            .record(now, delta, self.spec.provisioning_delay);
         if delta == 0 {
             return Err(CloudError::InvalidRequest(format!(
                 "group {}: size increase must be positive",

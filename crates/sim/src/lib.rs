@@ -12,6 +12,7 @@ pub mod explain;
 pub mod record;
 pub mod replay;
 pub mod report;
+pub mod resize_calls;
 pub mod runner;
 pub mod scenario;
 pub mod served;

@@ -145,6 +145,10 @@ pub struct GroupSummary {
     /// Nodes that registered during the run (initial nodes not counted).
     pub nodes_added: usize,
     pub nodes_removed: usize,
+    /// The `IncreaseSize` calls the group received and their bursts (docs/scenario.md, "Resize
+    /// calls and bursts").
+    #[serde(flatten)]
+    pub resize: crate::resize_calls::ResizeSummary,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -348,6 +352,9 @@ mod tests {
             assert!(json.get(field).is_some(), "{field} missing in {json}");
         }
         assert!(json["groups"]["g"].get("finalSize").is_some());
+        for field in ["resizeCalls", "maxCallsPerBurst", "bursts"] {
+            assert!(json["groups"]["g"].get(field).is_some(), "{field} missing");
+        }
         assert!(json["pods"].get("neverSchedulable").is_some());
         assert!(json["pods"]["waitSeconds"].get("p99").is_some());
         assert!(json["expectations"][0].get("observed").is_none());

@@ -41,7 +41,7 @@ use crate::record::{
 };
 use crate::scenario::{
     Check, CheckTime, CloudOperation, Expectation, Limits, MIN_SCAN_INTERVAL, Scenario,
-    ScenarioAction, ScenarioEvent, group_digits,
+    ScenarioAction, ScenarioEvent, copy_name, group_digits,
 };
 
 /// Simulated time starts at the epoch, so every timestamp reads as "time since start".
@@ -735,14 +735,19 @@ impl<'p> Simulation<'p> {
                     self.cluster.capacity_mut().add(object, now);
                     (format!("created {}", object.describe()), String::new())
                 }
-                ScenarioAction::Create { count, pod, bind } => {
+                ScenarioAction::Create {
+                    count,
+                    pod,
+                    bind,
+                    first_copy,
+                } => {
                     self.cluster.reserve_pods(*count);
                     // Only the first and last names go into the timeline.
                     let mut names: (Option<String>, Option<String>) = (None, None);
                     for i in 0..*count {
                         let mut copy = pod.clone();
-                        if *count > 1 {
-                            copy.name = format!("{}-{i}", pod.name);
+                        if let Some(name) = copy_name(&pod.name, *count, *first_copy, i) {
+                            copy.name = name;
                         }
                         copy.uid = String::new();
                         copy.creation_time = now;
@@ -1700,6 +1705,7 @@ impl<'p> Simulation<'p> {
                         scale_ups: stats.scale_ups,
                         nodes_added: stats.added,
                         nodes_removed: stats.removed,
+                        resize: crate::resize_calls::of_group(&self.cloud, id, SIMULATION_START),
                     },
                 )
             })

@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
+use ferroscale_core::cloud::resize_merge::MergedResize;
 use ferroscale_core::cloud::{CloudError, GroupOptions, Instance, NodeGroup, NodeTemplate};
 use ferroscale_model::{Node, Timestamp};
 use kube::ResourceExt;
@@ -138,6 +139,120 @@ impl ClusterApiNodeGroup {
             &self.namespace(),
             &self.shared.resources.machines,
         )
+    }
+
+    /// The deletion of `nodes` (docs/clusterapi.md CAPI-37–CAPI-43), under the provider-wide lock
+    /// and in the group's turn.
+    async fn delete_machines(&self, nodes: &[Node]) -> Result<(), CloudError> {
+        let mut replicas = self.current_replicas().await?;
+        if replicas <= self.min as i64 {
+            return Err(CloudError::InvalidRequest(
+                "min size reached, nodes will not be deleted".to_string(),
+            ));
+        }
+        let mut to_delete = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            // Upstream skips a node whose lookup answers "not found"; lookups here read the
+            // watch caches, where an absent object is `Ok(None)`, never an error.
+            let group = self
+                .shared
+                .active_resource(&node.provider_id)?
+                .map(|(kind, resource)| scalable::group_id(kind, &resource));
+            match group {
+                None => {
+                    return Err(CloudError::InvalidRequest(format!(
+                        "no node group found for node {}",
+                        node.provider_id
+                    )));
+                }
+                Some(id) if id != self.id => {
+                    return Err(CloudError::InvalidRequest(format!(
+                        "node {} doesn't belong to node group {}",
+                        node.provider_id, self.id
+                    )));
+                }
+                Some(_) => to_delete.push(node),
+            }
+        }
+        if replicas - (to_delete.len() as i64) < self.min as i64 {
+            return Err(CloudError::InvalidRequest(format!(
+                "unable to delete {} machines in {}, machine replicas are {replicas}, minSize is {}",
+                to_delete.len(),
+                self.id,
+                self.min
+            )));
+        }
+        for node in to_delete {
+            let id = normalize_provider_id(&node.provider_id);
+            let Some(machine) = self.shared.find_machine(id)? else {
+                if self.kind == ScalableKind::MachinePool {
+                    let listed = provider_id_list(&self.object)
+                        .iter()
+                        .any(|p| normalize_provider_id(p) == id);
+                    if listed {
+                        tracing::warn!(node = %node.name, group = %self.id, "MachinePool member without a Machine: lowering replicas only");
+                        self.set_size(replicas - 1, SizeChange::Decrease).await?;
+                        replicas -= 1;
+                        continue;
+                    }
+                    return Err(CloudError::InvalidRequest(format!(
+                        "node {} is not present in MachinePool providerIDList for nodegroup {}",
+                        node.provider_id, self.id
+                    )));
+                }
+                return Err(CloudError::InvalidRequest(format!(
+                    "unknown machine for node {}",
+                    node.provider_id
+                )));
+            };
+            if machine.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            self.mark_for_deletion(&machine).await?;
+            if let Err(error) = self.set_size(replicas - 1, SizeChange::Decrease).await {
+                self.unmark(&machine).await;
+                return Err(error);
+            }
+            tracing::info!(machine = %machine.name_any(), node = %node.name, group = %self.id, "Machine marked for deletion and replicas lowered");
+            replicas -= 1;
+        }
+        Ok(())
+    }
+
+    /// docs/clusterapi.md CAPI-36: only Machines that have not become nodes may be cancelled.
+    async fn lower_target(&self, delta: i64) -> Result<(), CloudError> {
+        if delta >= 0 {
+            return Err(CloudError::InvalidRequest(
+                "size decrease must be negative".to_string(),
+            ));
+        }
+        let replicas = self.current_replicas().await?;
+        let existing = instances::count_existing(&self.instances()?);
+        if replicas + delta < existing as i64 {
+            return Err(CloudError::InvalidRequest(format!(
+                "attempt to delete existing nodes currentReplicas:{replicas} delta:{delta} existingNodes: {existing}"
+            )));
+        }
+        self.set_size(replicas + delta, SizeChange::Decrease).await
+    }
+
+    /// One PATCH carrying `resize.delta` on top of the replicas read now (docs/clusterapi.md
+    /// CAPI-34, CAPI-62): in the group's turn, so every earlier change of the group is in them.
+    /// Answers the replicas set.
+    async fn scale_up(&self, resize: MergedResize) -> Result<i64, CloudError> {
+        let current = self.current_replicas().await?;
+        let target = current.saturating_add(i64::try_from(resize.delta).unwrap_or(i64::MAX));
+        if resize.is_merged() {
+            tracing::info!(
+                group = %self.id,
+                increases = resize.callers,
+                delta = resize.delta,
+                replicas = target,
+                "merged size increases that arrived during a size change into one scale PATCH"
+            );
+        }
+        self.set_size(target, SizeChange::Increase).await?;
+        Ok(target)
     }
 
     /// docs/clusterapi.md CAPI-33, read: `spec.replicas` of the scale subresource.
@@ -389,114 +504,42 @@ impl NodeGroup for ClusterApiNodeGroup {
         Ok(usize::try_from(replicas).unwrap_or(0))
     }
 
-    /// docs/clusterapi.md CAPI-34.
+    /// docs/clusterapi.md CAPI-34, CAPI-62: increases arriving while a size change of the group
+    /// is in flight go as one PATCH for their sum.
     async fn increase_size(&self, delta: usize) -> Result<(), CloudError> {
         if delta == 0 {
             return Err(CloudError::InvalidRequest(
                 "size increase must be positive".to_string(),
             ));
         }
-        let current = self.current_replicas().await?;
-        self.set_size(current + delta as i64, SizeChange::Increase)
-            .await
-    }
-
-    /// docs/clusterapi.md CAPI-37–CAPI-43: mark each Machine, then lower replicas by one, under the
-    /// provider-wide lock.
-    async fn delete_nodes(&self, nodes: &[Node]) -> Result<(), CloudError> {
-        let _serialised = self.shared.delete_lock.lock().await;
-        let mut replicas = self.current_replicas().await?;
-        if replicas <= self.min as i64 {
-            return Err(CloudError::InvalidRequest(
-                "min size reached, nodes will not be deleted".to_string(),
-            ));
-        }
-        let mut to_delete = Vec::with_capacity(nodes.len());
-        for node in nodes {
-            // Upstream skips a node whose lookup answers "not found"; lookups here read the
-            // watch caches, where an absent object is `Ok(None)`, never an error.
-            let group = self
-                .shared
-                .active_resource(&node.provider_id)?
-                .map(|(kind, resource)| scalable::group_id(kind, &resource));
-            match group {
-                None => {
-                    return Err(CloudError::InvalidRequest(format!(
-                        "no node group found for node {}",
-                        node.provider_id
-                    )));
-                }
-                Some(id) if id != self.id => {
-                    return Err(CloudError::InvalidRequest(format!(
-                        "node {} doesn't belong to node group {}",
-                        node.provider_id, self.id
-                    )));
-                }
-                Some(_) => to_delete.push(node),
-            }
-        }
-        if replicas - (to_delete.len() as i64) < self.min as i64 {
-            return Err(CloudError::InvalidRequest(format!(
-                "unable to delete {} machines in {}, machine replicas are {replicas}, minSize is {}",
-                to_delete.len(),
-                self.id,
-                self.min
-            )));
-        }
-        for node in to_delete {
-            let id = normalize_provider_id(&node.provider_id);
-            let Some(machine) = self.shared.find_machine(id)? else {
-                if self.kind == ScalableKind::MachinePool {
-                    let listed = provider_id_list(&self.object)
-                        .iter()
-                        .any(|p| normalize_provider_id(p) == id);
-                    if listed {
-                        tracing::warn!(node = %node.name, group = %self.id, "MachinePool member without a Machine: lowering replicas only");
-                        self.set_size(replicas - 1, SizeChange::Decrease).await?;
-                        replicas -= 1;
-                        continue;
-                    }
-                    return Err(CloudError::InvalidRequest(format!(
-                        "node {} is not present in MachinePool providerIDList for nodegroup {}",
-                        node.provider_id, self.id
-                    )));
-                }
-                return Err(CloudError::InvalidRequest(format!(
-                    "unknown machine for node {}",
-                    node.provider_id
-                )));
-            };
-            if machine.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            self.mark_for_deletion(&machine).await?;
-            if let Err(error) = self.set_size(replicas - 1, SizeChange::Decrease).await {
-                self.unmark(&machine).await;
-                return Err(error);
-            }
-            tracing::info!(machine = %machine.name_any(), node = %node.name, group = %self.id, "Machine marked for deletion and replicas lowered");
-            replicas -= 1;
-        }
+        let replicas = self
+            .shared
+            .resizes
+            .increase(&self.id, delta, |resize| self.scale_up(resize))
+            .await?;
+        // The call may have been made through another object of the group.
+        *self.replicas.lock().unwrap_or_else(PoisonError::into_inner) = Some(replicas);
         Ok(())
     }
 
-    /// docs/clusterapi.md CAPI-36: only Machines that have not become nodes may be cancelled.
-    async fn decrease_target_size(&self, delta: i64) -> Result<(), CloudError> {
-        if delta >= 0 {
-            return Err(CloudError::InvalidRequest(
-                "size decrease must be negative".to_string(),
-            ));
-        }
-        let replicas = self.current_replicas().await?;
-        let existing = instances::count_existing(&self.instances()?);
-        if replicas + delta < existing as i64 {
-            return Err(CloudError::InvalidRequest(format!(
-                "attempt to delete existing nodes currentReplicas:{replicas} delta:{delta} existingNodes: {existing}"
-            )));
-        }
-        self.set_size(replicas + delta, SizeChange::Decrease).await
+    /// docs/clusterapi.md CAPI-37–CAPI-43: mark each Machine, then lower replicas by one, under the
+    /// provider-wide lock, in the group's turn among its size changes (CAPI-62).
+    async fn delete_nodes(&self, nodes: &[Node]) -> Result<(), CloudError> {
+        let _serialised = self.shared.delete_lock.lock().await;
+        self.shared
+            .resizes
+            .exclusive(&self.id, self.delete_machines(nodes))
+            .await
     }
 
+    /// docs/clusterapi.md CAPI-36, in the group's turn among its size changes (CAPI-62): never
+    /// merged with increases, since its check against existing nodes holds only for itself.
+    async fn decrease_target_size(&self, delta: i64) -> Result<(), CloudError> {
+        self.shared
+            .resizes
+            .exclusive(&self.id, self.lower_target(delta))
+            .await
+    }
     /// docs/clusterapi.md CAPI-26–CAPI-32; a Machine that has a node but no provider id to name it
     /// by is skipped with a warning Event on it (it becomes an instance once its Node has a
     /// provider id).

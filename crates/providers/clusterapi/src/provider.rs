@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use ferroscale_core::cloud::resize_merge::ResizeMerger;
 use ferroscale_core::cloud::{CloudError, CloudProvider, GpuConfig, NodeGroup};
 use ferroscale_model::Node;
 use k8s_openapi::api::core::v1::Node as K8sNode;
@@ -128,6 +129,10 @@ pub(crate) struct Shared {
     /// docs/clusterapi.md CAPI-42: one deletion at a time across every group, so replicas read
     /// under it are current.
     pub delete_lock: tokio::sync::Mutex<()>,
+    /// docs/clusterapi.md CAPI-62: one size change per group at a time, increases that arrive
+    /// meanwhile merged into one PATCH (answering the replicas it set). Shared because groups
+    /// are rebuilt at every call.
+    pub resizes: ResizeMerger<i64>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -197,6 +202,7 @@ impl ClusterApiProvider {
                 nodes,
                 infrastructure,
                 delete_lock: tokio::sync::Mutex::new(()),
+                resizes: ResizeMerger::new(),
             }),
         })
     }

@@ -1291,3 +1291,65 @@ async fn c38_a_refused_scale_patch_rolls_the_mark_back_with_separate_management_
     assert_eq!(machine_names(&left), names[1..]);
     controller.stop().await;
 }
+
+/// docs/clusterapi.md CAPI-62: while `IncreaseSize(3)` is in flight, `IncreaseSize(2)` (through
+/// another object of the same group, as after a rebuild) and `IncreaseSize(4)` wait and go as one
+/// scale PATCH for their sum: the resource's generation moves twice, not three times, replicas
+/// end at 1 + 3 + 2 + 4, and every object of the group reports that target. A merged PATCH that
+/// is refused (past the max, checked on the sum) fails every increase it carried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c62_increases_during_a_size_change_are_merged_into_one_patch() {
+    let (_control_plane, client) = start(api_server_only()).await;
+    let api = install_cluster_api_crds(&client, CLUSTER_API_GROUP)
+        .await
+        .expect("install the Cluster API CRDs")
+        .preferred();
+    let merged = ScalableResource::new(&api, "default", "md-merged")
+        .replicas(1)
+        .size_limits(1, 12);
+    merged
+        .create(&client, ClusterApiKind::MachineDeployment)
+        .await
+        .expect("create a MachineDeployment");
+    let provider = provider(&client, &[], &[]).await;
+    let md = ClusterApiKind::MachineDeployment;
+    let generation = || async {
+        read(&client, &api, md, "md-merged")
+            .await
+            .metadata
+            .generation
+    };
+    let id = "MachineDeployment/default/md-merged";
+    let first = group(&provider, id).await;
+    let rebuilt = group(&provider, id).await;
+    let before = generation().await.expect("a generation");
+
+    // Polled in this order in one task: the first increase's request is out before the others
+    // ask, so they wait behind it together.
+    let results = futures::join!(
+        first.increase_size(3),
+        rebuilt.increase_size(2),
+        first.increase_size(4)
+    );
+    assert_eq!(results, (Ok(()), Ok(()), Ok(())));
+    assert_eq!(stored_replicas(&client, &api, md, "md-merged").await, 10);
+    assert_eq!(generation().await, Some(before + 2), "two scale PATCHes");
+    assert_eq!(first.target_size().await, Ok(10));
+    assert_eq!(rebuilt.target_size().await, Ok(10));
+
+    let results = futures::join!(
+        first.increase_size(1),
+        rebuilt.increase_size(1),
+        first.increase_size(1)
+    );
+    assert_eq!(results.0, Ok(()));
+    for refused in [results.1, results.2] {
+        let error = refused.expect_err("11 + 2 > max 12");
+        assert!(
+            error.to_string().contains("size increase too large"),
+            "{error}"
+        );
+    }
+    assert_eq!(stored_replicas(&client, &api, md, "md-merged").await, 11);
+    assert_eq!(generation().await, Some(before + 3));
+}

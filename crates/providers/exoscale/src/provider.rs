@@ -2,9 +2,11 @@
 //! resolution through the API, the cache of discovered groups, and the operations of Instance Pool
 //! and SKS Nodepool groups.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
+use ferroscale_core::cloud::resize_merge::{MergedResize, ResizeMerger};
 use ferroscale_core::cloud::{
     CloudError, CloudProvider, ErrorClass, GpuConfig, Instance, InstanceErrorInfo, InstanceState,
     InstanceStatus, NodeGroup,
@@ -61,6 +63,12 @@ struct Shared {
     zone: String,
     node_specs: Vec<String>,
     timing: Timing,
+    /// One resize call per group at a time, increases merged while one is in flight
+    /// (docs/exoscale.md EXO-33). Shared because groups are rebuilt on every lookup.
+    resizes: ResizeMerger,
+    /// Each group's size and members, shared by every object of the group: a merged call made
+    /// through one object must be seen by the others (docs/exoscale.md EXO-17, EXO-33).
+    caches: Mutex<HashMap<String, Arc<Mutex<GroupCache>>>>,
 }
 
 /// The Exoscale cloud provider.
@@ -113,6 +121,8 @@ impl ExoscaleProvider {
                 zone: config.zone.clone(),
                 node_specs,
                 timing: options.timing,
+                resizes: ResizeMerger::new(),
+                caches: Mutex::new(HashMap::new()),
             }),
             groups: Mutex::new(Vec::new()),
         })
@@ -175,6 +185,13 @@ impl ExoscaleProvider {
                 .as_ref()
                 .and_then(|reference| reference.id.clone())
                 .unwrap_or(pool_id);
+            let cache = self.shared.cache_for(
+                &id,
+                GroupCache {
+                    size: nodepool.size.unwrap_or(0),
+                    members: Vec::new(),
+                },
+            );
             return Ok(Some(ExoscaleNodeGroup {
                 id,
                 kind: GroupKind::SksNodepool {
@@ -184,28 +201,28 @@ impl ExoscaleProvider {
                 },
                 min,
                 max,
-                cache: Mutex::new(GroupCache {
-                    size: nodepool.size.unwrap_or(0),
-                    members: Vec::new(),
-                }),
+                cache,
                 shared: Arc::clone(&self.shared),
-                delete_lock: tokio::sync::Mutex::new(()),
             }));
         }
 
         let pool_name = pool.name.clone().unwrap_or_default();
         let (min, max) = self.bounds(&pool_name).await?;
+        let id = pool.id.clone().unwrap_or(pool_id);
+        let cache = self.shared.cache_for(
+            &id,
+            GroupCache {
+                size: pool.size.unwrap_or(0),
+                members: pool.member_ids(),
+            },
+        );
         Ok(Some(ExoscaleNodeGroup {
-            id: pool.id.clone().unwrap_or(pool_id),
+            id,
             kind: GroupKind::InstancePool { pool_name },
             min,
             max,
-            cache: Mutex::new(GroupCache {
-                size: pool.size.unwrap_or(0),
-                members: pool.member_ids(),
-            }),
+            cache,
             shared: Arc::clone(&self.shared),
-            delete_lock: tokio::sync::Mutex::new(()),
         }))
     }
 
@@ -221,6 +238,14 @@ impl ExoscaleProvider {
 }
 
 impl Shared {
+    /// The shared cache of group `id`, set to what a lookup has just read.
+    fn cache_for(&self, id: &str, fresh: GroupCache) -> Arc<Mutex<GroupCache>> {
+        let mut caches = self.caches.lock().unwrap_or_else(|p| p.into_inner());
+        let cache = caches.entry(id.to_string()).or_default();
+        *cache.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+        Arc::clone(cache)
+    }
+
     /// The instance quota as a max size (docs/exoscale.md EXO-Q2: unlimited becomes
     /// [`UNLIMITED_QUOTA_MAX`]).
     async fn quota_max(&self) -> Result<i64, CloudError> {
@@ -345,6 +370,11 @@ impl CloudProvider for ExoscaleProvider {
                 }
             }
         }
+        self.shared
+            .caches
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|id, _| !gone.contains(id));
         let mut groups = self.cached_groups();
         groups.retain(|group| !gone.contains(&group.id));
         if groups.is_empty() {
@@ -369,8 +399,9 @@ pub enum GroupKind {
     },
 }
 
-/// Values captured when the group was built, adjusted by its own scale calls.
-#[derive(Debug)]
+/// Values read by the latest lookup of the group, adjusted by the scale and evict calls made
+/// since.
+#[derive(Debug, Default)]
 struct GroupCache {
     size: i64,
     /// Member ids of a plain pool at build time (SKS groups re-read them).
@@ -385,10 +416,8 @@ pub struct ExoscaleNodeGroup {
     kind: GroupKind,
     min: i64,
     max: i64,
-    cache: Mutex<GroupCache>,
+    cache: Arc<Mutex<GroupCache>>,
     shared: Arc<Shared>,
-    /// One delete at a time per group.
-    delete_lock: tokio::sync::Mutex<()>,
 }
 
 impl ExoscaleNodeGroup {
@@ -411,6 +440,90 @@ impl ExoscaleNodeGroup {
             }
             _ => self.max,
         }
+    }
+
+    /// The eviction of `nodes` (docs/exoscale.md EXO-21, EXO-22), run in the group's turn.
+    async fn evict(&self, nodes: &[Node]) -> Result<(), CloudError> {
+        self.wait_running().await?;
+        let ids: Vec<String> = nodes
+            .iter()
+            .map(|node| instance_id(&node.provider_id).to_string())
+            .collect();
+        let client = &self.shared.client;
+        let started = match &self.kind {
+            GroupKind::InstancePool { .. } => {
+                client
+                    .evict_instance_pool_members(&self.id, ids.clone())
+                    .await
+            }
+            GroupKind::SksNodepool {
+                cluster_id,
+                nodepool_id,
+                ..
+            } => {
+                client
+                    .evict_sks_nodepool_members(cluster_id, nodepool_id, ids.clone())
+                    .await
+            }
+        }
+        .map_err(|e| provider_error(format!("node group {}: evict {ids:?}: {e}", self.id)))?;
+        complete_operation(client, started, &self.shared.timing)
+            .await
+            .map_err(|e| provider_error(format!("node group {}: evict {ids:?}: {e}", self.id)))?;
+        self.wait_running().await?;
+        let mut cache = self.cache();
+        cache.size -= i64::try_from(ids.len()).unwrap_or(i64::MAX);
+        // Evicted members are destroyed: reading them again would fail `nodes()` until the
+        // group is rebuilt.
+        cache.members.retain(|member| !ids.contains(member));
+        Ok(())
+    }
+
+    /// One scale call carrying `resize.delta` on top of the current target (docs/exoscale.md
+    /// EXO-18–EXO-20, EXO-33), run in the group's turn: the cached size it starts from already
+    /// includes every earlier call of the group.
+    async fn scale_up(&self, resize: MergedResize) -> Result<(), CloudError> {
+        let delta = i64::try_from(resize.delta).unwrap_or(i64::MAX);
+        let size = self.cache().size;
+        let target = size.saturating_add(delta);
+        if resize.is_merged() {
+            debug!(
+                group = %self.id,
+                increases = resize.callers,
+                delta = resize.delta,
+                target,
+                "merged size increases that arrived during a resize into one scale call"
+            );
+        }
+        let max = self.max_for_increase().await;
+        if target > max {
+            return Err(CloudError::InvalidRequest(format!(
+                "size increase is too large (current: {size} desired: {target} max: {max})"
+            )));
+        }
+        let client = &self.shared.client;
+        let started = match &self.kind {
+            GroupKind::InstancePool { .. } => client.scale_instance_pool(&self.id, target).await,
+            GroupKind::SksNodepool {
+                cluster_id,
+                nodepool_id,
+                ..
+            } => {
+                client
+                    .scale_sks_nodepool(cluster_id, nodepool_id, target)
+                    .await
+            }
+        }
+        .map_err(|e| provider_error(format!("node group {}: scale to {target}: {e}", self.id)))?;
+        complete_operation(client, started, &self.shared.timing)
+            .await
+            .map_err(|e| {
+                provider_error(format!("node group {}: scale to {target}: {e}", self.id))
+            })?;
+        self.wait_running().await?;
+        self.cache().size = target;
+        debug!(group = %self.id, target, "node group scaled up");
+        Ok(())
     }
 
     async fn wait_running(&self) -> Result<(), CloudError> {
@@ -487,45 +600,18 @@ impl NodeGroup for ExoscaleNodeGroup {
         Ok(to_usize(self.cache().size))
     }
 
-    /// docs/exoscale.md EXO-18–EXO-20.
+    /// docs/exoscale.md EXO-18–EXO-20, EXO-33: increases arriving while a resize of the group is
+    /// in flight go as one scale call for their sum.
     async fn increase_size(&self, delta: usize) -> Result<(), CloudError> {
-        let delta = i64::try_from(delta).unwrap_or(i64::MAX);
-        if delta <= 0 {
-            return Err(CloudError::InvalidRequest(format!(
-                "delta must be positive, have: {delta}"
-            )));
+        if delta == 0 {
+            return Err(CloudError::InvalidRequest(
+                "delta must be positive, have: 0".to_string(),
+            ));
         }
-        let size = self.cache().size;
-        let target = size.saturating_add(delta);
-        let max = self.max_for_increase().await;
-        if target > max {
-            return Err(CloudError::InvalidRequest(format!(
-                "size increase is too large (current: {size} desired: {target} max: {max})"
-            )));
-        }
-        let client = &self.shared.client;
-        let started = match &self.kind {
-            GroupKind::InstancePool { .. } => client.scale_instance_pool(&self.id, target).await,
-            GroupKind::SksNodepool {
-                cluster_id,
-                nodepool_id,
-                ..
-            } => {
-                client
-                    .scale_sks_nodepool(cluster_id, nodepool_id, target)
-                    .await
-            }
-        }
-        .map_err(|e| provider_error(format!("node group {}: scale to {target}: {e}", self.id)))?;
-        complete_operation(client, started, &self.shared.timing)
+        self.shared
+            .resizes
+            .increase(&self.id, delta, |resize| self.scale_up(resize))
             .await
-            .map_err(|e| {
-                provider_error(format!("node group {}: scale to {target}: {e}", self.id))
-            })?;
-        self.wait_running().await?;
-        self.cache().size = target;
-        debug!(group = %self.id, target, "node group scaled up");
-        Ok(())
     }
 
     /// docs/exoscale.md EXO-21, EXO-22. Membership is not checked (EXO-Q8): the API refuses foreign
@@ -535,40 +621,12 @@ impl NodeGroup for ExoscaleNodeGroup {
             // Nothing to evict: the API would refuse an empty list.
             return Ok(());
         }
-        let _one_delete_at_a_time = self.delete_lock.lock().await;
-        self.wait_running().await?;
-        let ids: Vec<String> = nodes
-            .iter()
-            .map(|node| instance_id(&node.provider_id).to_string())
-            .collect();
-        let client = &self.shared.client;
-        let started = match &self.kind {
-            GroupKind::InstancePool { .. } => {
-                client
-                    .evict_instance_pool_members(&self.id, ids.clone())
-                    .await
-            }
-            GroupKind::SksNodepool {
-                cluster_id,
-                nodepool_id,
-                ..
-            } => {
-                client
-                    .evict_sks_nodepool_members(cluster_id, nodepool_id, ids.clone())
-                    .await
-            }
-        }
-        .map_err(|e| provider_error(format!("node group {}: evict {ids:?}: {e}", self.id)))?;
-        complete_operation(client, started, &self.shared.timing)
+        // One resize of the group at a time: the eviction lowers the size the cache holds, which
+        // an increase in flight would otherwise overwrite (docs/exoscale.md EXO-33).
+        self.shared
+            .resizes
+            .exclusive(&self.id, self.evict(nodes))
             .await
-            .map_err(|e| provider_error(format!("node group {}: evict {ids:?}: {e}", self.id)))?;
-        self.wait_running().await?;
-        let mut cache = self.cache();
-        cache.size -= i64::try_from(ids.len()).unwrap_or(i64::MAX);
-        // Evicted members are destroyed: reading them again would fail `nodes()` until the
-        // group is rebuilt.
-        cache.members.retain(|member| !ids.contains(member));
-        Ok(())
     }
 
     /// docs/exoscale.md EXO-Q1, EXO-23: succeeds without doing anything; the next rebuild shows the
@@ -626,17 +684,18 @@ mod tests {
             kind,
             min,
             max,
-            cache: Mutex::new(GroupCache {
+            cache: Arc::new(Mutex::new(GroupCache {
                 size: 1,
                 members: Vec::new(),
-            }),
+            })),
             shared: Arc::new(Shared {
                 client: ApiClient::new(&config, ClientOptions::default()).unwrap(),
                 zone: "ch-gva-2".into(),
                 node_specs: Vec::new(),
                 timing: Timing::default(),
+                resizes: ResizeMerger::new(),
+                caches: Mutex::new(HashMap::new()),
             }),
-            delete_lock: tokio::sync::Mutex::new(()),
         }
     }
 

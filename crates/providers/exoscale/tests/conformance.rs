@@ -868,3 +868,62 @@ async fn c31_polling_bounds() {
     assert!(fake.count(Endpoint::GetInstancePool) >= 2);
     assert_eq!(fake.count(Endpoint::EvictInstancePoolMembers), 0);
 }
+
+/// docs/exoscale.md EXO-33: while `IncreaseSize(3)` is in flight, `IncreaseSize(2)` and
+/// `IncreaseSize(4)` of the same group (a group object of its own, as after a rebuild) go as one
+/// scale request for their sum: two requests instead of three, and the final size counts every
+/// delta once. The callers are polled in that order in one task, so the first request is out
+/// before the others ask.
+#[tokio::test]
+async fn c33_increases_during_a_resize_are_merged() {
+    let fake = fake().await;
+    fake.set_operation_settle_polls(3);
+    let pool = fake.add_instance_pool("workers", 1);
+    let provider = provider(&fake, &["1:12:workers"]);
+    let member = first_member(&fake, &pool);
+    let group = provider
+        .node_group_for_node(&node(&member))
+        .await
+        .unwrap()
+        .unwrap();
+    let rebuilt = provider
+        .node_group_for_node(&node(&member))
+        .await
+        .unwrap()
+        .unwrap();
+    fake.clear_requests();
+    let (first, second, third) = futures::join!(
+        group.increase_size(3),
+        rebuilt.increase_size(2),
+        group.increase_size(4)
+    );
+    assert_eq!((first, second, third), (Ok(()), Ok(()), Ok(())));
+    let scales: Vec<String> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.endpoint == Some(Endpoint::ScaleInstancePool))
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(scales, vec![r#"{"size":4}"#, r#"{"size":10}"#]);
+    assert_eq!(
+        fake.pool_size_and_state(&pool),
+        Some((10, "running".into()))
+    );
+    assert_eq!(rebuilt.target_size().await.unwrap(), 10);
+
+    // A merged call that fails fails every increase it carried, and only those.
+    let (first, second, third) = futures::join!(
+        group.increase_size(1),
+        group.increase_size(1),
+        group.increase_size(1)
+    );
+    assert_eq!(first, Ok(()));
+    let refused = Err(CloudError::InvalidRequest(
+        "size increase is too large (current: 11 desired: 13 max: 12)".into(),
+    ));
+    assert_eq!((second, third), (refused.clone(), refused));
+    assert_eq!(
+        fake.pool_size_and_state(&pool),
+        Some((11, "running".into()))
+    );
+}

@@ -280,21 +280,25 @@ pub fn render_html(result: &SimulationResult) -> String {
     );
     out.push_str(&time_chart(&[decide], x_max, "ms", Shape::Bars));
 
-    out.push_str("<h2>Groups</h2><table><tr><th>group</th><th class=\"num\">final</th><th class=\"num\">peak</th><th class=\"num\">max</th><th class=\"num\">scale-ups</th><th class=\"num\">added</th><th class=\"num\">removed</th></tr>");
+    out.push_str("<h2>Groups</h2><table><tr><th>group</th><th class=\"num\">final</th><th class=\"num\">peak</th><th class=\"num\">max</th><th class=\"num\">scale-ups</th><th class=\"num\">added</th><th class=\"num\">removed</th><th class=\"num\">resize calls</th><th class=\"num\">bursts</th><th class=\"num\">calls/burst max</th></tr>");
     for (id, g) in &summary.groups {
         let _ = write!(
             out,
-            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
             escape(id),
             g.final_size,
             g.peak_size,
             g.max_size,
             g.scale_ups,
             g.nodes_added,
-            g.nodes_removed
+            g.nodes_removed,
+            g.resize.resize_calls,
+            g.resize.bursts.len(),
+            g.resize.max_calls_per_burst
         );
     }
     out.push_str("</table>");
+    resize_section(&mut out, summary);
 
     if !summary.capacity.is_empty() {
         capacity_section(&mut out, &summary.capacity);
@@ -333,6 +337,29 @@ pub fn render_html(result: &SimulationResult) -> String {
 }
 
 /// `Accepted=True (reason) at 1m10s` lines, one per change.
+/// Every burst of `IncreaseSize` calls of every group (docs/scenario.md, "Resize calls and
+/// bursts"): the trade-off between reacting often and calling the cloud often.
+fn resize_section(out: &mut String, summary: &crate::record::Summary) {
+    if summary.groups.values().all(|g| g.resize.bursts.is_empty()) {
+        return;
+    }
+    out.push_str("<h2>Resize calls per burst</h2><p class=\"sub\">a burst: IncreaseSize calls of a group, each made before the nodes of the previous one could be ready</p><table><tr><th>group</th><th class=\"num\">first call</th><th class=\"num\">last call</th><th class=\"num\">calls</th><th class=\"num\">nodes</th></tr>");
+    for (id, g) in &summary.groups {
+        for burst in &g.resize.bursts {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                escape(id),
+                short_duration(burst.first_call_seconds),
+                short_duration(burst.last_call_seconds),
+                burst.calls,
+                burst.nodes
+            );
+        }
+    }
+    out.push_str("</table>");
+}
+
 fn conditions_cell(conditions: &[ConditionRecord]) -> String {
     let lines: Vec<String> = conditions
         .iter()
@@ -442,6 +469,23 @@ mod tests {
         assert!(html.contains("Scale-down"));
         assert!(html.contains("<pre class=\"status\">clusterWide:"));
         assert!(html.contains("1 failed"));
+    }
+
+    /// docs/scenario.md "Resize calls and bursts": the groups table counts resize calls, bursts
+    /// and the most calls of a burst; a table lists each burst; without calls there is none.
+    #[test]
+    fn html_counts_resize_calls_and_lists_bursts() {
+        let html = render_html(&sample_result());
+        assert!(html.contains("<th class=\"num\">resize calls</th>"));
+        assert!(html.contains("<td class=\"num\">0</td><td class=\"num\">3</td><td class=\"num\">2</td><td class=\"num\">2</td></tr>"), "{html}");
+        assert!(html.contains("<h2>Resize calls per burst</h2>"));
+        assert!(html.contains("<tr><td>a</td><td class=\"num\">0s</td><td class=\"num\">10s</td><td class=\"num\">2</td><td class=\"num\">2</td></tr>"), "{html}");
+        assert!(html.contains("<tr><td>a</td><td class=\"num\">3m20s</td><td class=\"num\">3m20s</td><td class=\"num\">1</td><td class=\"num\">1</td></tr>"), "{html}");
+        let mut result = sample_result();
+        for group in result.summary.groups.values_mut() {
+            group.resize = Default::default();
+        }
+        assert!(!render_html(&result).contains("Resize calls per burst"));
     }
 
     #[test]

@@ -74,6 +74,7 @@ pub(crate) mod tests {
         GroupSummary, LoopSample, Percentiles, PodSummary, QuotaSummary, RequestSummary, Summary,
         TimelineEntry,
     };
+    use crate::resize_calls::{BurstSummary, ResizeSummary};
 
     /// One request provisioned, one buffer, one quota that stopped a scale-up.
     pub(crate) fn sample_capacity() -> CapacitySummary {
@@ -151,6 +152,24 @@ pub(crate) mod tests {
                             scale_ups: 1,
                             nodes_added: 2,
                             nodes_removed: 0,
+                            resize: ResizeSummary {
+                                resize_calls: 3,
+                                max_calls_per_burst: 2,
+                                bursts: vec![
+                                    BurstSummary {
+                                        first_call_seconds: 0.0,
+                                        last_call_seconds: 10.0,
+                                        calls: 2,
+                                        nodes: 2,
+                                    },
+                                    BurstSummary {
+                                        first_call_seconds: 200.0,
+                                        last_call_seconds: 200.0,
+                                        calls: 1,
+                                        nodes: 1,
+                                    },
+                                ],
+                            },
                         },
                     ),
                     ("b".to_string(), GroupSummary::default()),
@@ -243,6 +262,11 @@ pub(crate) mod tests {
             serde_json::from_str(&render_json(&sample_result())).unwrap();
         assert_eq!(value["scenario"], "web <burst>");
         assert_eq!(value["groups"]["a"]["nodesAdded"], 2);
+        assert_eq!(value["groups"]["a"]["resizeCalls"], 3);
+        assert_eq!(value["groups"]["a"]["maxCallsPerBurst"], 2);
+        assert_eq!(value["groups"]["a"]["bursts"][0]["calls"], 2);
+        assert_eq!(value["groups"]["a"]["bursts"][1]["firstCallSeconds"], 200.0);
+        assert_eq!(value["groups"]["b"]["resizeCalls"], 0);
         let request = &value["capacity"]["provisioningRequests"][0];
         assert_eq!(request["state"], "Provisioned");
         assert_eq!(request["life"][1]["type"], "Provisioned");

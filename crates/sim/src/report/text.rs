@@ -68,16 +68,34 @@ pub fn render_text(result: &SimulationResult) -> String {
     let _ = writeln!(out, "\nSummary");
     let _ = writeln!(
         out,
-        "  {:<width$}  {:>7}  {:>7}  {:>7}  {:>9}  {:>6}  {:>8}",
-        "group", "final", "peak", "max", "scale-ups", "added", "removed"
+        "  {:<width$}  {:>7}  {:>7}  {:>7}  {:>9}  {:>6}  {:>8}  {:>12}  {:>6}  {:>15}",
+        "group",
+        "final",
+        "peak",
+        "max",
+        "scale-ups",
+        "added",
+        "removed",
+        "resize calls",
+        "bursts",
+        "calls/burst max"
     );
     for (id, g) in &summary.groups {
         let _ = writeln!(
             out,
-            "  {id:<width$}  {:>7}  {:>7}  {:>7}  {:>9}  {:>6}  {:>8}",
-            g.final_size, g.peak_size, g.max_size, g.scale_ups, g.nodes_added, g.nodes_removed
+            "  {id:<width$}  {:>7}  {:>7}  {:>7}  {:>9}  {:>6}  {:>8}  {:>12}  {:>6}  {:>15}",
+            g.final_size,
+            g.peak_size,
+            g.max_size,
+            g.scale_ups,
+            g.nodes_added,
+            g.nodes_removed,
+            g.resize.resize_calls,
+            g.resize.bursts.len(),
+            g.resize.max_calls_per_burst
         );
     }
+    resize_lines(&mut out, summary);
     let pods = &summary.pods;
     let _ = writeln!(
         out,
@@ -115,6 +133,39 @@ pub fn render_text(result: &SimulationResult) -> String {
         }
     }
     out
+}
+
+/// At most this many bursts are listed per group; the table above counts them all.
+const LISTED_BURSTS: usize = 10;
+
+/// Each group's bursts of `IncreaseSize` calls: when, how many calls, how many nodes.
+fn resize_lines(out: &mut String, summary: &crate::record::Summary) {
+    for (id, g) in &summary.groups {
+        if g.resize.bursts.is_empty() {
+            continue;
+        }
+        let _ = write!(out, "  {id} resize bursts:");
+        for burst in g.resize.bursts.iter().take(LISTED_BURSTS) {
+            let span = if burst.last_call_seconds > burst.first_call_seconds {
+                format!(
+                    "{}–{}",
+                    short_duration(burst.first_call_seconds),
+                    short_duration(burst.last_call_seconds)
+                )
+            } else {
+                short_duration(burst.first_call_seconds)
+            };
+            let _ = write!(
+                out,
+                " {span} {} call(s) for {} node(s);",
+                burst.calls, burst.nodes
+            );
+        }
+        if g.resize.bursts.len() > LISTED_BURSTS {
+            let _ = write!(out, " … {} more", g.resize.bursts.len() - LISTED_BURSTS);
+        }
+        out.push('\n');
+    }
 }
 
 /// Requests with their life, buffers with their headroom, quotas with limits and usage.
@@ -199,6 +250,32 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Note: scale-down is not simulated"));
+    }
+
+    /// docs/scenario.md "Resize calls and bursts": the summary counts each group's calls and
+    /// bursts and lists the bursts.
+    #[test]
+    fn text_report_counts_resize_calls_per_group_and_burst() {
+        let text = render_text(&sample_result());
+        assert!(
+            text.contains("resize calls  bursts  calls/burst max"),
+            "{text}"
+        );
+        let row = text
+            .lines()
+            .find(|line| line.trim_start().starts_with("a "))
+            .unwrap();
+        assert!(
+            row.trim_end().ends_with("3       2                2"),
+            "{row}"
+        );
+        assert!(
+            text.contains(
+                "a resize bursts: 0s–10s 2 call(s) for 2 node(s); 3m20s 1 call(s) for 1 node(s);"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("b resize bursts"), "{text}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Scenarios compiled into the binary: the default that `ferroscale simulate` runs without an
 //! argument, the upstream scalability scenarios (docs/behaviour.md SIM-101), a full simulated
 //! day, a StatefulSet whose volumes pin it to one zone, and GPUs claimed through Dynamic Resource
-//! Allocation, the capacity APIs (a buffer, a quota, ProvisioningRequests of both classes), and
-//! two large clusters (15,000 nodes / 450,000 pods and 65,000 nodes / 1,000,000 pods).
+//! Allocation, the capacity APIs (a buffer, a quota, ProvisioningRequests of both classes), a
+//! Deployment whose pods arrive at a controller's pace (resize calls per burst), and two large
+//! clusters (15,000 nodes / 450,000 pods and 65,000 nodes / 1,000,000 pods).
 
 use std::path::Path;
 
@@ -47,6 +48,10 @@ pub const BUNDLED: &[(&str, &str)] = &[
     (
         "capacity-apis",
         include_str!("../../scenarios/capacity-apis.yaml"),
+    ),
+    (
+        "controller-rate",
+        include_str!("../../scenarios/controller-rate.yaml"),
     ),
     ("large-15k", include_str!("../../scenarios/large-15k.yaml")),
     ("large-65k", include_str!("../../scenarios/large-65k.yaml")),

@@ -18,6 +18,7 @@ use thiserror::Error;
 
 use crate::dra::GroupDevices;
 
+mod arrival;
 mod bundled;
 mod limits;
 mod raw;
@@ -145,6 +146,9 @@ pub enum ScenarioAction {
         pod: Pod,
         /// Where the copies are bound; `None`: they wait for the scheduler stand-in.
         bind: Option<PodPlacement>,
+        /// `Some(k)`: one step of a `create` spread over time by its `rate`, whose copies are
+        /// named `<name>-<k + i>` whatever `count` (see [`copy_name`]).
+        first_copy: Option<usize>,
     },
     /// Deletes pods whose labels match; `count: None` deletes all of them.
     Delete {
@@ -168,6 +172,16 @@ pub enum ScenarioAction {
         namespace: String,
         name: String,
     },
+}
+
+/// The name of copy `i` of a `create` of `count` copies of a pod named `base`; `None` keeps the
+/// pod's own name (a single copy of an ordinary `create`).
+pub fn copy_name(base: &str, count: usize, first_copy: Option<usize>, i: usize) -> Option<String> {
+    match first_copy {
+        Some(first) => Some(format!("{base}-{}", first.saturating_add(i))),
+        None if count > 1 => Some(format!("{base}-{i}")),
+        None => None,
+    }
 }
 
 /// Binds created copies to existing nodes `<node_prefix><index>`: copy `i` goes to index
@@ -1093,18 +1107,26 @@ impl Validator<'_> {
 
         let mut events = Vec::new();
         for (i, event) in raw_events.iter().enumerate() {
-            events.push(self.event(i, event, &priorities)?);
+            // Every later raw event needs at least one event of the budget.
+            let budget = self
+                .limits
+                .events
+                .saturating_sub(events.len())
+                .saturating_sub(raw_events.len() - i - 1);
+            events.extend(self.event(i, event, &priorities, budget)?);
         }
         events.sort_by_key(|e: &ScenarioEvent| e.at);
         Ok(ObjectsAndEvents { objects, events })
     }
 
+    /// The events of `raw`: one, or the steps of a `create` with a `rate`, at most `budget`.
     fn event(
         &self,
         i: usize,
         raw: &raw::RawEvent,
         priorities: &PriorityClasses,
-    ) -> Result<ScenarioEvent, ScenarioError> {
+        budget: usize,
+    ) -> Result<Vec<ScenarioEvent>, ScenarioError> {
         let at = |field: &str| format!("events[{i}].{field}");
         let parse_count = |field: &str, value: Option<u64>| {
             value
@@ -1118,10 +1140,14 @@ impl Validator<'_> {
         if let Some(create) = &raw.create
             && let Some(object) = &create.object
         {
-            if create.pod.is_some() || create.count.is_some() || create.bind.is_some() {
+            if create.pod.is_some()
+                || create.count.is_some()
+                || create.bind.is_some()
+                || create.rate.is_some()
+            {
                 return Err(self.error(
                     at("create.object"),
-                    "an object is created alone: no pod, count or bind with it",
+                    "an object is created alone: no pod, count, bind or rate with it",
                 ));
             }
             actions.push(ScenarioAction::CreateObject(
@@ -1167,7 +1193,47 @@ impl Validator<'_> {
                     })
                 }
             };
-            actions.push(ScenarioAction::Create { count, pod, bind });
+            if let Some(rate) = &create.rate {
+                let rate = arrival::parse_rate(rate)
+                    .map_err(|message| self.error(at("create.rate"), message))?;
+                if bind.is_some() {
+                    return Err(self.error(
+                        at("create.rate"),
+                        "rate and bind do not go together: pods bound by name do not wait for \
+                         the scheduler, so their arrival pace changes nothing",
+                    ));
+                }
+                let steps = arrival::steps(count, rate, budget).ok_or_else(|| {
+                    self.error(
+                        at("create.rate"),
+                        format!(
+                            "{} pods at {} arrive in more steps than the {} events a scenario \
+                             may have",
+                            group_digits(count as u64),
+                            arrival::describe(rate),
+                            group_digits(self.limits.events as u64)
+                        ),
+                    )
+                })?;
+                return Ok(steps
+                    .into_iter()
+                    .map(|step| ScenarioEvent {
+                        at: raw.at.0.saturating_add(step.after),
+                        action: ScenarioAction::Create {
+                            count: step.count,
+                            pod: pod.clone(),
+                            bind: None,
+                            first_copy: Some(step.first_copy),
+                        },
+                    })
+                    .collect());
+            }
+            actions.push(ScenarioAction::Create {
+                count,
+                pod,
+                bind,
+                first_copy: None,
+            });
         }
         if let Some(delete) = &raw.delete {
             actions.push(ScenarioAction::Delete {
@@ -1199,10 +1265,10 @@ impl Validator<'_> {
         }
         let mut actions = actions.into_iter();
         match (actions.next(), actions.next()) {
-            (Some(action), None) => Ok(ScenarioEvent {
+            (Some(action), None) => Ok(vec![ScenarioEvent {
                 at: raw.at.0,
                 action,
-            }),
+            }]),
             _ => Err(self.error(
                 format!("events[{i}]"),
                 "each event needs exactly one of create, delete, cordon, uncordon, removeNode or deleteController",

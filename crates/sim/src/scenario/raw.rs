@@ -191,6 +191,9 @@ pub(super) struct RawCreate {
     pub count: Option<u64>,
     pub pod: Option<Box<core::Pod>>,
     pub bind: Option<RawBind>,
+    /// Pods per second the copies arrive at, as a controller creates them: `20/s`, `300/m`,
+    /// `3600/h` or a plain number of pods per second. Checked in `ScenarioBuilder::event`.
+    pub rate: Option<Value>,
     /// A PodTemplate, ProvisioningRequest, CapacityBuffer or CapacityQuota created at `at`
     /// (instead of `pod`).
     pub object: Option<Value>,

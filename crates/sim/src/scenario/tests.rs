@@ -853,3 +853,113 @@ fn unknown_fields_inside_kubernetes_objects_are_refused() {
     assert_eq!(e.field, "items[0].spec.containers[0].resourcez", "{e}");
     assert_eq!(e.line, Some(10), "{e}");
 }
+
+/// docs/scenario.md "Pods arriving over time": `rate` spreads a create over one-second steps,
+/// copies numbered across the steps.
+#[test]
+fn a_rate_spreads_the_copies_over_time() {
+    let s = parse(&mutate(
+        "      count: 300\n",
+        "      count: 50\n      rate: 20/s\n",
+    ))
+    .unwrap();
+    let steps: Vec<(Duration, usize, Option<usize>)> = s
+        .events
+        .iter()
+        .filter_map(|e| match &e.action {
+            ScenarioAction::Create {
+                count, first_copy, ..
+            } => Some((e.at, *count, *first_copy)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            (Duration::ZERO, 20, Some(0)),
+            (Duration::from_secs(1), 20, Some(20)),
+            (Duration::from_secs(2), 10, Some(40)),
+        ]
+    );
+    assert_eq!(copy_name("web", 10, Some(40), 3).as_deref(), Some("web-43"));
+    assert_eq!(copy_name("web", 1, Some(7), 0).as_deref(), Some("web-7"));
+    assert_eq!(copy_name("web", 3, None, 2).as_deref(), Some("web-2"));
+    assert_eq!(copy_name("web", 1, None, 0), None);
+    // Per minute: one pod every 12 s.
+    let s = parse(&mutate(
+        "      count: 300\n",
+        "      count: 3\n      rate: 5/m\n",
+    ))
+    .unwrap();
+    let at: Vec<u64> = s
+        .events
+        .iter()
+        .filter(|e| matches!(e.action, ScenarioAction::Create { .. }))
+        .map(|e| e.at.as_secs())
+        .collect();
+    assert_eq!(at, vec![0, 12, 24]);
+}
+
+/// A bad rate is an error naming `create.rate`, its line and the value; rates that do not make
+/// sense with the rest of the create are refused too.
+#[test]
+fn bad_rates_are_refused_with_field_and_value() {
+    assert_error(
+        &mutate("      count: 300\n", "      count: 300\n      rate: fast\n"),
+        "events[1].create.rate",
+        "rate: fast",
+        "\"fast\" is not a rate: expected pods per second",
+    );
+    assert_error(
+        &mutate("      count: 300\n", "      count: 300\n      rate: 0/s\n"),
+        "events[1].create.rate",
+        "rate: 0/s",
+        "0/s is outside the accepted rates, from 1/h to 100000/s",
+    );
+    assert_error(
+        &mutate(
+            "      count: 300\n",
+            "      count: 300\n      rate: 10/s\n      bind: {nodePrefix: general-a-}\n",
+        ),
+        "events[1].create.rate",
+        "rate: 10/s",
+        "rate and bind do not go together",
+    );
+    let object = mutate(
+        "  - at: 50m\n    cordon:",
+        "  - at: 1h\n    create:\n      rate: 1/s\n      object: {apiVersion: v1, kind: PodTemplate, metadata: {name: t}, template: {spec: {containers: [{name: c}]}}}\n  - at: 50m\n    cordon:",
+    );
+    let e = parse_err(&object);
+    assert_eq!(e.field, "events[2].create.object", "{e}");
+    assert!(e.message.contains("no pod, count, bind or rate"), "{e}");
+}
+
+/// The steps of a rate count as events: a slow rate over many pods is refused by the events
+/// limit, naming the rate, before anything is created.
+#[test]
+fn the_steps_of_a_rate_count_against_the_events_limit() {
+    let text = mutate("      count: 300\n", "      count: 300\n      rate: 1/s\n");
+    let limits = Limits {
+        events: 300,
+        ..Limits::DEFAULT
+    };
+    let e = parse_limited(&text, Path::new("."), &limits).unwrap_err();
+    assert_eq!(e.field, "events[1].create.rate", "{e}");
+    assert!(
+        e.message
+            .contains("300 pods at 1/s arrive in more steps than the 300 events"),
+        "{e}"
+    );
+    // With room for every step and the other three events, it parses.
+    let limits = Limits {
+        events: 303,
+        ..Limits::DEFAULT
+    };
+    assert_eq!(
+        parse_limited(&text, Path::new("."), &limits)
+            .unwrap()
+            .events
+            .len(),
+        303
+    );
+}
