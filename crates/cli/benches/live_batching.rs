@@ -11,8 +11,9 @@
 //!
 //! Run: `cargo bench -p ferroscale --bench live_batching` (needs the control-plane binaries of
 //! `scripts/control-plane/build.sh`). Knobs: `FERROSCALE_BENCH_BURST_SIZES` (`300,2000`),
-//! `FERROSCALE_BENCH_RUNS` (1 run per size), and `FERROSCALE_BINARY` to run another build of the
-//! binary (e.g. the base of a change). Results go to standard output; docs/benchmarks.md keeps
+//! `FERROSCALE_BENCH_RUNS` (1 run per size), `FERROSCALE_BENCH_FLAGS` (more flags of `ferroscale
+//! run`, space-separated) and `FERROSCALE_BINARY` to run another build of the binary (e.g. the
+//! base of a change). Results go to standard output; docs/benchmarks.md keeps
 //! them with the machine they ran on.
 
 #[allow(dead_code)]
@@ -85,16 +86,15 @@ async fn one_burst(size: usize) -> Burst {
     cluster.set_pool_bounds(0, size).await;
     let (server, cloud_config) = cluster.start_provider_server("provider-server");
     let cloud_config = format!("--cloud-config={}", cloud_config.display());
-    let _autoscaler = cluster.start_autoscaler_logging(
-        "bench",
-        &[
-            "--cloud-provider=externalgrpc",
-            &cloud_config,
-            "--scale-down-enabled=false",
-            "--scan-interval=10s",
-        ],
-        "warn,ferroscale=info",
-    );
+    let extra = std::env::var("FERROSCALE_BENCH_FLAGS").unwrap_or_default();
+    let mut flags = vec![
+        "--cloud-provider=externalgrpc",
+        &cloud_config,
+        "--scale-down-enabled=false",
+        "--scan-interval=10s",
+    ];
+    flags.extend(extra.split_whitespace());
+    let _autoscaler = cluster.start_autoscaler_logging("bench", &flags, "warn,ferroscale=info");
     harness::wait_until("the status ConfigMap of the first iteration", async || {
         cluster.status().await.is_some()
     })
@@ -138,7 +138,7 @@ async fn one_burst(size: usize) -> Burst {
         while let Some(event) = pod_events.next().await {
             match event {
                 Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
-                    if harness::is_marked_unschedulable(&pod) {
+                    if is_marked_unschedulable(&pod) {
                         first_unschedulable.get_or_insert_with(Instant::now);
                         last_unschedulable = Some(Instant::now());
                     }
@@ -153,7 +153,22 @@ async fn one_burst(size: usize) -> Burst {
                 _ => {}
             }
         }
-        panic!("the pod watch ended before every pod ran")
+        // The API server ends watches after a while: count the rest by listing, once a second.
+        loop {
+            let list = pods
+                .list(&ListParams::default().labels(&format!("app={app}")))
+                .await
+                .expect("list pods");
+            let running = list
+                .items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            if running == size {
+                return Instant::now();
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     })
     .await
     .expect("every pod runs within 15 minutes");
@@ -180,4 +195,18 @@ where
         .metadata
         .resource_version
         .expect("resourceVersion")
+}
+
+/// Whether the scheduler has marked `pod` unschedulable (`PodScheduled=False`, `Unschedulable`).
+fn is_marked_unschedulable(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        })
 }

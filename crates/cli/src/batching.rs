@@ -14,7 +14,11 @@
 //!   latest pod or `max` after its first one, whichever comes first;
 //! - while a batch is open no iteration starts, neither at the scan interval nor at once after an
 //!   iteration that acted; the iteration at its close plans for everything pending, and the pods
-//!   earlier resizes already cover are the engine's upcoming nodes, not new demand.
+//!   earlier resizes already cover are the engine's upcoming nodes, not new demand;
+//! - an iteration that scaled up while its burst goes on opens a batch at its end rather than
+//!   starting the next one at once: the scheduler gives the new nodes to whichever pods it tries
+//!   first, often ones created since, so some pods the resize was for are left over, and they
+//!   join the next batch instead of costing a resize each.
 
 use std::time::{Duration, Instant};
 
@@ -100,6 +104,23 @@ impl Batcher {
         }
     }
 
+    /// An iteration finished at `at`, having scaled up or not. While its burst goes on (a pod was
+    /// reported less than the maximum window before), an iteration that scaled up opens a batch
+    /// at its end: the pods its nodes were for but that the scheduler left over wait for the
+    /// batch instead of each costing a resize at once.
+    pub fn iteration_finished(&mut self, at: Instant, scaled_up: bool) {
+        let in_burst = self
+            .last_arrival
+            .is_some_and(|last| at.saturating_duration_since(last) < self.windows.max);
+        if scaled_up && in_burst && self.open.is_none() {
+            self.open = Some(Batch {
+                opened: at,
+                latest: at,
+                first_of_burst: false,
+            });
+        }
+    }
+
     /// An iteration starts: it plans for every pod reported so far, so the open batch is served.
     pub fn iteration_started(&mut self) {
         self.open = None;
@@ -166,13 +187,27 @@ mod tests {
     }
 
     /// Replays pods reported at `arrivals` (milliseconds) through a loop whose iterations take
-    /// `iteration` each and always act; returns the start of every iteration the pods caused.
+    /// `iteration` each and scale up when pods were reported since the previous one started;
+    /// returns the start of every iteration that scaled up.
     fn iterations_for(arrivals: &[u64], iteration: u64, windows: BatchingWindows) -> Vec<u64> {
+        iterations_and_resizes(arrivals, iteration, windows)
+            .into_iter()
+            .filter_map(|(start, resized)| resized.then_some(start))
+            .collect()
+    }
+
+    /// [`iterations_for`], with every iteration the pods caused and whether it scaled up.
+    fn iterations_and_resizes(
+        arrivals: &[u64],
+        iteration: u64,
+        windows: BatchingWindows,
+    ) -> Vec<(u64, bool)> {
         let t = Timeline::new();
         let mut batcher = Batcher::new(windows);
         let mut starts = Vec::new();
         let mut pending = arrivals.iter().copied().peekable();
         let mut now = 0;
+        let mut reported = false;
         loop {
             // Report every arrival up to the next start, which an arrival can move.
             let next = loop {
@@ -183,6 +218,7 @@ mod tests {
                 let next = t.offset(batcher.next_iteration(finished));
                 match pending.peek() {
                     Some(&arrival) if arrival <= next || batcher.batch_closes().is_none() => {
+                        reported = true;
                         batcher.pod_arrived(t.at(arrival));
                         now = now.max(arrival);
                         pending.next();
@@ -194,8 +230,10 @@ mod tests {
                 return starts;
             }
             batcher.iteration_started();
-            starts.push(next);
+            starts.push((next, reported));
             now = next + iteration;
+            batcher.iteration_finished(t.at(now), reported);
+            reported = false;
         }
     }
 
@@ -220,7 +258,7 @@ mod tests {
         // creates them; each iteration takes 200 ms.
         let arrivals: Vec<u64> = (0..300).map(|i| i * 50).collect();
         let starts = iterations_for(&arrivals, 200, BatchingWindows::default());
-        assert_eq!(starts, [100, 10_150, 15_950]);
+        assert_eq!(starts, [100, 10_300, 15_950]);
     }
 
     /// docs/behaviour.md LOOP-117: a batch closes an idle gap after its latest pod, before the
@@ -285,6 +323,42 @@ mod tests {
             "without new pods, an iteration that acted is followed at once (LOOP-104)"
         );
         assert_eq!(batcher.next_iteration(t.quiet(300)), t.at(10_300));
+    }
+
+    /// docs/behaviour.md LOOP-118: an iteration that scaled up while its burst goes on is
+    /// followed one idle gap later, not at once, so that the pods the scheduler left over join
+    /// one more iteration instead of each costing a resize; after the burst, at once again.
+    #[test]
+    fn an_iteration_that_scaled_up_during_a_burst_is_followed_after_the_idle_gap() {
+        let t = Timeline::new();
+        let mut batcher = Batcher::new(BatchingWindows::default());
+        batcher.pod_arrived(t.at(0));
+        batcher.iteration_started();
+        batcher.iteration_finished(t.at(300), true);
+        let acted = Finished {
+            acted_recently: true,
+            ..t.quiet(300)
+        };
+        assert_eq!(batcher.next_iteration(acted), t.at(1_300));
+        batcher.pod_arrived(t.at(900));
+        assert_eq!(batcher.next_iteration(acted), t.at(1_900), "pods extend it");
+        batcher.iteration_started();
+        batcher.iteration_finished(t.at(12_000), true);
+        let later = Finished {
+            acted_recently: true,
+            ..t.quiet(12_000)
+        };
+        assert_eq!(
+            batcher.next_iteration(later),
+            t.at(12_000),
+            "no pod for longer than the maximum window: the burst is over"
+        );
+        let all = iterations_and_resizes(&[0, 50, 3_000], 200, BatchingWindows::default());
+        assert_eq!(
+            all,
+            [(100, true), (1_300, false), (3_100, true), (4_300, false)],
+            "one more iteration after each resize, which finds nothing new"
+        );
     }
 
     /// docs/behaviour.md SU-09, LOOP-105: an iteration that waited for young pods looks again

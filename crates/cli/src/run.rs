@@ -541,6 +541,11 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
         }
         log_outcome(&outcome, took);
         acted = [acted[1], outcome.acted()];
+        let scaled_up = outcome
+            .scale_up_execution
+            .as_ref()
+            .is_some_and(|execution| execution.scaled_up_nodes > 0);
+        batcher.iteration_finished(Instant::now(), scaled_up);
 
         // Listen for the signal before looking at the flag: a signal that arrived during the
         // iteration has set the flag, one that arrives from here on wakes `stop`. (Listening only

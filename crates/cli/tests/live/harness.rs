@@ -655,20 +655,6 @@ pub fn increase_size_calls(log: &str) -> BTreeMap<String, usize> {
     calls
 }
 
-/// Whether the scheduler has marked `pod` unschedulable (`PodScheduled=False`, `Unschedulable`).
-pub fn is_marked_unschedulable(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-        })
-}
-
 pub fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
