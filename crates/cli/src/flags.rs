@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use ferroscale_core::flag_catalogue::{self, Scope, Support, ValueType};
 
+use crate::batching::BatchingWindows;
 use crate::logging::LoggingFlags;
 use ferroscale_core::{AutoscalingOptions, OptionError};
 use ferroscale_metrics::HealthLimits;
@@ -43,23 +44,23 @@ pub struct LeaderElectionFlags {
 }
 
 /// When iterations start besides every `--scan-interval` (docs/behaviour.md
-/// LOOP-103–LOOP-105).
+/// LOOP-103–LOOP-105, LOOP-116–LOOP-119).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoopTiming {
     /// `--frequent-loops-enabled` (upstream, default true): start at once after an iteration
-    /// that scaled up or started a deletion, and wake early for a new unschedulable pod.
+    /// that scaled up or started a deletion, and wake early for new unschedulable pods.
     pub frequent_loops: bool,
-    /// `--unschedulable-pods-batching-window` (Ferroscale, default 300ms): after the first new
-    /// unschedulable pod wakes the loop, how long to wait for the rest of its burst so that one
-    /// iteration plans for all of them.
-    pub batching_window: Duration,
+    /// `--unschedulable-pods-batching-window`, `--unschedulable-pods-batching-idle-gap` and
+    /// `--unschedulable-pods-batching-max-window` (Ferroscale): how the wake-ups for new
+    /// unschedulable pods are batched (see [`crate::batching`]).
+    pub windows: BatchingWindows,
 }
 
 impl Default for LoopTiming {
     fn default() -> Self {
         LoopTiming {
             frequent_loops: true,
-            batching_window: Duration::from_millis(300),
+            windows: BatchingWindows::default(),
         }
     }
 }
@@ -473,7 +474,13 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
                 )),
             },
             "unschedulable-pods-batching-window" => {
-                record(duration(flag, value).map(|d| loop_timing.batching_window = d))
+                record(duration(flag, value).map(|d| loop_timing.windows.first = d))
+            }
+            "unschedulable-pods-batching-idle-gap" => {
+                record(duration(flag, value).map(|d| loop_timing.windows.idle = d))
+            }
+            "unschedulable-pods-batching-max-window" => {
+                record(duration(flag, value).map(|d| loop_timing.windows.max = d))
             }
             "cache-sync-timeout" => {
                 record(duration(flag, value).map(|d| cache_sync_timeout = d))
@@ -629,13 +636,19 @@ mod tests {
             "--logtostderr",
             "--frequent-loops-enabled=false",
             "--unschedulable-pods-batching-window=1s",
+            "--unschedulable-pods-batching-idle-gap=2s",
+            "--unschedulable-pods-batching-max-window=30s",
         ])
         .unwrap();
         assert_eq!(
             flags.loop_timing,
             LoopTiming {
                 frequent_loops: false,
-                batching_window: Duration::from_secs(1),
+                windows: BatchingWindows {
+                    first: Duration::from_secs(1),
+                    idle: Duration::from_secs(2),
+                    max: Duration::from_secs(30),
+                },
             }
         );
         assert_eq!(flags.cloud_provider, CloudProviderKind::Kwok);
@@ -706,6 +719,15 @@ mod tests {
         assert_eq!(flags.options.namespace, "kube-system");
         assert_eq!(flags.health, HealthLimits::default());
         assert!(flags.loop_timing.frequent_loops);
+        assert_eq!(
+            flags.loop_timing.windows,
+            BatchingWindows {
+                first: Duration::from_millis(100),
+                idle: Duration::from_secs(1),
+                max: Duration::from_secs(10),
+            },
+            "docs/behaviour.md LOOP-116, LOOP-117"
+        );
     }
 
     /// The logging flags upstream's Helm chart renders by default, and klog's underscore
@@ -911,6 +933,8 @@ mod tests {
             ("--leader-elect-resource-lock=endpoints", "\"endpoints\""),
             ("--frequent-loops-enabled=often", "\"often\""),
             ("--unschedulable-pods-batching-window=5", "\"5\""),
+            ("--unschedulable-pods-batching-idle-gap=1", "\"1\""),
+            ("--unschedulable-pods-batching-max-window=soon", "\"soon\""),
         ] {
             let err = parse(&["--cloud-provider=kwok", argument]).unwrap_err();
             assert!(err.contains(expected), "{argument}: {err}");

@@ -11,6 +11,7 @@
 //! container arguments. `ferroscale` alone still asks for a subcommand. `serve-provider` serves a
 //! built-in provider over the externalgrpc protocol (`serve_provider.rs`).
 
+mod batching;
 mod debug_snapshot;
 mod flag_docs;
 mod flags;

@@ -34,6 +34,7 @@ use ferroscale_provider_externalgrpc::{ExternalGrpcProvider, NodeGroupDefaults};
 use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use tokio::sync::Notify;
 
+use crate::batching::{Batcher, Finished};
 use crate::debug_snapshot::{SNAPSHOT_PATH, Snapshots};
 use crate::flags::{CloudProviderKind, LoopTiming, RunFlags};
 use crate::profiling::{CPU_PROFILE_PATH, Profiling};
@@ -85,9 +86,9 @@ fn warn_about_ignored_flags(flags: &RunFlags) {
 async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
     let mut options = flags.options.clone();
     if flags.loop_timing.frequent_loops {
-        // The batching window replaces upstream's fixed two-second wait for a burst of new pods
-        // (ARCHITECTURE.md, deliberate differences): the wake-up already batches the burst.
-        options.new_pods_window = flags.loop_timing.batching_window;
+        // The first batching window replaces upstream's fixed two-second wait for a burst of new
+        // pods (ARCHITECTURE.md, deliberate differences): the wake-ups already batch the burst.
+        options.new_pods_window = flags.loop_timing.windows.first;
     }
     let metrics = AutoscalerMetrics::new().context("building the metrics registry")?;
     metrics.set_limits(&options);
@@ -489,11 +490,11 @@ struct Loop<'a> {
     snapshots: &'a Snapshots,
 }
 
-/// The main loop (docs/behaviour.md LOOP-103–LOOP-105): one iteration per `--scan-interval`,
-/// measured from each iteration's start, until a signal arrives; an iteration in progress always completes. With
-/// `--frequent-loops-enabled`, an iteration starts at once when one of the last two acted, and a
-/// new unschedulable pod cuts the wait short after `--unschedulable-pods-batching-window`.
-/// Returns how many iterations ran.
+/// The main loop (docs/behaviour.md LOOP-103–LOOP-105, LOOP-116–LOOP-119): one iteration per
+/// `--scan-interval`, measured from each iteration's start, until a signal arrives; an iteration
+/// in progress always completes. With `--frequent-loops-enabled`, an iteration starts at once when
+/// one of the last two acted, and newly unschedulable pods start one early, batched as
+/// [`crate::batching`] decides. Returns how many iterations ran.
 async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
     let scan_interval = autoscaler.options().scan_interval;
     let lock_health = || {
@@ -505,10 +506,14 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
     lock_health().start_monitoring(system_now());
     // Whether each of the last two iterations acted.
     let mut acted = [false; 2];
+    let mut batcher = Batcher::new(context.timing.windows);
     let mut iterations = 0;
     while !context.stopping.load(Ordering::SeqCst) {
         iterations += 1;
         let started = Instant::now();
+        // The iteration plans for every pod reported so far; only later reports open a batch.
+        let mut reported = context.wake_ups.unschedulable_arrivals();
+        batcher.iteration_started();
         let now = system_now();
         lock_health().record_activity(now);
         // Only a loop somebody asked a snapshot of copies what it gathers.
@@ -536,6 +541,11 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
         }
         log_outcome(&outcome, took);
         acted = [acted[1], outcome.acted()];
+        let scaled_up = outcome
+            .scale_up_execution
+            .as_ref()
+            .is_some_and(|execution| execution.scaled_up_nodes > 0);
+        batcher.iteration_finished(Instant::now(), scaled_up);
 
         // Listen for the signal before looking at the flag: a signal that arrived during the
         // iteration has set the flag, one that arrives from here on wakes `stop`. (Listening only
@@ -548,37 +558,42 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
             break;
         }
         let waited = Instant::now();
-        if context.timing.frequent_loops && acted.contains(&true) {
-            tracing::debug!("an iteration acted: starting the next one at once");
-            continue;
-        }
-        // Pods too new to act on yet: look again once the window has passed rather than after
-        // a whole scan interval.
-        let waiting_for_burst = outcome
-            .scale_up
-            .as_ref()
-            .is_some_and(|plan| plan.status == ScaleUpStatus::InCooldown);
-        let next = if context.timing.frequent_loops && waiting_for_burst {
-            context.timing.batching_window
-        } else {
-            scan_interval.saturating_sub(took)
-        };
-        let sleep = tokio::time::sleep(next);
         if context.timing.frequent_loops {
-            tokio::select! {
-                () = sleep => {}
-                () = &mut stop => {}
-                () = context.wake_ups.unschedulable_pod_seen() => {
-                    tracing::debug!("a new unschedulable pod: waking up after the batching window");
-                    tokio::select! {
-                        () = tokio::time::sleep(context.timing.batching_window) => {}
-                        () = &mut stop => {}
-                    }
+            // Pods too new to act on yet: look again once the first window has passed rather
+            // than after a whole scan interval.
+            let waiting_for_pods = outcome
+                .scale_up
+                .as_ref()
+                .is_some_and(|plan| plan.status == ScaleUpStatus::InCooldown);
+            let finished = Finished {
+                at: waited,
+                scan_due: started + scan_interval,
+                acted_recently: acted.contains(&true),
+                waiting_for_pods,
+            };
+            loop {
+                let arrival = context.wake_ups.unschedulable_pod_seen();
+                tokio::pin!(arrival);
+                let arrivals = context.wake_ups.unschedulable_arrivals();
+                if arrivals.count != reported.count
+                    && let Some(latest) = arrivals.latest
+                {
+                    batcher.pod_arrived(latest);
+                    reported = arrivals;
+                }
+                let next = batcher.next_iteration(finished);
+                if next <= Instant::now() {
+                    break;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(next.into()) => break,
+                    () = &mut stop => break,
+                    () = &mut arrival => {}
                 }
             }
         } else {
             tokio::select! {
-                () = sleep => {}
+                () = tokio::time::sleep(scan_interval.saturating_sub(took)) => {}
                 () = &mut stop => {}
             }
         }

@@ -436,8 +436,17 @@ pub const FLAGS: &[Flag] = &[
     process("max-startup-time", DUR, "20m0s", Diagnostics,
         "/health-check allows this long for the first successful loop."),
     // --- Ferroscale only ---
-    process("unschedulable-pods-batching-window", DUR, "300ms", Loop,
-        "After the first new unschedulable pod wakes the loop, wait this long for the rest of its burst.")
+    process("unschedulable-pods-batching-window", DUR, "100ms", Loop,
+        "The first new unschedulable pod of a burst starts an iteration this long after it.")
+        .note("With --frequent-loops-enabled; it also replaces upstream's 2 s wait for new pods. docs/behaviour.md LOOP-116.")
+        .ferroscale(),
+    process("unschedulable-pods-batching-idle-gap", DUR, "1s", Loop,
+        "Pods arriving after a burst's first iteration are batched until none has arrived for this long; 0 turns the batching off.")
+        .note("A pod after a quiet gap this long starts a new burst. docs/behaviour.md LOOP-117, LOOP-119.")
+        .ferroscale(),
+    process("unschedulable-pods-batching-max-window", DUR, "10s", Loop,
+        "The longest a batch after a burst's first iteration waits while pods keep arriving.")
+        .note("No iteration starts while a batch is open, so a burst costs a few resizes per group. docs/behaviour.md LOOP-117, LOOP-118.")
         .ferroscale(),
     process("cache-sync-timeout", DUR, "5m0s", Loop,
         "Give up when the first list of the cluster takes longer than this.")

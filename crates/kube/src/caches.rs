@@ -479,6 +479,8 @@ struct Stores {
     /// Signalled when the pod watch reports a pod the scheduler has just found no node for; holds
     /// at most one wake-up until the loop takes it.
     unschedulable_pod: tokio::sync::Notify,
+    /// How many such pods were reported, and when the latest was: the loop's batching reads them.
+    unschedulable_arrivals: std::sync::Mutex<UnschedulableArrivals>,
     /// The API server's URL, for log lines.
     api_server: String,
     /// Watch failures already logged, so that identical ones are summed up.
@@ -527,11 +529,25 @@ impl Stores {
             priority_class_objects: KindStore::new("PriorityClass"),
             priority_expander: KindStore::new("ConfigMap"),
             unschedulable_pod: tokio::sync::Notify::new(),
+            unschedulable_arrivals: std::sync::Mutex::new(UnschedulableArrivals::default()),
             priority_classes: RwLock::new(PriorityClasses::default()),
         }
     }
 
     /// `(kind, synced, rejected)` for every store.
+    /// A pod newly marked unschedulable: counted, timed, and the waiting loop woken.
+    fn record_unschedulable_arrival(&self) {
+        {
+            let mut arrivals = self
+                .unschedulable_arrivals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            arrivals.count += 1;
+            arrivals.latest = Some(std::time::Instant::now());
+        }
+        self.unschedulable_pod.notify_one();
+    }
+
     fn summaries(&self) -> Vec<(&'static str, bool, usize)> {
         fn summary<M>(store: &KindStore<M>) -> (&'static str, bool, usize) {
             let state = store.read();
@@ -648,13 +664,14 @@ impl ClusterCaches {
             all.clone(),
             &stores,
             |s| &s.pods,
-            |stores, pod| {
-                let pod = pod_from_k8s(pod, &stores.priority_classes())?;
-                if is_freshly_unschedulable(
-                    &pod,
-                    Timestamp::from_system_time(std::time::SystemTime::now()),
-                ) {
-                    stores.unschedulable_pod.notify_one();
+            |stores, object| {
+                let pod = pod_from_k8s(object, &stores.priority_classes())?;
+                let now = Timestamp::from_system_time(std::time::SystemTime::now());
+                if is_freshly_unschedulable(&pod, now) {
+                    let cached = stores.pods.read().objects.get(&object_key(object)).cloned();
+                    if !same_unschedulable_verdict(cached.as_deref(), &pod) {
+                        stores.record_unschedulable_arrival();
+                    }
                 }
                 Ok(Arc::new(pod))
             },
@@ -1016,6 +1033,17 @@ impl ClusterCaches {
         self.stores.unschedulable_pod.notified().await;
     }
 
+    /// How many pods the pod watch has reported newly marked unschedulable, and when the latest
+    /// was reported (docs/behaviour.md LOOP-105): the loop compares two readings to learn whether
+    /// pods arrived in between, and batches them by time (LOOP-116–LOOP-118).
+    pub fn unschedulable_arrivals(&self) -> UnschedulableArrivals {
+        *self
+            .stores
+            .unschedulable_arrivals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Converts a pod read outside the watch (a live GET) with the cached priority classes.
     pub(crate) fn convert_pod(&self, pod: &core::Pod) -> Result<Pod, ConvertError> {
         pod_from_k8s(pod, &self.stores.priority_classes())
@@ -1037,6 +1065,31 @@ fn is_freshly_unschedulable(pod: &Pod, now: Timestamp) -> bool {
         .as_ref()
         .and_then(|condition| condition.last_transition);
     changed.is_none_or(|changed| now.since(changed) < FRESH_UNSCHEDULABLE)
+}
+
+/// The pods the pod watch reported newly marked unschedulable since the caches started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnschedulableArrivals {
+    /// How many reports so far.
+    pub count: u64,
+    /// When the latest report arrived.
+    pub latest: Option<std::time::Instant>,
+}
+
+/// Whether the cached version of a pod already carried the unschedulable verdict `updated` has:
+/// the scheduler rewrites a pending pod's condition message as the cluster changes, and a pod
+/// reported once must not keep a batch of the loop open (docs/behaviour.md LOOP-105).
+fn same_unschedulable_verdict(cached: Option<&Pod>, updated: &Pod) -> bool {
+    let transition = |pod: &Pod| {
+        pod.scheduled_condition
+            .as_ref()
+            .map(|condition| condition.last_transition)
+    };
+    cached.is_some_and(|cached| {
+        !cached.is_bound()
+            && cached.is_marked_unschedulable()
+            && transition(cached) == transition(updated)
+    })
 }
 
 /// A workload controller as the drain rules see it.
@@ -1236,6 +1289,26 @@ mod tests {
         let mut waiting = unschedulable(Some(now));
         waiting.scheduled_condition = None;
         assert!(!is_freshly_unschedulable(&waiting, now));
+    }
+
+    /// docs/behaviour.md LOOP-105: a pod is reported once per unschedulable verdict, not at each
+    /// update of a pod the scheduler still cannot place.
+    #[test]
+    fn a_pod_already_seen_unschedulable_is_not_reported_again() {
+        let verdict = unschedulable(Some(Timestamp::from_secs(995)));
+        assert!(!same_unschedulable_verdict(None, &verdict), "a new pod");
+        assert!(same_unschedulable_verdict(Some(&verdict), &verdict));
+        let again = unschedulable(Some(Timestamp::from_secs(999)));
+        assert!(
+            !same_unschedulable_verdict(Some(&verdict), &again),
+            "a new verdict after the pod was tried again"
+        );
+        let mut waiting = verdict.clone();
+        waiting.scheduled_condition = None;
+        assert!(!same_unschedulable_verdict(Some(&waiting), &verdict));
+        let mut bound = verdict.clone();
+        bound.node_name = Some("n1".to_string());
+        assert!(!same_unschedulable_verdict(Some(&bound), &verdict));
     }
 
     fn api_error(code: u16) -> kube::Error {

@@ -224,7 +224,7 @@ impl Cluster {
     ) -> Autoscaler {
         let log_path = self.dir.path().join(format!("{name}.log"));
         let log = File::create(&log_path).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_ferroscale"))
+        let child = Command::new(ferroscale_binary())
             .args(arguments)
             .env_remove("RUST_LOG")
             .env("RUST_LOG", log_filter)
@@ -240,6 +240,24 @@ impl Cluster {
             port,
             log_path,
         }
+    }
+
+    /// Rewrites the kwok templates ConfigMap of deploy/manifests so that its group has these
+    /// bounds (before the autoscaler starts and reads them).
+    pub async fn set_pool_bounds(&self, min: usize, max: usize) {
+        let configmaps: Api<ConfigMap> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let templates = configmaps
+            .get("kwok-provider-templates")
+            .await
+            .expect("templates ConfigMap");
+        let text = templates
+            .data
+            .and_then(|d| d.get("templates").cloned())
+            .expect("templates key");
+        let text = text
+            .replace("min-count: \"0\"", &format!("min-count: \"{min}\""))
+            .replace("max-count: \"20\"", &format!("max-count: \"{max}\""));
+        self.use_templates(text).await;
     }
 
     pub fn nodes(&self) -> Api<Node> {
@@ -608,6 +626,33 @@ pub async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The binary the tests start: this build's, unless `FERROSCALE_BINARY` names another (the
+/// benchmarks compare a change with its base that way).
+fn ferroscale_binary() -> PathBuf {
+    std::env::var_os("FERROSCALE_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_ferroscale")))
+}
+
+/// `IncreaseSize` calls per group in the log of `ferroscale serve-provider` at `--v=5`, which
+/// logs every call it serves (`"externalgrpc call" method="NodeGroupIncreaseSize" group="…"`).
+pub fn increase_size_calls(log: &str) -> BTreeMap<String, usize> {
+    let mut calls = BTreeMap::new();
+    for line in log.lines() {
+        if !line.contains("\"externalgrpc call")
+            || !line.contains("method=\"NodeGroupIncreaseSize\"")
+        {
+            continue;
+        }
+        let group = line
+            .split_once("group=\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map_or("", |(group, _)| group);
+        *calls.entry(group.to_string()).or_default() += 1;
+    }
+    calls
 }
 
 pub fn is_ready(node: &Node) -> bool {

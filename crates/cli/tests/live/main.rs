@@ -7,6 +7,7 @@
 //! Each test starts its own control plane (nodes are cluster-wide, so tests cannot share one).
 
 mod api_access;
+mod batching;
 mod capacity;
 mod chart_arguments;
 mod clusterapi;
