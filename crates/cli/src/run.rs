@@ -578,6 +578,10 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
                 if arrivals.count != reported.count
                     && let Some(latest) = arrivals.latest
                 {
+                    tracing::debug!(
+                        count = arrivals.count - reported.count,
+                        "a new unschedulable pod: batching it for the next iteration"
+                    );
                     batcher.pod_arrived(latest);
                     reported = arrivals;
                 }
