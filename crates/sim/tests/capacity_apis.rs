@@ -175,7 +175,7 @@ fn events_create_capacity_objects_alone() {
     );
     let e = parse_scenario(&with_count, "s", Path::new(".")).unwrap_err();
     assert_eq!(e.field, "events[1].create.object");
-    assert!(e.message.contains("no pod, count or bind"), "{e}");
+    assert!(e.message.contains("no pod, count, bind or rate"), "{e}");
 
     let bad = text().replace("count: 2}]", "count: 0}]");
     let e = parse_scenario(&bad, "s", Path::new(".")).unwrap_err();
