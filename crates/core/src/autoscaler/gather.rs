@@ -173,7 +173,7 @@ impl Gathered {
     /// What cluster-state needs of each group: its view, its instances (when `Nodes()`
     /// answered) and its registered nodes.
     pub(super) fn observations(&self) -> Vec<GroupObservation> {
-        let slices_by_node = self.node_local_slices();
+        let slices_by_node = node_local_slices(&self.objects.dra.slices);
         self.views
             .iter()
             .enumerate()
@@ -196,7 +196,7 @@ impl Gathered {
                         .iter()
                         .filter_map(|node| {
                             let slices = slices_by_node.get(node.name.as_str())?;
-                            let pools = complete_pools_by_driver(slices.iter().map(|s| &***s));
+                            let pools = complete_pools_by_driver(slices.iter().copied());
                             Some((node.name.clone(), pools))
                         })
                         .collect();
@@ -205,17 +205,18 @@ impl Gathered {
             })
             .collect()
     }
+}
 
-    /// The cluster's node-local ResourceSlices by node name.
-    fn node_local_slices(&self) -> HashMap<&str, Vec<&Arc<ResourceSlice>>> {
-        let mut by_node: HashMap<&str, Vec<&Arc<ResourceSlice>>> = HashMap::new();
-        for slice in &self.objects.dra.slices {
-            if let Some(node) = slice.node_name() {
-                by_node.entry(node).or_default().push(slice);
-            }
+/// The cluster's node-local ResourceSlices by node name: what a template built from a real node
+/// carries (docs/dra.md DRA-122) and what its readiness is judged by (DRA-129).
+fn node_local_slices(slices: &[Arc<ResourceSlice>]) -> HashMap<&str, Vec<&ResourceSlice>> {
+    let mut by_node: HashMap<&str, Vec<&ResourceSlice>> = HashMap::new();
+    for slice in slices {
+        if let Some(node) = slice.node_name() {
+            by_node.entry(node).or_default().push(slice);
         }
-        by_node
     }
+    by_node
 }
 
 /// Reads the node groups: which node belongs to which, targets, instances, options, templates and
@@ -336,12 +337,7 @@ pub(super) async fn gather_groups(
             .map(|c| (**c).clone())
     };
     // A template built from a real node brings the node's own devices (docs/dra.md DRA-122).
-    let mut slices_by_node: HashMap<&str, Vec<&ResourceSlice>> = HashMap::new();
-    for slice in &objects.dra.slices {
-        if let Some(node) = slice.node_name() {
-            slices_by_node.entry(node).or_default().push(slice);
-        }
-    }
+    let slices_by_node = node_local_slices(&objects.dra.slices);
     let slices_of = |node: &str| -> Vec<ResourceSlice> {
         slices_by_node
             .get(node)
