@@ -579,7 +579,7 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
                     && let Some(latest) = arrivals.latest
                 {
                     tracing::debug!(
-                        count = arrivals.count - reported.count,
+                        count = arrivals.count.saturating_sub(reported.count),
                         "a new unschedulable pod: batching it for the next iteration"
                     );
                     batcher.pod_arrived(latest);
