@@ -7,7 +7,9 @@
 //!   and ResourceSlices once per loop. Slices count only in the highest generation of their pool;
 //!   node-local slices attach to their node by name, the others (node selector, all nodes,
 //!   per-device selection) are matched against each node. Nodes that exist only in the
-//!   simulation get their own node-local slices ([`crate::Snapshot::set_simulated_resource_slices`]).
+//!   simulation get their own node-local slices ([`crate::Snapshot::set_simulated_resource_slices`]),
+//!   and claims made in the simulation (for pods that do not exist yet) join the cluster's
+//!   ([`crate::Snapshot::add_resource_claims`]).
 //! * Devices with the same driver, attributes and capacity share a *shape*: a selector's verdict
 //!   is computed once per shape (template copies of a node all have the same shapes), and
 //!   every expression is compiled once (the private `cel` module).
@@ -592,6 +594,8 @@ pub(crate) enum DraUndo {
     Allocated(ClaimIdx),
     /// The claim lost this allocation, which took these devices.
     Deallocated(ClaimIdx, Arc<ClaimAllocation>, Vec<DeviceIdx>),
+    /// A claim was added after the cluster's (the last one of the state).
+    Added,
 }
 
 /// Compiled selectors, by expression.
@@ -693,6 +697,35 @@ impl DraState {
                 .insert(claim.name.clone(), id);
         }
         self.rebuild_catalogue();
+    }
+
+    /// Adds a claim the cluster does not have (one made in the simulation, e.g. for a pod that
+    /// does not exist yet), with its allocation's devices in use. A claim whose namespace and name
+    /// are known already is not added (`false`): a claim never replaces another, whose
+    /// allocation pods may hold.
+    pub(crate) fn add_claim(&mut self, claim: Arc<ResourceClaim>, undo: &mut Vec<DraUndo>) -> bool {
+        if self.claim_id(&claim.namespace, &claim.name).is_some() {
+            return false;
+        }
+        let id = self.claims.len() as ClaimIdx;
+        self.claim_ids
+            .entry(claim.namespace.clone())
+            .or_default()
+            .insert(claim.name.clone(), id);
+        self.claims.push(ClaimEntry {
+            allocation: claim.allocation.clone().map(Arc::new),
+            devices: Vec::new(),
+            reserved_for: claim.reserved_for.clone(),
+            claim,
+        });
+        let devices = self.resolve_devices(id);
+        for d in &devices {
+            self.in_use[*d as usize] += 1;
+        }
+        self.claims[id as usize].devices = devices;
+        self.epoch += 1;
+        undo.push(DraUndo::Added);
+        true
     }
 
     pub(crate) fn set_simulated_slices(&mut self, node_name: &str, slices: Vec<ResourceSlice>) {
@@ -956,6 +989,19 @@ impl DraState {
             DraUndo::Allocated(claim) => self.set_allocation(claim, None, Vec::new()),
             DraUndo::Deallocated(claim, allocation, devices) => {
                 self.set_allocation(claim, Some(allocation), devices);
+            }
+            DraUndo::Added => {
+                // Undone in reverse order: the added claim is the last one.
+                let Some(entry) = self.claims.pop() else {
+                    return;
+                };
+                for d in &entry.devices {
+                    self.in_use[*d as usize] = self.in_use[*d as usize].saturating_sub(1);
+                }
+                if let Some(names) = self.claim_ids.get_mut(&entry.claim.namespace) {
+                    names.remove(&entry.claim.name);
+                }
+                self.epoch += 1;
             }
         }
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use ferroscale_model::{
     ClaimAllocation, ClaimConsumer, CsiNode, DraObjects, HostPort, Labels, Node, Pod,
-    ResourceSlice, Resources, TaintEffect, VolumeSource,
+    ResourceClaim, ResourceSlice, Resources, TaintEffect, VolumeSource,
 };
 
 use crate::dra::{DraState, DraUndo, DraUnfit, NodeAllocation, PodPlan, PoolUtilization};
@@ -274,6 +274,28 @@ impl Snapshot {
     /// part of what-if branches; a later call for the same node name replaces them.
     pub fn set_simulated_resource_slices(&mut self, node_name: &str, slices: Vec<ResourceSlice>) {
         self.dra.set_simulated_slices(node_name, slices);
+    }
+
+    /// Adds ResourceClaims the cluster does not have, made in the simulation for pods that do
+    /// not exist yet (proactive scale-up's fake pods own copies of their sample's claims): the
+    /// DynamicResources filter then resolves them like the cluster's, and an allocated one takes
+    /// its devices. Part of what-if branches (a reverted branch drops them). A claim whose
+    /// namespace and name the snapshot knows already is skipped; returns how many were added.
+    pub fn add_resource_claims(
+        &mut self,
+        claims: impl IntoIterator<Item = Arc<ResourceClaim>>,
+    ) -> usize {
+        let mut changes = Vec::new();
+        let mut added = 0;
+        for claim in claims {
+            if self.dra.add_claim(claim, &mut changes) {
+                added += 1;
+            }
+        }
+        for change in changes {
+            self.record(Undo::Dra(change));
+        }
+        added
     }
 
     /// Per pool of the node's local slices (cluster or simulated): devices in total and

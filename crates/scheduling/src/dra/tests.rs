@@ -1087,3 +1087,56 @@ fn a_pod_with_other_claim_entries_is_checked_for_them() {
         "resourceclaim.resource.k8s.io \"gone\" not found"
     );
 }
+
+/// DRA-134: claims added to the snapshot after the cluster's (a fake pod's own copy of its
+/// sample's template claim) are resolved like the cluster's: the owning pod fits and gets its
+/// copy allocated, an allocated addition takes its devices, a name the snapshot knows already is
+/// not added again, and a reverted branch drops what it added.
+#[test]
+fn claims_added_for_simulated_pods_are_resolved_and_reverted_with_their_branch() {
+    let mut c = cluster(&[2], vec![claim("taken", 1)], DraObjects::default());
+    let mut fake = Pod::new(NS, "p-copy-1");
+    fake.resource_claims.push(PodResourceClaim {
+        name: "gpu".into(),
+        source: PodClaimSource::Template("gpu-template".into()),
+    });
+    fake.resource_claim_statuses.push(PodResourceClaimStatus {
+        name: "gpu".into(),
+        claim_name: Some("p-gpu-abc-copy-1".into()),
+    });
+    let mut copy = claim("p-gpu-abc-copy-1", 1);
+    copy.owner_pod_uid = Some(fake.uid.clone());
+    let before = c.snapshot.dra_summary();
+    {
+        let mut branch = c.snapshot.branch();
+        // Unknown before it is added.
+        let unfit = dra_unfit(check(&mut branch, &fake, c.nodes[0]));
+        assert_eq!(*unfit.reason, DraReason::ClaimNotFound);
+        let mut held = claim("held", 1);
+        held.allocation = Some(allocated_on("n0", &["gpu-1"]));
+        let added = branch.add_resource_claims([
+            Arc::new(copy.clone()),
+            Arc::new(held),
+            Arc::new(claim("taken", 2)),
+        ]);
+        assert_eq!(added, 2, "the known name is skipped");
+        assert_eq!(branch.device_pools(c.nodes[0])[0].allocated, 1);
+        assert_eq!(check(&mut branch, &fake, c.nodes[0]), Ok(()));
+        branch.add_pod(c.nodes[0], Arc::new(fake.clone()));
+        assert_eq!(
+            allocated_devices(&branch, "p-gpu-abc-copy-1"),
+            vec!["n0/gpu-0"]
+        );
+        assert_eq!(branch.device_pools(c.nodes[0])[0].allocated, 2);
+        branch.assert_indexes_consistent();
+    }
+    assert_eq!(c.snapshot.dra_summary(), before);
+    assert_eq!(c.snapshot.device_pools(c.nodes[0])[0].allocated, 0);
+    let unfit = dra_unfit(check(&mut c.snapshot, &fake, c.nodes[0]));
+    assert_eq!(*unfit.reason, DraReason::ClaimNotFound);
+    c.snapshot.assert_indexes_consistent();
+
+    // Outside a branch they stay: the loop's snapshot keeps them.
+    assert_eq!(c.snapshot.add_resource_claims([Arc::new(copy)]), 1);
+    assert_eq!(check(&mut c.snapshot, &fake, c.nodes[0]), Ok(()));
+}
