@@ -1,8 +1,9 @@
 //! Dynamic Resource Allocation through `run_once` with the in-memory contracts (docs/dra.md
-//! DRA-120 to DRA-133): scale-up grows the group whose template has the devices a pending pod's
+//! DRA-120 to DRA-134): scale-up grows the group whose template has the devices a pending pod's
 //! claim asks for, binpacking counts devices, a template built from a real node brings the node's
 //! devices, a claim no template can satisfy is reported with the claim and the selector, and
-//! scale-down measures nodes with devices by their devices and moves claims with their pods.
+//! scale-down measures nodes with devices by their devices and moves claims with their pods;
+//! proactive scale-up's fake pods get their own copies of their sample's claims.
 
 mod loop_fakes;
 
@@ -17,7 +18,7 @@ use ferroscale_model::{
     AllocatedDevice, ClaimAllocation, ClaimConsumer, ClaimSpec, Device, DeviceAttribute,
     DeviceClass, DeviceRequest, DeviceRequestKind, DeviceScope, ExactDeviceRequest, NodeOperator,
     NodeRequirement, NodeSelector, NodeSelectorTerm, Pod, PodClaimSource, PodResourceClaim,
-    ResourceClaim, ResourceSlice,
+    PodResourceClaimStatus, ResourceClaim, ResourceSlice,
 };
 use loop_fakes::*;
 
@@ -374,6 +375,60 @@ fn a_ready_node_without_its_devices_is_still_starting() {
     let counts = outcome.cluster_state.group("gpu").unwrap().counts;
     assert_eq!((counts.ready, counts.not_started), (1, 0));
     assert_eq!(increases(&log), vec!["cloud.increase_size gpu 1"]);
+}
+
+/// docs/dra.md DRA-134, docs/behaviour.md SU-110: a GPU Deployment whose ReplicaSet wants four
+/// replicas has created one, unschedulable, with a claim made from a ResourceClaimTemplate. With
+/// `--enable-proactive-scaleup` the three replicas not created yet get fake pods with their own
+/// copies of that claim, so one scale-up asks for the GPUs of all four (two nodes of two
+/// devices), and every fake is helped, so the ReplicaSet is not backed off.
+#[test]
+fn fake_pods_of_a_gpu_deployment_get_their_own_claims_and_nodes() {
+    let (log, cloud, cluster) = two_groups(2);
+    let mut train = pending_pod("train-0", 1000, t(0));
+    train.owner_references[0].name = "train".into();
+    train.owner_references[0].uid = "uid-rs-train".into();
+    train.resource_claims.push(PodResourceClaim {
+        name: "gpu".into(),
+        source: PodClaimSource::Template("gpu-template".into()),
+    });
+    train.resource_claim_statuses.push(PodResourceClaimStatus {
+        name: "gpu".into(),
+        claim_name: Some("train-0-gpu-7xk2q".into()),
+    });
+    let mut own = claim("train-0-gpu-7xk2q", &[]);
+    own.owner_pod_uid = Some(train.uid.clone());
+    add_claim(&cluster, own);
+    cluster.add_pod(train);
+    cluster.state().controllers.push(WorkloadController {
+        kind: "ReplicaSet".into(),
+        namespace: "default".into(),
+        name: "train".into(),
+        uid: "uid-rs-train".into(),
+        replicas: Some(4),
+    });
+    let mut autoscaler = Autoscaler::new(options(&[("enable-proactive-scaleup", "true")]), 1);
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(100));
+    assert_eq!(increases(&log), vec!["cloud.increase_size gpu 2"]);
+    let plan = outcome.scale_up.expect("scale-up ran");
+    assert!(
+        plan.pods_not_helped.is_empty(),
+        "no fake is left unhelped (and so backed off): {:?}",
+        plan.pods_not_helped
+    );
+    // The cluster's objects are untouched: the copies live in the loop's snapshot only.
+    assert_eq!(cluster.state().dra.claims.len(), 1);
+
+    // The next loop injects the fakes again (the ReplicaSet is not backed off); they fit the
+    // upcoming nodes with the real pod, so nothing more is asked.
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(110));
+    assert_eq!(increases(&log), vec!["cloud.increase_size gpu 2"]);
+    let plan = outcome.scale_up.expect("scale-up ran");
+    assert!(
+        plan.pods_not_helped.is_empty(),
+        "{:?}",
+        plan.pods_not_helped
+    );
 }
 
 /// Group `gpu` with nodes `g1` and `g2` of four devices each; `g1_claims` pods on g1 and

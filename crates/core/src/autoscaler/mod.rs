@@ -50,9 +50,9 @@ use crate::scale_down::{
     ScaleDownPlan, ScaleDownState, first_blocking_pod, plan_scale_down,
 };
 use crate::scale_up::{
-    ExternalExpander, ExternalExpanderStep, INJECTION_BACKOFF, NodeGroupView, ProviderFacts,
-    ScaleUpExecution, ScaleUpInput, ScaleUpPlan, plan_min_size_enforcement, plan_scale_up,
-    proactive_fake_pods,
+    ExternalExpander, ExternalExpanderStep, FakePods, INJECTION_BACKOFF, NodeGroupView,
+    ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan, plan_min_size_enforcement,
+    plan_scale_up, proactive_fake_pods,
 };
 
 use act::record_progress;
@@ -758,10 +758,15 @@ impl Autoscaler {
             )
             .await;
         // Proactive scale-up (docs/behaviour.md SU-110): fake pods for the replicas controllers
-        // have not created yet join the pending pods of this plan only.
+        // have not created yet join the pending pods of this plan only, and their own copies of
+        // their sample's claims join the snapshot for the rest of the loop (docs/dra.md
+        // DRA-134), like the fakes placed on nodes.
         // A controller whose fake pods could not be helped gets none for a while, as upstream.
         self.injection_backoff.retain(|_, until| *until > now);
-        let fakes = if self.options.enable_proactive_scaleup && requests.is_none() {
+        let FakePods {
+            pods: fakes,
+            claims: fake_claims,
+        } = if self.options.enable_proactive_scaleup && requests.is_none() {
             let controllers: Vec<WorkloadController> = gathered
                 .objects
                 .controllers
@@ -773,11 +778,15 @@ impl Autoscaler {
                 &controllers,
                 &gathered.objects.pods,
                 &pending,
+                &gathered.objects.dra.claims,
                 self.options.pod_injection_limit,
             )
         } else {
-            Vec::new()
+            FakePods::default()
         };
+        if !fake_claims.is_empty() {
+            base.add_resource_claims(fake_claims);
+        }
         // CapacityBuffers' virtual pods join them too (docs/capacity-buffers.md CB-108).
         let buffer_pods = self
             .inject_buffer_pods(cluster, &gathered.objects.capacity, now, events)

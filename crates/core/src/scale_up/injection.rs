@@ -8,12 +8,18 @@
 //! finished plus those marked unschedulable; and while the unschedulable pods, fake ones
 //! included, outnumber `--pod-injection-limit`, fake pods are dropped (all of them when the real
 //! ones alone reach the limit).
+//!
+//! A fake pod cannot use its sample's own ResourceClaims (those made from a
+//! ResourceClaimTemplate, owned by the sample): the DynamicResources filter rejects a claim a
+//! pod does not own. As upstream, each fake gets its own copy of every claim the sample owns
+//! (docs/dra.md DRA-134), which the loop adds to its snapshot; claims the sample shares by name
+//! stay shared.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferroscale_model::Pod;
+use ferroscale_model::{Pod, PodClaimSource, ResourceClaim};
 
 use crate::kubernetes::WorkloadController;
 
@@ -43,14 +49,26 @@ struct Tally<'a> {
     sample: Option<&'a Arc<Pod>>,
 }
 
-/// The fake pods to add to `pending` this iteration, in controller order. `pods` are every pod
-/// the iteration gathered, bound or not; `pending` the unbound ones.
+/// What proactive scale-up adds to one iteration's plan.
+#[derive(Debug, Default)]
+pub struct FakePods {
+    /// The fake pods to add to the pending pods, in controller order.
+    pub pods: Vec<Arc<Pod>>,
+    /// The fakes' own copies of their samples' claims, to add to the snapshot before the plan
+    /// (`Snapshot::add_resource_claims`): without them the fakes cannot be scheduled.
+    pub claims: Vec<Arc<ResourceClaim>>,
+}
+
+/// The fake pods to add to `pending` this iteration, and their claims. `pods` are every pod the
+/// iteration gathered, bound or not; `pending` the unbound ones; `claims` the cluster's
+/// ResourceClaims.
 pub fn proactive_fake_pods(
     controllers: &[WorkloadController],
     pods: &[Arc<Pod>],
     pending: &[Arc<Pod>],
+    claims: &[Arc<ResourceClaim>],
     limit: i64,
-) -> Vec<Arc<Pod>> {
+) -> FakePods {
     let mut order: Vec<&str> = Vec::new();
     let mut tallies: HashMap<&str, Tally<'_>> = HashMap::new();
     for controller in controllers {
@@ -91,7 +109,9 @@ pub fn proactive_fake_pods(
             tally.sample = Some(pod);
         }
     }
-    let mut fakes = Vec::new();
+    // The claims only samples with claims look up, indexed once.
+    let mut claim_index: Option<HashMap<(&str, &str), &ResourceClaim>> = None;
+    let mut fakes: Vec<(Arc<Pod>, Vec<ResourceClaim>)> = Vec::new();
     for uid in order {
         let Some(tally) = tallies.get(uid) else {
             continue;
@@ -107,21 +127,95 @@ pub fn proactive_fake_pods(
                 FAKE_POD_ANNOTATION.to_string(),
                 FAKE_POD_ANNOTATION_VALUE.to_string(),
             );
-            fakes.push(Arc::new(fake));
+            let copies = if sample.has_resource_claims() {
+                let index = claim_index.get_or_insert_with(|| {
+                    claims
+                        .iter()
+                        .map(|c| ((c.namespace.as_str(), c.name.as_str()), &**c))
+                        .collect()
+                });
+                copy_owned_claims(sample, &mut fake, &format!("copy-{i}"), index)
+            } else {
+                Vec::new()
+            };
+            fakes.push((Arc::new(fake), copies));
         }
     }
     // --pod-injection-limit caps the unschedulable pods, fake ones included, by dropping fakes
-    // from the front.
+    // (and their claims) from the front.
     let total = i64::try_from(unschedulable.len() + fakes.len()).unwrap_or(i64::MAX);
     let excess = usize::try_from(total.saturating_sub(limit)).unwrap_or(0);
     fakes.drain(..excess.min(fakes.len()));
-    fakes
+    let mut out = FakePods::default();
+    for (pod, copies) in fakes {
+        out.pods.push(pod);
+        out.claims.extend(copies.into_iter().map(Arc::new));
+    }
+    out
+}
+
+/// Gives `fake` its own copy of every claim of `sample` that the sample owns (made from a
+/// template for it), as upstream duplicates a pod's claims with the pod: the copy is named
+/// `<claim>-<suffix>`, is owned by the fake, has no allocation and no consumers, and the fake's
+/// reference (its status entry for a template) names it. Claims the sample does not own are
+/// shared with other pods and stay shared; a claim that is not made yet or not found is left
+/// as it is, so the fake fails where its sample fails.
+fn copy_owned_claims(
+    sample: &Pod,
+    fake: &mut Pod,
+    suffix: &str,
+    claims: &HashMap<(&str, &str), &ResourceClaim>,
+) -> Vec<ResourceClaim> {
+    let mut copies: Vec<ResourceClaim> = Vec::new();
+    for entry in &sample.resource_claims {
+        let Some(name) = sample.resource_claim_name(entry) else {
+            continue;
+        };
+        let Some(claim) = claims.get(&(sample.namespace.as_str(), name)) else {
+            continue;
+        };
+        if claim.owner_pod_uid.as_deref() != Some(sample.uid.as_str()) {
+            continue;
+        }
+        let copy_name = format!("{}-{suffix}", claim.name);
+        // Two entries may name the same claim: one copy.
+        if !copies.iter().any(|c| c.name == copy_name) {
+            copies.push(ResourceClaim {
+                name: copy_name.clone(),
+                uid: format!("{}-{suffix}", claim.uid),
+                allocation: None,
+                reserved_for: Vec::new(),
+                owner_pod_uid: Some(fake.uid.clone()),
+                ..(*claim).clone()
+            });
+        }
+        match &entry.source {
+            PodClaimSource::Template(_) => {
+                for status in &mut fake.resource_claim_statuses {
+                    if status.name == entry.name {
+                        status.claim_name = Some(copy_name.clone());
+                    }
+                }
+            }
+            PodClaimSource::Claim(_) => {
+                for own in &mut fake.resource_claims {
+                    if own.name == entry.name {
+                        own.source = PodClaimSource::Claim(copy_name.clone());
+                    }
+                }
+            }
+        }
+    }
+    copies
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferroscale_model::{ConditionStatus, OwnerRef, PodCondition, PodPhase};
+    use ferroscale_model::{
+        ClaimAllocation, ClaimConsumer, ConditionStatus, OwnerRef, PodCondition, PodPhase,
+        PodResourceClaim, PodResourceClaimStatus,
+    };
 
     fn controller(kind: &str, uid: &str, replicas: i32) -> WorkloadController {
         WorkloadController {
@@ -176,8 +270,10 @@ mod tests {
             &[controller("ReplicaSet", "rs-a", 5)],
             &pods,
             &pending,
+            &[],
             5000,
-        );
+        )
+        .pods;
         assert_eq!(names(&fakes), vec!["a-1-copy-1", "a-1-copy-2"]);
         assert!(fakes.iter().all(|p| is_fake_pod(p)));
         assert_eq!(fakes[1].uid, "rs-a-2");
@@ -191,15 +287,24 @@ mod tests {
         let mut done = (*pod("b-1", "rs-b", Some("n0"))).clone();
         done.phase = PodPhase::Succeeded;
         let pods = vec![pod("b-0", "rs-b", Some("n0")), Arc::new(done)];
-        let none = proactive_fake_pods(&[controller("ReplicaSet", "rs-b", 4)], &pods, &[], 5000);
+        let none = proactive_fake_pods(
+            &[controller("ReplicaSet", "rs-b", 4)],
+            &pods,
+            &[],
+            &[],
+            5000,
+        )
+        .pods;
         assert!(none.is_empty());
         let pending = vec![pod("c-0", "rc-c", None)];
         let rc = proactive_fake_pods(
             &[controller("ReplicationController", "rc-c", 4)],
             &pending,
             &pending,
+            &[],
             5000,
-        );
+        )
+        .pods;
         assert!(rc.is_empty());
         // The finished pod is not counted: two fakes for a StatefulSet of four with one running and
         // one pending pod.
@@ -210,8 +315,10 @@ mod tests {
             &[controller("StatefulSet", "rs-b", 4)],
             &pods,
             &pending,
+            &[],
             5000,
-        );
+        )
+        .pods;
         assert_eq!(fakes.len(), 2);
     }
 
@@ -224,11 +331,124 @@ mod tests {
             controller("ReplicaSet", "rs-a", 4),
             controller("Job", "rs-b", 3),
         ];
-        let all = proactive_fake_pods(&controllers, &pending, &pending, 5000);
+        let all = proactive_fake_pods(&controllers, &pending, &pending, &[], 5000).pods;
         assert_eq!(all.len(), 5);
-        let capped = proactive_fake_pods(&controllers, &pending, &pending, 4);
+        let capped = proactive_fake_pods(&controllers, &pending, &pending, &[], 4).pods;
         assert_eq!(names(&capped), vec!["b-0-copy-1", "b-0-copy-2"]);
-        assert!(proactive_fake_pods(&controllers, &pending, &pending, 2).is_empty());
-        assert!(proactive_fake_pods(&controllers, &pending, &pending, -1).is_empty());
+        assert!(
+            proactive_fake_pods(&controllers, &pending, &pending, &[], 2)
+                .pods
+                .is_empty()
+        );
+        assert!(
+            proactive_fake_pods(&controllers, &pending, &pending, &[], -1)
+                .pods
+                .is_empty()
+        );
+    }
+
+    /// `pod` with a template claim entry `gpu` whose claim `claim` is recorded in its status,
+    /// and an entry `shared` naming the shared claim `shared`.
+    fn with_claims(pod: &Arc<Pod>, claim: &str) -> Arc<Pod> {
+        let mut pod = (**pod).clone();
+        pod.resource_claims = vec![
+            PodResourceClaim {
+                name: "gpu".into(),
+                source: PodClaimSource::Template("gpu-template".into()),
+            },
+            PodResourceClaim {
+                name: "shared".into(),
+                source: PodClaimSource::Claim("shared".into()),
+            },
+        ];
+        pod.resource_claim_statuses = vec![PodResourceClaimStatus {
+            name: "gpu".into(),
+            claim_name: Some(claim.into()),
+        }];
+        Arc::new(pod)
+    }
+
+    fn resource_claim(name: &str, owner: Option<&str>) -> Arc<ResourceClaim> {
+        Arc::new(ResourceClaim {
+            namespace: "default".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            owner_pod_uid: owner.map(str::to_string),
+            ..ResourceClaim::default()
+        })
+    }
+
+    /// docs/dra.md DRA-134: each fake gets its own copy of the claim its sample owns (named
+    /// `<claim>-copy-<i>`, owned by the fake, without allocation or consumers, named in the fake's
+    /// status) while the claim the sample shares by name stays shared and is not copied.
+    #[test]
+    fn fakes_get_their_own_copies_of_the_claims_their_sample_owns() {
+        let sample = with_claims(&pod("a-0", "rs-a", None), "a-0-gpu-x1");
+        let mut owned = (*resource_claim("a-0-gpu-x1", Some(&sample.uid))).clone();
+        owned.reserved_for = vec![ClaimConsumer {
+            resource: "pods".into(),
+            name: sample.name.clone(),
+            uid: sample.uid.clone(),
+        }];
+        owned.allocation = Some(ClaimAllocation {
+            devices: Vec::new(),
+            node_selector: None,
+        });
+        let claims = vec![
+            resource_claim("shared", Some("someone")),
+            Arc::new(owned.clone()),
+            resource_claim("other", None),
+        ];
+        let pending = vec![sample.clone()];
+        let fakes = proactive_fake_pods(
+            &[controller("ReplicaSet", "rs-a", 3)],
+            &pending,
+            &pending,
+            &claims,
+            5000,
+        );
+        assert_eq!(names(&fakes.pods), vec!["a-0-copy-1", "a-0-copy-2"]);
+        let claim_names: Vec<&str> = fakes.claims.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(claim_names, vec!["a-0-gpu-x1-copy-1", "a-0-gpu-x1-copy-2"]);
+        for (fake, copy) in fakes.pods.iter().zip(&fakes.claims) {
+            assert_eq!(copy.owner_pod_uid.as_deref(), Some(fake.uid.as_str()));
+            assert_eq!(copy.allocation, None);
+            assert!(copy.reserved_for.is_empty());
+            assert_eq!(copy.spec, owned.spec);
+            assert_ne!(copy.uid, owned.uid);
+            let gpu = &fake.resource_claims[0];
+            assert_eq!(fake.resource_claim_name(gpu), Some(copy.name.as_str()));
+            let shared = &fake.resource_claims[1];
+            assert_eq!(fake.resource_claim_name(shared), Some("shared"));
+        }
+        // The sample is left as it was.
+        assert_eq!(
+            sample.resource_claim_name(&sample.resource_claims[0]),
+            Some("a-0-gpu-x1")
+        );
+    }
+
+    /// docs/dra.md DRA-134: a sample whose template claim is not made yet, or names a claim it
+    /// does not own, gives its fakes no copies (they fail where the sample fails), and the
+    /// claims of fakes `--pod-injection-limit` drops are dropped with them.
+    #[test]
+    fn only_owned_claims_are_copied_and_dropped_fakes_take_theirs_along() {
+        let sample = with_claims(&pod("a-0", "rs-a", None), "a-0-gpu-x1");
+        let controllers = [controller("ReplicaSet", "rs-a", 4)];
+        let pending = vec![sample.clone()];
+        let foreign = vec![resource_claim("a-0-gpu-x1", Some("someone-else"))];
+        let fakes = proactive_fake_pods(&controllers, &pending, &pending, &foreign, 5000);
+        assert_eq!(fakes.pods.len(), 3);
+        assert!(fakes.claims.is_empty());
+        assert_eq!(
+            fakes.pods[0].resource_claim_name(&fakes.pods[0].resource_claims[0]),
+            Some("a-0-gpu-x1")
+        );
+
+        let owned = vec![resource_claim("a-0-gpu-x1", Some(&sample.uid))];
+        let capped = proactive_fake_pods(&controllers, &pending, &pending, &owned, 3);
+        assert_eq!(names(&capped.pods), vec!["a-0-copy-2", "a-0-copy-3"]);
+        let claim_names: Vec<&str> = capped.claims.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(claim_names, vec!["a-0-gpu-x1-copy-2", "a-0-gpu-x1-copy-3"]);
     }
 }

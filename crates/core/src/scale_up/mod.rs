@@ -44,7 +44,7 @@ pub use external::{
     ExternalExpanderStep,
 };
 pub use injection::{
-    FAKE_POD_ANNOTATION, FAKE_POD_ANNOTATION_VALUE, INJECTION_BACKOFF, is_fake_pod,
+    FAKE_POD_ANNOTATION, FAKE_POD_ANNOTATION_VALUE, FakePods, INJECTION_BACKOFF, is_fake_pod,
     proactive_fake_pods,
 };
 pub use min_size::plan_min_size_enforcement;
