@@ -122,8 +122,9 @@ fn capacity_objects(cluster: &Cluster) -> CapacityObjects {
 
 /// Workload controllers exist as long as they own pods and the scenario has not deleted them (the
 /// simulator has no Deployments or ReplicaSets of its own); their replicas are the number of live
-/// pods they own. DaemonSets come
-/// from the scenario's objects.
+/// pods they own plus the pods a `create` with a `rate` has still to make for them, as a
+/// ReplicaSet's `spec.replicas` counts pods it has not created yet. DaemonSets come from the
+/// scenario's objects.
 fn implied_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadController> {
     let mut by_owner: HashMap<(&str, &str, &str), (usize, i32)> = HashMap::default();
     let mut controllers: Vec<WorkloadController> = Vec::new();
@@ -174,7 +175,10 @@ fn implied_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadCont
     }
     for (index, replicas) in by_owner.into_values() {
         if let Some(controller) = controllers.get_mut(index) {
-            controller.replicas = Some(replicas);
+            let announced =
+                cluster.announced_pods(&controller.kind, &controller.namespace, &controller.name);
+            let announced = i32::try_from(announced).unwrap_or(i32::MAX);
+            controller.replicas = Some(replicas.saturating_add(announced));
         }
     }
     controllers.extend(cluster.daemonsets().iter().map(|ds| WorkloadController {

@@ -173,6 +173,10 @@ pub struct Cluster {
     /// exist and no longer re-create their pods. Keyed by name so that the check for every pod of
     /// every loop looks up a `&str` without building a key.
     deleted_controllers: HashMap<String, Vec<(String, String)>>,
+    /// Pods a controller's `create` with a `rate` has still to make, by the controller's
+    /// (kind, namespace, name): the controller already counts them among its replicas. A few
+    /// entries at most (one per rated `create` under way), so a list.
+    announced: Vec<((String, String, String), usize)>,
     /// Pods bound by name to a node they did not fit on, since the last [`Cluster::take_refusals`].
     refusals: Vec<NodeRefusal>,
     /// Nodes whose object changed (taints, cordon) since the scheduler stand-in's snapshot last
@@ -323,6 +327,32 @@ impl Cluster {
         if !deleted.contains(&entry) {
             deleted.push(entry);
         }
+    }
+
+    /// `pod`'s controller has `count` more pods to create after the ones being created now (0:
+    /// none, the controller has created all it wants). Pods without a controller announce
+    /// nothing.
+    pub fn announce_pods(&mut self, pod: &Pod, count: usize) {
+        let Some(owner) = pod.controller() else {
+            return;
+        };
+        let key = (
+            owner.kind.clone(),
+            pod.namespace.clone(),
+            owner.name.clone(),
+        );
+        self.announced.retain(|(k, _)| *k != key);
+        if count > 0 {
+            self.announced.push((key, count));
+        }
+    }
+
+    /// How many pods the controller `(kind, namespace, name)` has still to create.
+    pub fn announced_pods(&self, kind: &str, namespace: &str, name: &str) -> usize {
+        self.announced
+            .iter()
+            .find(|((k, ns, n), _)| k == kind && ns == namespace && n == name)
+            .map_or(0, |(_, count)| *count)
     }
 
     /// Whether the pod's controller was deleted by the scenario.

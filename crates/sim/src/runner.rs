@@ -740,8 +740,10 @@ impl<'p> Simulation<'p> {
                     pod,
                     bind,
                     first_copy,
+                    still_to_create,
                 } => {
                     self.cluster.reserve_pods(*count);
+                    self.cluster.announce_pods(pod, *still_to_create);
                     // Only the first and last names go into the timeline.
                     let mut names: (Option<String>, Option<String>) = (None, None);
                     for i in 0..*count {

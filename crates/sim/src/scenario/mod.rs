@@ -149,6 +149,10 @@ pub enum ScenarioAction {
         /// `Some(k)`: one step of a `create` spread over time by its `rate`, whose copies are
         /// named `<name>-<k + i>` whatever `count` (see [`copy_name`]).
         first_copy: Option<usize>,
+        /// Pods the same `create` makes in its later steps (0 without a `rate`): its controller
+        /// already wants them, as a ReplicaSet's `spec.replicas` counts the pods it has not
+        /// created yet, so proactive scale-up can ask for their nodes.
+        still_to_create: usize,
     },
     /// Deletes pods whose labels match; `count: None` deletes all of them.
     Delete {
@@ -1224,6 +1228,7 @@ impl Validator<'_> {
                             pod: pod.clone(),
                             bind: None,
                             first_copy: Some(step.first_copy),
+                            still_to_create: count - (step.first_copy + step.count),
                         },
                     })
                     .collect());
@@ -1233,6 +1238,7 @@ impl Validator<'_> {
                 pod,
                 bind,
                 first_copy: None,
+                still_to_create: 0,
             });
         }
         if let Some(delete) = &raw.delete {
