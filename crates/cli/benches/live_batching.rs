@@ -12,8 +12,8 @@
 //! Run: `cargo bench -p ferroscale --bench live_batching` (needs the control-plane binaries of
 //! `scripts/control-plane/build.sh`). Knobs: `FERROSCALE_BENCH_BURST_SIZES` (`300,2000`),
 //! `FERROSCALE_BENCH_RUNS` (1 run per size), `FERROSCALE_BENCH_FLAGS` (more flags of `ferroscale
-//! run`, space-separated) and `FERROSCALE_BINARY` to run another build of the binary (e.g. the
-//! base of a change). Results go to standard output; docs/benchmarks.md keeps
+//! run`, space-separated), `FERROSCALE_BINARY` to run another build of the binary (e.g. the
+//! base of a change) and `FERROSCALE_BENCH_LOG_DIR` to keep both processes' logs of each burst. Results go to standard output; docs/benchmarks.md keeps
 //! them with the machine they ran on.
 
 #[allow(dead_code)]
@@ -94,7 +94,7 @@ async fn one_burst(size: usize) -> Burst {
         "--scan-interval=10s",
     ];
     flags.extend(extra.split_whitespace());
-    let _autoscaler = cluster.start_autoscaler_logging("bench", &flags, "warn,ferroscale=info");
+    let autoscaler = cluster.start_autoscaler_logging("bench", &flags, "warn,ferroscale=info");
     harness::wait_until("the status ConfigMap of the first iteration", async || {
         cluster.status().await.is_some()
     })
@@ -174,6 +174,15 @@ async fn one_burst(size: usize) -> Burst {
     .expect("every pod runs within 15 minutes");
     let first_node = first_node.await.expect("node watch task");
     let first_unschedulable = first_unschedulable.expect("a pod was marked unschedulable");
+    // For a look at the timeline of one burst: both processes' logs, kept where asked.
+    if let Ok(dir) = std::env::var("FERROSCALE_BENCH_LOG_DIR") {
+        let dir = std::path::Path::new(&dir);
+        std::fs::create_dir_all(dir).expect("create FERROSCALE_BENCH_LOG_DIR");
+        std::fs::write(dir.join(format!("autoscaler-{size}.log")), autoscaler.log())
+            .expect("keep the autoscaler's log");
+        std::fs::write(dir.join(format!("provider-{size}.log")), server.log())
+            .expect("keep the provider server's log");
+    }
     let last_unschedulable = last_unschedulable.unwrap_or(first_unschedulable);
     Burst {
         calls: harness::increase_size_calls(&server.log()),

@@ -543,9 +543,9 @@ pub const FLAGS: &[Flag] = &[
     engine("scaleup-simulation-for-skipped-node-groups-enabled", Bool, "false", ScaleUp,
         "Also simulate scale-up for node groups skipped in this loop.")
         .note("Changes what pods are told (the rejecting filter on the skipped group's template), never a decision (docs/behaviour.md SU-109)."),
-    engine("enable-proactive-scaleup", Bool, "false", ScaleUp,
+    engine("enable-proactive-scaleup", Bool, "true", ScaleUp,
         "Scale up for pods that controllers are about to create.")
-        .note("As upstream's pod-injection processor: ReplicaSets, Jobs and StatefulSets, a five-minute backoff for a controller whose injected pods were not helped, no events on injected pods (docs/behaviour.md SU-110). In the simulator controllers are inferred from pods, so it has nothing to inject there."),
+        .note("Default true where upstream's is false: a Deployment whose ReplicaSet creates its pods over seconds gets its nodes in one resize instead of one per batch of pods (docs/behaviour.md LOOP-120); false restores upstream. As upstream's pod-injection processor: ReplicaSets, Jobs and StatefulSets, a five-minute backoff for a controller whose injected pods were not helped, no events on injected pods (docs/behaviour.md SU-110). In the simulator a controller's replicas are its live pods plus the pods its `create` events with a `rate` have still to create."),
     engine("pod-injection-limit", Int, "5000", ScaleUp,
         "The most pending pods, real and injected, proactive scale-up works with.")
         .note("A negative limit injects nothing, as upstream."),

@@ -577,7 +577,8 @@ impl Default for AutoscalingOptions {
             unready_nodes_scope: UnreadyNodesScope::Cluster,
             node_info_cache_expire_time: Duration::from_secs(87_600 * 60 * MINUTE),
             scaleup_simulation_for_skipped_node_groups_enabled: false,
-            enable_proactive_scaleup: false,
+            // Ferroscale's default; upstream's is false (ARCHITECTURE.md, deliberate differences).
+            enable_proactive_scaleup: true,
             pod_injection_limit: 5000,
             async_node_groups: false,
             enable_graceful_degradation: false,
@@ -1407,7 +1408,7 @@ mod tests {
             (4, 16)
         );
         assert_eq!(o.scheduler_verbosity, -1);
-        assert!(!o.enable_proactive_scaleup && !o.async_node_groups);
+        assert!(o.enable_proactive_scaleup && !o.async_node_groups);
         assert!(!o.enable_graceful_degradation && !o.fastpath_binpacking_enabled);
         assert!(!o.salvo_scale_up);
         assert_eq!(o.salvo_scale_up_budget, Duration::from_secs(60));
@@ -1417,7 +1418,7 @@ mod tests {
         for (flag, value) in [
             ("node-info-cache-expire-time", "90m"),
             ("scaleup-simulation-for-skipped-node-groups-enabled", "true"),
-            ("enable-proactive-scaleup", "true"),
+            ("enable-proactive-scaleup", "false"),
             ("pod-injection-limit", "-1"),
             ("async-node-groups", "true"),
             ("enable-graceful-degradation", "true"),

@@ -172,11 +172,12 @@ fn replica_set_still_creating_pods_in_group_of(max: usize) -> (CallLog, FakeClou
 
 /// docs/behaviour.md SU-110: with `--enable-proactive-scaleup` the two replicas the ReplicaSet
 /// has not created yet get nodes in the same iteration as its unschedulable pod; no event names
-/// a fake pod. Without the flag only the real pod gets a node.
+/// a fake pod. With the flag off (upstream's default) only the real pod gets a node; on is
+/// Ferroscale's default (LOOP-120).
 #[test]
 fn proactive_scale_up_requests_nodes_for_replicas_not_created_yet() {
     let (log, cloud, cluster) = replica_set_still_creating_pods();
-    let mut autoscaler = Autoscaler::new(options(&[]), 1);
+    let mut autoscaler = Autoscaler::new(options(&[("enable-proactive-scaleup", "false")]), 1);
     run(&mut autoscaler, &cloud, &cluster, t(100));
     assert_eq!(
         calls(&log, "cloud.increase_size"),
@@ -184,7 +185,7 @@ fn proactive_scale_up_requests_nodes_for_replicas_not_created_yet() {
     );
 
     let (log, cloud, cluster) = replica_set_still_creating_pods();
-    let mut autoscaler = Autoscaler::new(options(&[("enable-proactive-scaleup", "true")]), 1);
+    let mut autoscaler = Autoscaler::new(options(&[]), 1);
     let outcome = run(&mut autoscaler, &cloud, &cluster, t(100));
     assert_eq!(
         calls(&log, "cloud.increase_size"),
@@ -311,7 +312,8 @@ fn skipped_group_that_would_fit_keeps_its_skip_reason() {
 /// docs/behaviour.md LOOP-115, SU-111: `--async-node-groups` (no provider creates node groups)
 /// and `--enable-graceful-degradation` with `--pending-pods-batching-timeout` (Ferroscale's
 /// filter-out-schedulable is bounded by counts, not by a wall-clock budget) are accepted and
-/// decide exactly what the defaults decide.
+/// decide exactly what the defaults decide (here without proactive scale-up, so that the one
+/// real pod is all there is to decide for).
 #[test]
 fn async_node_groups_and_graceful_degradation_decide_as_the_defaults() {
     for flags in [
@@ -323,6 +325,8 @@ fn async_node_groups_and_graceful_degradation_decide_as_the_defaults() {
         ],
     ] {
         let (log, cloud, cluster) = replica_set_still_creating_pods();
+        let mut flags = flags;
+        flags.push(("enable-proactive-scaleup", "false"));
         let mut autoscaler = Autoscaler::new(options(&flags), 1);
         let outcome = run(&mut autoscaler, &cloud, &cluster, t(100));
         assert_eq!(
