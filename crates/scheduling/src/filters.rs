@@ -64,7 +64,7 @@ use crate::scheduler_config::{
 use crate::snapshot::{FitSummary, NodeId, NodeInfo, Snapshot};
 use crate::topology::{
     DomainCountsId, ExistingTermId, KeyId, NamespaceLabels, NodeEligibility, PodClause, PodMatcher,
-    SpreadViewId, TopologyIndex,
+    SpreadViewId, TopologyIndex, TopologyView,
 };
 use crate::volumes::{VolumePlan, VolumePlugin, VolumeSwitches, VolumeUnfit};
 
@@ -965,7 +965,8 @@ impl InterPodPlan {
                     clauses: vec![PodClause::from_term(term, &pod.namespace)],
                     skip_terminating: false,
                 };
-                (key, topology.domain_counts(matcher, key, slots, namespaces))
+                let counts = topology.anti_affinity_counts(matcher, key, slots, namespaces);
+                (key, counts)
             })
             .collect();
 
@@ -984,7 +985,7 @@ impl InterPodPlan {
     }
 
     /// Filters 8 and 9 for one node.
-    fn check(&self, topology: &TopologyIndex, node: NodeId) -> Result<(), Rejected<'_>> {
+    fn check(&self, topology: TopologyView<'_>, node: NodeId) -> Result<(), Rejected<'_>> {
         let id = node.index();
         for s in &self.spread {
             let constraint = &s.constraint;
@@ -1010,7 +1011,7 @@ impl InterPodPlan {
             for (key, counts) in &self.affinity {
                 // Every term's topology key must exist on the node, even for the first pod.
                 let value = topology.node_value(*key, id).ok_or(Rejected::PodAffinity)?;
-                if topology.domain_count(*counts, value) == 0 {
+                if topology.domain_count(*counts, id, value) == 0 {
                     matching_pods_everywhere = false;
                 }
             }
@@ -1028,7 +1029,7 @@ impl InterPodPlan {
 
         for (key, counts) in &self.anti_affinity {
             if let Some(value) = topology.node_value(*key, id)
-                && topology.domain_count(*counts, value) > 0
+                && topology.domain_count(*counts, id, value) > 0
             {
                 return Err(Rejected::PodAntiAffinity);
             }

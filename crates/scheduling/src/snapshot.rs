@@ -19,7 +19,7 @@ use ferroscale_model::{
 use crate::dra::{DraState, DraUndo, DraUnfit, NodeAllocation, PodPlan, PoolUtilization};
 use crate::filters::{FilterSwitches, InterPodPlan};
 use crate::scheduler_config::SchedulerProfile;
-use crate::topology::{NamespaceLabels, TopologyIndex};
+use crate::topology::{NamespaceLabels, TopologyIndex, TopologyView};
 use crate::volumes::VolumeCatalogue;
 
 use capacity_index::CapacityIndex;
@@ -155,7 +155,9 @@ enum Undo {
 /// `attach_pod`, `detach_pod`) that both the public mutations and the undo log go through, so
 /// branching and reverting stay proportional to the changes made on the branch.
 ///
-/// The snapshot is plain data: no lock or cell inside, `Send` and `Sync`.
+/// The snapshot is plain data, `Send` and `Sync`: no lock inside, and no cell but the per-node
+/// counts of the topology indexes, atomics filled the first time a filter reads a node (see the
+/// private `topology` module).
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
     slots: Vec<Option<NodeInfo>>,
@@ -591,8 +593,12 @@ impl Snapshot {
     }
 
     /// The topology indexes, as the filters read them per node.
-    pub(crate) fn topology(&self) -> &TopologyIndex {
-        &self.topology
+    pub(crate) fn topology(&self) -> TopologyView<'_> {
+        TopologyView {
+            index: &self.topology,
+            slots: &self.slots,
+            namespaces: &self.namespace_labels,
+        }
     }
 
     /// The inter-pod filter plan for `pod`, registering the indexes it reads on first use.
@@ -639,7 +645,8 @@ impl Snapshot {
         self.capacity
             .update(id.index(), &summary, &self.fit_summaries);
         self.slots[id.index()] = Some(info);
-        self.topology.node_added(id.index(), &node);
+        self.topology
+            .node_added(id.index(), &node, &self.slots, &self.namespace_labels);
         for pod in &pods {
             self.count_pod(id, pod, true);
         }

@@ -8,9 +8,16 @@
 //! * **Topology keys** (`kubernetes.io/hostname`, `topology.kubernetes.io/zone`, ...) are registered
 //!   the first time a filter needs them; each node's value for a key is interned to a small integer.
 //! * **Pod matchers** (label selectors plus namespace scope) count, per node, how many placed pods
-//!   they match. A matcher is registered lazily, with one scan over the placed pods.
+//!   they match. Registering one reads no pod: a node's pods are counted the first time a filter
+//!   asks about that node, or when a count over every node (below) needs them all. The snapshot
+//!   is rebuilt every loop, so a matcher registered with one scan over the placed pods cost a
+//!   scan of every pod of the cluster per matcher per loop, even when the filter then looked at a
+//!   handful of nodes.
 //! * **Domain counts** sum a matcher per value of a topology key (inter-pod affinity and
-//!   anti-affinity of the incoming pod).
+//!   anti-affinity of the incoming pod). Anti-affinity on a key whose every value is held by one
+//!   node at most (`kubernetes.io/hostname` in practice) reads the matcher's count of the node
+//!   itself, counted on demand; they become sums per value, with every node counted, when a
+//!   value comes to be held by two nodes.
 //! * **Spread views** sum a matcher per value of a topology key over the nodes that a spread
 //!   constraint considers eligible, and track the global minimum over eligible domains.
 //! * **Existing anti-affinity terms** of placed pods count, per topology value, how many placed pods
@@ -19,9 +26,16 @@
 //!
 //! Registration never changes what the snapshot means, so it is not recorded in the undo log:
 //! an index registered on a branch stays valid after the branch is reverted, because the undo
-//! replays go through the same update functions as the original mutations.
+//! replays go through the same update functions as the original mutations. The same holds for a
+//! node counted on demand: its count follows every later change of its pods, and a node not yet
+//! counted is counted from the pods it has when asked.
+//!
+//! Counting on demand happens behind `&`, through the [`TopologyView`] the filters read: the
+//! per-node counts are atomics written once with the number the node's pods give, so a snapshot
+//! read from several threads stays `Sync` and every reader sees the same number.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use ferroscale_model::taints::first_untolerated;
 use ferroscale_model::{
@@ -36,6 +50,8 @@ pub(crate) type KeyId = u32;
 /// Interned id of a value of one topology key.
 pub(crate) type ValueId = u32;
 const NO_VALUE: ValueId = u32::MAX;
+/// A matcher's count of a node whose pods it has not read yet.
+const UNCOUNTED: u32 = u32::MAX;
 
 /// Labels of the namespaces, by name.
 pub(crate) type NamespaceLabels = HashMap<String, Labels>;
@@ -153,8 +169,10 @@ impl PodClause {
         let Some(selector) = &self.selector else {
             return false;
         };
-        self.namespaces.contains(&pod.namespace, namespaces)
-            && selector.matches(&pod.labels)
+        // The selector first: it rules out most pods of a cluster, and reading the namespace too
+        // would touch one more allocation per pod.
+        selector.matches(&pod.labels)
+            && self.namespaces.contains(&pod.namespace, namespaces)
             && self.controller.as_ref().is_none_or(|c| c.controls(pod))
     }
 }
@@ -213,10 +231,26 @@ struct KeyIndex {
     value_ids: HashMap<String, ValueId>,
     /// Value of this key on each node slot, `NO_VALUE` when the node lacks the label.
     node_values: Vec<ValueId>,
+    /// Live nodes holding each value.
+    holders: Vec<u32>,
+    /// Values held by more than one live node: while zero, a domain of this key is one node.
+    shared_values: u32,
 }
 
 impl KeyIndex {
-    fn set_node(&mut self, id: usize, node: &Node) {
+    fn new(name: &str) -> KeyIndex {
+        KeyIndex {
+            name: name.to_string(),
+            value_ids: HashMap::new(),
+            node_values: Vec::new(),
+            holders: Vec::new(),
+            shared_values: 0,
+        }
+    }
+
+    /// Records the value of the node put into slot `id`; true when another live node holds the
+    /// same value, which it did not share before.
+    fn set_node(&mut self, id: usize, node: &Node) -> bool {
         let value = match node.labels.get(&self.name) {
             Some(v) => {
                 let next = self.value_ids.len() as ValueId;
@@ -226,6 +260,29 @@ impl KeyIndex {
         };
         grow(&mut self.node_values, id, NO_VALUE);
         self.node_values[id] = value;
+        if value == NO_VALUE {
+            return false;
+        }
+        grow(&mut self.holders, value as usize, 0);
+        self.holders[value as usize] += 1;
+        let now_shared = self.holders[value as usize] == 2;
+        if now_shared {
+            self.shared_values += 1;
+        }
+        now_shared
+    }
+
+    /// The node in slot `id` is going away.
+    fn unset_node(&mut self, id: usize) {
+        let Some(v) = self.value(id) else {
+            return;
+        };
+        if let Some(n) = self.holders.get_mut(v as usize) {
+            *n = n.saturating_sub(1);
+            if *n == 1 {
+                self.shared_values = self.shared_values.saturating_sub(1);
+            }
+        }
     }
 
     fn value(&self, id: usize) -> Option<ValueId> {
@@ -233,18 +290,107 @@ impl KeyIndex {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct MatcherIndex {
     matcher: PodMatcher,
-    /// Matching pods per node slot.
-    per_node: Vec<u32>,
+    /// Matching pods per node slot, `UNCOUNTED` until something reads the slot.
+    per_node: Vec<AtomicU32>,
+    /// Every live slot is counted. Set when a sum over all nodes needs them, and true from then
+    /// on: a node put into a slot later starts counted (at zero, before its pods arrive).
+    complete: bool,
     domain_counts: Vec<usize>,
     spread_views: Vec<usize>,
 }
 
+impl Clone for MatcherIndex {
+    fn clone(&self) -> MatcherIndex {
+        MatcherIndex {
+            matcher: self.matcher.clone(),
+            per_node: self
+                .per_node
+                .iter()
+                .map(|n| AtomicU32::new(n.load(Ordering::Relaxed)))
+                .collect(),
+            complete: self.complete,
+            domain_counts: self.domain_counts.clone(),
+            spread_views: self.spread_views.clone(),
+        }
+    }
+}
+
+/// Pods on the node in `slot` that `matcher` counts (none for an empty slot).
+fn pods_matching(
+    matcher: &PodMatcher,
+    slot: Option<&Option<NodeInfo>>,
+    namespaces: &NamespaceLabels,
+) -> u32 {
+    slot.and_then(Option::as_ref).map_or(0, |info| {
+        info.pods
+            .iter()
+            .filter(|p| matcher.matches(p, namespaces))
+            .count() as u32
+    })
+}
+
+impl MatcherIndex {
+    fn new(matcher: PodMatcher, slots: usize) -> MatcherIndex {
+        MatcherIndex {
+            matcher,
+            per_node: (0..slots).map(|_| AtomicU32::new(UNCOUNTED)).collect(),
+            complete: false,
+            domain_counts: Vec::new(),
+            spread_views: Vec::new(),
+        }
+    }
+
+    /// Matching pods on the node in slot `id`, counted from its pods the first time.
+    fn count(&self, id: usize, slots: &[Option<NodeInfo>], namespaces: &NamespaceLabels) -> u32 {
+        let cell = self.per_node.get(id);
+        if let Some(n) = cell.map(|c| c.load(Ordering::Relaxed))
+            && n != UNCOUNTED
+        {
+            return n;
+        }
+        let n = pods_matching(&self.matcher, slots.get(id), namespaces);
+        if let Some(cell) = cell {
+            cell.store(n, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// Counts every live slot not counted yet.
+    fn complete(&mut self, slots: &[Option<NodeInfo>], namespaces: &NamespaceLabels) {
+        if self.complete {
+            return;
+        }
+        if self.per_node.len() < slots.len() {
+            self.per_node
+                .resize_with(slots.len(), || AtomicU32::new(UNCOUNTED));
+        }
+        for (i, slot) in slots.iter().enumerate() {
+            let n = self.per_node[i].get_mut();
+            if slot.is_some() && *n == UNCOUNTED {
+                *n = pods_matching(&self.matcher, Some(slot), namespaces);
+            }
+        }
+        self.complete = true;
+    }
+
+    /// The count of slot `id` of a complete matcher.
+    fn counted(&self, id: usize) -> u32 {
+        self.per_node
+            .get(id)
+            .map_or(0, |n| n.load(Ordering::Relaxed))
+    }
+}
+
 #[derive(Debug, Clone)]
 struct DomainCounts {
+    matcher: usize,
     key: KeyId,
+    /// The domains are single nodes (no value of the key is held by two live nodes): the count
+    /// of a domain is the matcher's count of its node, and `per_value` and `total` are not kept.
+    per_node: bool,
     per_value: Vec<u32>,
     /// Matching pods on nodes that have the key at all.
     total: u64,
@@ -378,6 +524,40 @@ pub(crate) struct TopologyIndex {
     plans: PlanCache,
 }
 
+/// The indexes as the filters read them, with the nodes and namespaces that the counts made on
+/// demand read.
+#[derive(Clone, Copy)]
+pub(crate) struct TopologyView<'a> {
+    pub index: &'a TopologyIndex,
+    pub slots: &'a [Option<NodeInfo>],
+    pub namespaces: &'a NamespaceLabels,
+}
+
+impl TopologyView<'_> {
+    pub fn node_value(&self, key: KeyId, node: usize) -> Option<ValueId> {
+        self.index.node_value(key, node)
+    }
+
+    /// Matching pods in the domain of the node in slot `node`, whose value of the key is
+    /// `value`.
+    pub fn domain_count(&self, id: DomainCountsId, node: usize, value: ValueId) -> u32 {
+        self.index
+            .domain_count(id, node, value, self.slots, self.namespaces)
+    }
+
+    pub fn domain_total(&self, id: DomainCountsId) -> u64 {
+        self.index.domain_total(id)
+    }
+
+    pub fn spread_numbers(&self, id: SpreadViewId, value: ValueId) -> SpreadNumbers {
+        self.index.spread_numbers(id, value)
+    }
+
+    pub fn existing_term_count(&self, id: ExistingTermId, value: ValueId) -> u32 {
+        self.index.existing_term_count(id, value)
+    }
+}
+
 fn grow<T: Clone>(v: &mut Vec<T>, index: usize, fill: T) {
     if v.len() <= index {
         v.resize(index + 1, fill);
@@ -398,11 +578,7 @@ impl TopologyIndex {
         if let Some(id) = self.key_ids.get(name) {
             return *id;
         }
-        let mut key = KeyIndex {
-            name: name.to_string(),
-            value_ids: HashMap::new(),
-            node_values: Vec::new(),
-        };
+        let mut key = KeyIndex::new(name);
         grow(
             &mut key.node_values,
             slots.len().saturating_sub(1),
@@ -417,34 +593,20 @@ impl TopologyIndex {
         id
     }
 
-    fn matcher_id(
-        &mut self,
-        matcher: PodMatcher,
-        slots: &[Option<NodeInfo>],
-        namespaces: &NamespaceLabels,
-    ) -> usize {
+    fn matcher_id(&mut self, matcher: PodMatcher, slots: &[Option<NodeInfo>]) -> usize {
         if let Some(id) = self.matcher_ids.get(&matcher) {
             return *id;
         }
-        let mut per_node = vec![0; slots.len()];
-        for (i, info) in live(slots) {
-            per_node[i] = info
-                .pods
-                .iter()
-                .filter(|p| matcher.matches(p, namespaces))
-                .count() as u32;
-        }
+        // No pod is read here: see the module's documentation.
         let id = self.matchers.len();
-        self.matchers.push(MatcherIndex {
-            matcher: matcher.clone(),
-            per_node,
-            domain_counts: Vec::new(),
-            spread_views: Vec::new(),
-        });
+        self.matchers
+            .push(MatcherIndex::new(matcher.clone(), slots.len()));
         self.matcher_ids.insert(matcher, id);
         id
     }
 
+    /// The matcher's counts summed per value of `key`, with the sum over every value: what
+    /// inter-pod affinity reads.
     pub fn domain_counts(
         &mut self,
         matcher: PodMatcher,
@@ -452,29 +614,79 @@ impl TopologyIndex {
         slots: &[Option<NodeInfo>],
         namespaces: &NamespaceLabels,
     ) -> DomainCountsId {
-        let m = self.matcher_id(matcher, slots, namespaces);
+        let id = self.register_domain_counts(matcher, key, false, slots, namespaces);
+        self.sum_domain_counts(id.0, slots, namespaces);
+        id
+    }
+
+    /// The matcher's counts per domain of `key`, without the sum over every value: what
+    /// inter-pod anti-affinity reads. While every value of the key is held by one node at most,
+    /// a domain's count is its node's, counted when a filter first asks about the node.
+    pub fn anti_affinity_counts(
+        &mut self,
+        matcher: PodMatcher,
+        key: KeyId,
+        slots: &[Option<NodeInfo>],
+        namespaces: &NamespaceLabels,
+    ) -> DomainCountsId {
+        let per_node = self.keys[key as usize].shared_values == 0;
+        self.register_domain_counts(matcher, key, per_node, slots, namespaces)
+    }
+
+    fn register_domain_counts(
+        &mut self,
+        matcher: PodMatcher,
+        key: KeyId,
+        per_node: bool,
+        slots: &[Option<NodeInfo>],
+        namespaces: &NamespaceLabels,
+    ) -> DomainCountsId {
+        let m = self.matcher_id(matcher, slots);
         if let Some(id) = self.domain_count_ids.get(&(m, key)) {
             return DomainCountsId(*id);
         }
-        let mut counts = DomainCounts {
+        let id = self.domain_counts.len();
+        self.domain_counts.push(DomainCounts {
+            matcher: m,
             key,
+            per_node: true,
             per_value: Vec::new(),
             total: 0,
-        };
-        let key_index = &self.keys[key as usize];
+        });
+        self.matchers[m].domain_counts.push(id);
+        self.domain_count_ids.insert((m, key), id);
+        if !per_node {
+            self.sum_domain_counts(id, slots, namespaces);
+        }
+        DomainCountsId(id)
+    }
+
+    /// Turns domain counts read per node into sums per value, counting every node; from then on
+    /// [`Self::pod_changed`] keeps the sums.
+    fn sum_domain_counts(
+        &mut self,
+        id: usize,
+        slots: &[Option<NodeInfo>],
+        namespaces: &NamespaceLabels,
+    ) {
+        let counts = &mut self.domain_counts[id];
+        if !counts.per_node {
+            return;
+        }
+        let matcher = &mut self.matchers[counts.matcher];
+        matcher.complete(slots, namespaces);
+        let key_index = &self.keys[counts.key as usize];
+        counts.per_value.clear();
+        counts.total = 0;
         for (i, _) in live(slots) {
-            let n = self.matchers[m].per_node.get(i).copied().unwrap_or(0);
+            let n = matcher.counted(i);
             if let Some(v) = key_index.value(i) {
                 grow(&mut counts.per_value, v as usize, 0);
                 counts.per_value[v as usize] += n;
                 counts.total += u64::from(n);
             }
         }
-        let id = self.domain_counts.len();
-        self.domain_counts.push(counts);
-        self.matchers[m].domain_counts.push(id);
-        self.domain_count_ids.insert((m, key), id);
-        DomainCountsId(id)
+        counts.per_node = false;
     }
 
     fn eligibility_id(
@@ -506,11 +718,13 @@ impl TopologyIndex {
         slots: &[Option<NodeInfo>],
         namespaces: &NamespaceLabels,
     ) -> SpreadViewId {
-        let m = self.matcher_id(matcher, slots, namespaces);
+        let m = self.matcher_id(matcher, slots);
         let e = self.eligibility_id(eligibility, slots);
         if let Some(id) = self.spread_view_ids.get(&(m, key, e)) {
             return SpreadViewId(*id);
         }
+        // The global minimum needs every domain's count.
+        self.matchers[m].complete(slots, namespaces);
         let mut domains: Vec<SpreadDomain> = Vec::new();
         let key_index = &self.keys[key as usize];
         for (i, _) in live(slots) {
@@ -526,7 +740,7 @@ impl TopologyIndex {
                 grow(&mut domains, v as usize, SpreadDomain::default());
                 let d = &mut domains[v as usize];
                 d.eligible_nodes += 1;
-                d.count += self.matchers[m].per_node.get(i).copied().unwrap_or(0);
+                d.count += self.matchers[m].counted(i);
             }
         }
         let mut tracker = MinTracker::default();
@@ -563,15 +777,27 @@ impl TopologyIndex {
         self.keys.get(key as usize).and_then(|k| k.value(node))
     }
 
-    pub fn domain_count(&self, id: DomainCountsId, value: ValueId) -> u32 {
-        self.domain_counts
-            .get(id.0)
-            .and_then(|c| c.per_value.get(value as usize))
-            .copied()
-            .unwrap_or(0)
+    /// Matching pods in the domain of the node in slot `node`, whose value of the key is
+    /// `value`.
+    fn domain_count(
+        &self,
+        id: DomainCountsId,
+        node: usize,
+        value: ValueId,
+        slots: &[Option<NodeInfo>],
+        namespaces: &NamespaceLabels,
+    ) -> u32 {
+        let Some(counts) = self.domain_counts.get(id.0) else {
+            return 0;
+        };
+        if counts.per_node {
+            // No other live node holds `value` (else the counts were summed per value).
+            return self.matchers[counts.matcher].count(node, slots, namespaces);
+        }
+        counts.per_value.get(value as usize).copied().unwrap_or(0)
     }
 
-    /// Matching pods on every node that has the key.
+    /// Matching pods on every node that has the key (kept only for [`Self::domain_counts`]).
     pub fn domain_total(&self, id: DomainCountsId) -> u64 {
         self.domain_counts.get(id.0).map_or(0, |c| c.total)
     }
@@ -637,14 +863,27 @@ impl TopologyIndex {
 
     // ----- maintenance (called by every snapshot mutation and every undo) -----
 
-    /// A node has been put into slot `id` (its pods follow through [`Self::pod_placed`]).
-    pub fn node_added(&mut self, id: usize, node: &Node) {
-        for key in &mut self.keys {
-            key.set_node(id, node);
+    /// A node has been put into slot `id`, without its pods (they follow through
+    /// [`Self::pod_changed`]); `slots` already holds it.
+    pub fn node_added(
+        &mut self,
+        id: usize,
+        node: &Node,
+        slots: &[Option<NodeInfo>],
+        namespaces: &NamespaceLabels,
+    ) {
+        let mut now_shared: Vec<KeyId> = Vec::new();
+        for (k, key) in self.keys.iter_mut().enumerate() {
+            if key.set_node(id, node) {
+                now_shared.push(k as KeyId);
+            }
         }
         for m in &mut self.matchers {
-            grow(&mut m.per_node, id, 0);
-            m.per_node[id] = 0;
+            if m.per_node.len() <= id {
+                m.per_node.resize_with(id + 1, || AtomicU32::new(UNCOUNTED));
+            }
+            // Counted: the node has no pod yet.
+            *m.per_node[id].get_mut() = 0;
         }
         for e in &mut self.eligibilities {
             grow(&mut e.per_node, id, false);
@@ -664,10 +903,19 @@ impl TopologyIndex {
                 view.tracker.activate(d.count);
             }
         }
+        // A domain of two nodes is no longer one node's count.
+        for c in 0..self.domain_counts.len() {
+            if self.domain_counts[c].per_node && now_shared.contains(&self.domain_counts[c].key) {
+                self.sum_domain_counts(c, slots, namespaces);
+            }
+        }
     }
 
     /// The node in slot `id` is going away; its pods have already been removed.
     pub fn node_removed(&mut self, id: usize) {
+        for key in &mut self.keys {
+            key.unset_node(id);
+        }
         for view in &mut self.spread_views {
             if !self.eligibilities[view.eligibility]
                 .per_node
@@ -706,13 +954,20 @@ impl TopologyIndex {
     ) {
         let step = |n: u32| if adding { n + 1 } else { n.saturating_sub(1) };
         for m in &mut self.matchers {
-            if !m.matcher.matches(pod, namespaces) {
+            // A node not counted yet is counted from its pods when asked; a complete matcher
+            // (every sum over nodes) has every live node counted.
+            let Some(count) = m.per_node.get_mut(id).map(AtomicU32::get_mut) else {
+                continue;
+            };
+            if *count == UNCOUNTED || !m.matcher.matches(pod, namespaces) {
                 continue;
             }
-            grow(&mut m.per_node, id, 0);
-            m.per_node[id] = step(m.per_node[id]);
+            *count = step(*count);
             for &c in &m.domain_counts {
                 let counts = &mut self.domain_counts[c];
+                if counts.per_node {
+                    continue;
+                }
                 let Some(v) = self.keys[counts.key as usize].value(id) else {
                     continue;
                 };
@@ -773,15 +1028,35 @@ impl TopologyIndex {
         }
     }
 
+    /// How many node slots the registered matchers have counted so far. For tests.
+    #[cfg(test)]
+    pub fn nodes_counted(&self) -> usize {
+        self.matchers
+            .iter()
+            .flat_map(|m| &m.per_node)
+            .filter(|n| n.load(Ordering::Relaxed) != UNCOUNTED)
+            .count()
+    }
+
     /// Recomputes every registered index from the placed pods and compares; panics on the first
     /// difference. For tests.
     #[cfg(test)]
     pub fn assert_consistent(&self, slots: &[Option<NodeInfo>], namespaces: &NamespaceLabels) {
         for key in &self.keys {
+            let mut holders: HashMap<ValueId, u32> = HashMap::new();
             for (i, info) in live(slots) {
                 let expected = info.node.labels.get(&key.name).map(|v| key.value_ids[v]);
                 assert_eq!(key.value(i), expected, "value of {} on node {i}", key.name);
+                if let Some(v) = expected {
+                    *holders.entry(v).or_default() += 1;
+                }
             }
+            for (v, n) in key.holders.iter().enumerate() {
+                let expected = holders.get(&(v as ValueId)).copied().unwrap_or(0);
+                assert_eq!(*n, expected, "holders of value {v} of {}", key.name);
+            }
+            let shared = holders.values().filter(|n| **n > 1).count() as u32;
+            assert_eq!(key.shared_values, shared, "shared values of {}", key.name);
         }
         for m in &self.matchers {
             for (i, info) in live(slots) {
@@ -790,18 +1065,32 @@ impl TopologyIndex {
                     .iter()
                     .filter(|p| m.matcher.matches(p, namespaces))
                     .count();
-                assert_eq!(
-                    m.per_node.get(i).copied().unwrap_or(0) as usize,
-                    expected,
-                    "matcher"
+                let counted = m
+                    .per_node
+                    .get(i)
+                    .map_or(UNCOUNTED, |n| n.load(Ordering::Relaxed));
+                assert!(
+                    !m.complete || counted != UNCOUNTED,
+                    "node {i} not counted by a complete matcher"
                 );
+                if counted != UNCOUNTED {
+                    assert_eq!(counted as usize, expected, "matcher count of node {i}");
+                }
             }
             for &c in &m.domain_counts {
                 let counts = &self.domain_counts[c];
+                if counts.per_node {
+                    assert_eq!(
+                        self.keys[counts.key as usize].shared_values, 0,
+                        "domains of one node counted per node"
+                    );
+                    continue;
+                }
+                assert!(m.complete, "sums per value of an incomplete matcher");
                 let mut per_value: HashMap<ValueId, u32> = HashMap::new();
                 for (i, _) in live(slots) {
                     if let Some(v) = self.keys[counts.key as usize].value(i) {
-                        *per_value.entry(v).or_default() += m.per_node[i];
+                        *per_value.entry(v).or_default() += m.counted(i);
                     }
                 }
                 for (v, n) in counts.per_value.iter().enumerate() {
@@ -817,6 +1106,7 @@ impl TopologyIndex {
                 );
             }
             for &s in &m.spread_views {
+                assert!(m.complete, "spread view of an incomplete matcher");
                 let view = &self.spread_views[s];
                 let mut domains: HashMap<ValueId, SpreadDomain> = HashMap::new();
                 for (i, info) in live(slots) {
@@ -827,7 +1117,7 @@ impl TopologyIndex {
                     if let (true, Some(v)) = (eligible, self.keys[view.key as usize].value(i)) {
                         let d = domains.entry(v).or_default();
                         d.eligible_nodes += 1;
-                        d.count += m.per_node[i];
+                        d.count += m.counted(i);
                     }
                 }
                 for (v, d) in view.domains.iter().enumerate() {

@@ -27,6 +27,9 @@ use crate::filters::{Unfit, check, find_node};
 struct NodeShape {
     zone: Option<u8>,
     hostname: bool,
+    /// The hostname label is one value several nodes share, instead of the node's name: a
+    /// domain of the hostname key is then more than one node.
+    shared_hostname: bool,
     tainted: bool,
     cordoned: bool,
 }
@@ -68,15 +71,19 @@ fn node_shape() -> impl Strategy<Value = NodeShape> {
     (
         proptest::option::of(0u8..3),
         proptest::bool::weighted(0.85),
+        proptest::bool::weighted(0.15),
         proptest::bool::weighted(0.2),
         proptest::bool::weighted(0.1),
     )
-        .prop_map(|(zone, hostname, tainted, cordoned)| NodeShape {
-            zone,
-            hostname,
-            tainted,
-            cordoned,
-        })
+        .prop_map(
+            |(zone, hostname, shared_hostname, tainted, cordoned)| NodeShape {
+                zone,
+                hostname,
+                shared_hostname,
+                tainted,
+                cordoned,
+            },
+        )
 }
 
 fn pod_shape() -> impl Strategy<Value = PodShape> {
@@ -199,6 +206,8 @@ fn make_node(shape: &NodeShape, serial: usize) -> Arc<Node> {
     let mut n = Node::new(format!("n{serial}"), allocatable);
     if !shape.hostname {
         n.labels.remove(HOSTNAME);
+    } else if shape.shared_hostname {
+        n.labels.insert(HOSTNAME.into(), "shared".into());
     }
     if let Some(z) = shape.zone {
         n.labels.insert(ZONE.into(), format!("z{z}"));
