@@ -21,7 +21,7 @@
 //! an index registered on a branch stays valid after the branch is reverted, because the undo
 //! replays go through the same update functions as the original mutations.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use ferroscale_model::taints::first_untolerated;
 use ferroscale_model::{
@@ -40,7 +40,7 @@ const NO_VALUE: ValueId = u32::MAX;
 /// Labels of the namespaces, by name.
 pub(crate) type NamespaceLabels = HashMap<String, Labels>;
 
-static NO_LABELS: Labels = BTreeMap::new();
+static NO_LABELS: Labels = Labels::new();
 
 /// Which namespaces a pod affinity term (or spread constraint) looks at.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
