@@ -14,8 +14,8 @@ impl ExternalGrpcNode {
         ExternalGrpcNode {
             provider_id: node.provider_id.clone(),
             name: node.name.clone(),
-            labels: node.labels.clone(),
-            annotations: node.annotations.clone(),
+            labels: (&node.labels).into(),
+            annotations: (&node.annotations).into(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use ferroscale_externalgrpc_proto::{CodecError, decode_node, decode_pod, encode_node, encode_pod};
 use ferroscale_model::{
-    ConditionStatus, HostPort, LabelOperator, LabelRequirement, LabelSelector, Node,
+    ConditionStatus, HostPort, LabelOperator, LabelRequirement, LabelSelector, Labels, Node,
     NodeConditions, NodeInclusionPolicy, NodeOperator, NodeRequirement, NodeSelector,
     NodeSelectorTerm, OwnerRef, Pod, PodAffinityTerm, PodCondition, PodPhase, Protocol, Resources,
     RestartPolicy, Taint, TaintEffect, Timestamp, Toleration, TolerationOperator,
@@ -18,7 +18,7 @@ use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
 use proptest::prelude::*;
 use prost::Message;
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -119,8 +119,9 @@ fn go_encoded_node() -> pb::Node {
             labels: labels(&[
                 ("kubernetes.io/hostname", "ip-10-0-1-12"),
                 ("topology.kubernetes.io/zone", "eu-west-1a"),
-            ]),
-            annotations: labels(&[("node.alpha.kubernetes.io/ttl", "0")]),
+            ])
+            .into(),
+            annotations: labels(&[("node.alpha.kubernetes.io/ttl", "0")]).into(),
             ..pb_meta::ObjectMeta::default()
         }),
         spec: Some(pb::NodeSpec {

@@ -18,8 +18,8 @@ pub(crate) fn node_from_wire(node: &v1::ExternalGrpcNode) -> Node {
     Node {
         name: node.name.clone(),
         provider_id: node.provider_id.clone(),
-        labels: node.labels.clone(),
-        annotations: node.annotations.clone(),
+        labels: (&node.labels).into(),
+        annotations: (&node.annotations).into(),
         ..Node::default()
     }
 }

@@ -17,7 +17,7 @@ use ferroscale_core::kubernetes::ClusterError;
 use ferroscale_model::capacity::{
     CapacityBuffer, CapacityBufferStatus, ProvisioningRequestStatus, ScalableObject, ScalableRef,
 };
-use ferroscale_model::{LabelSelector, Pod, PodPhase};
+use ferroscale_model::{LabelSelector, Labels, Pod, PodPhase};
 use ferroscale_objects::ferroscale_capacity_apis::{capacity_buffer, provisioning_request};
 use ferroscale_objects::{
     PriorityClasses, capacity_buffer_status_to_k8s, pod_from_k8s, pod_template_from_k8s,
@@ -222,7 +222,7 @@ impl ScalableResolver {
                     .await
                     .map_err(failed)?;
                 let spec = r.spec.unwrap_or_default();
-                let labels = spec.selector.clone().unwrap_or_default();
+                let labels = spec.selector.map(Labels::from).unwrap_or_default();
                 Ok(Workload {
                     generation: r.metadata.generation.unwrap_or_default(),
                     replicas: spec.replicas.unwrap_or(1),

@@ -1,10 +1,9 @@
 //! Labels and the two selector languages of the Kubernetes API: label selectors (pods, PDBs,
 //! affinity terms, spread constraints) and node selectors (required node affinity).
 
-use std::collections::BTreeMap;
+mod map;
 
-/// Label or annotation map. Ordered, so equal maps compare and hash equally.
-pub type Labels = BTreeMap<String, String>;
+pub use map::{Labels, LabelsIter};
 
 /// Well-known label keys.
 pub const HOSTNAME: &str = "kubernetes.io/hostname";

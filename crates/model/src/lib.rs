@@ -31,8 +31,8 @@ pub use dra::{
     PodResourceClaimStatus, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 pub use labels::{
-    LabelOperator, LabelRequirement, LabelSelector, Labels, NodeOperator, NodeRequirement,
-    NodeSelector, NodeSelectorTerm,
+    LabelOperator, LabelRequirement, LabelSelector, Labels, LabelsIter, NodeOperator,
+    NodeRequirement, NodeSelector, NodeSelectorTerm,
 };
 pub use node::{ConditionStatus, Node, NodeConditions};
 pub use pod::{

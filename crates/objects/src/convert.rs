@@ -192,7 +192,7 @@ fn resource_list(
 }
 
 fn labels(map: Option<&BTreeMap<String, String>>) -> Labels {
-    map.cloned().unwrap_or_default()
+    map.map(Labels::from).unwrap_or_default()
 }
 
 /// Converts a Node. Allocatable defaults to capacity when the status has none (and vice versa), so

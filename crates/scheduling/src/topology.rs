@@ -34,7 +34,7 @@
 //! per-node counts are atomics written once with the number the node's pods give, so a snapshot
 //! read from several threads stays `Sync` and every reader sees the same number.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use ferroscale_model::taints::first_untolerated;
@@ -56,7 +56,7 @@ const UNCOUNTED: u32 = u32::MAX;
 /// Labels of the namespaces, by name.
 pub(crate) type NamespaceLabels = HashMap<String, Labels>;
 
-static NO_LABELS: Labels = BTreeMap::new();
+static NO_LABELS: Labels = Labels::new();
 
 /// Which namespaces a pod affinity term (or spread constraint) looks at.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -201,8 +201,8 @@ pub(super) fn object_meta_to_pb(fields: MetadataFields<'_>) -> pb_meta::ObjectMe
         uid: Some(fields.uid.to_string()),
         creation_timestamp: Some(time_to_pb(fields.creation_time)),
         deletion_timestamp: fields.deletion_time.map(time_to_pb),
-        labels: fields.labels.clone(),
-        annotations: fields.annotations.clone(),
+        labels: fields.labels.into(),
+        annotations: fields.annotations.into(),
         owner_references: fields
             .owner_references
             .iter()
@@ -238,7 +238,7 @@ pub(super) fn label_selector_from_pb(selector: &pb_meta::LabelSelector) -> meta:
 
 pub(super) fn label_selector_to_pb(selector: &LabelSelector) -> pb_meta::LabelSelector {
     pb_meta::LabelSelector {
-        match_labels: selector.match_labels.clone(),
+        match_labels: (&selector.match_labels).into(),
         match_expressions: selector
             .match_expressions
             .iter()

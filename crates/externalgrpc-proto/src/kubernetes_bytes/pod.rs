@@ -309,7 +309,7 @@ fn pod_to_pb(pod: &Pod) -> pb::Pod {
         containers: vec![container],
         restart_policy: Some(restart_policy_text(pod.restart_policy).to_string()),
         termination_grace_period_seconds: pod.termination_grace_seconds,
-        node_selector: pod.node_selector.clone(),
+        node_selector: (&pod.node_selector).into(),
         node_name: Some(pod.node_name.clone().unwrap_or_default()),
         affinity,
         scheduler_name: Some(pod.scheduler_name.clone()),

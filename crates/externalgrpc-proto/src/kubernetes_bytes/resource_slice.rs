@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use ferroscale_model::{Device, DeviceAttribute, DeviceScope, ResourceSlice};
+use ferroscale_model::{Device, DeviceAttribute, DeviceScope, Labels, ResourceSlice};
 use ferroscale_objects::resource_slice_from_k8s;
 use k8s_openapi::api::resource::v1 as resource;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
@@ -106,7 +106,7 @@ fn device_to_k8s(device: &pb::Device) -> resource::Device {
 }
 
 fn resource_slice_to_pb(slice: &ResourceSlice) -> pb::ResourceSlice {
-    let no_labels = BTreeMap::new();
+    let no_labels = Labels::new();
     let metadata = object_meta_to_pb(MetadataFields {
         name: &slice.name,
         namespace: None,

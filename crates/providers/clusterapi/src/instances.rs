@@ -5,7 +5,7 @@
 use ferroscale_core::cloud::{
     ErrorClass, Instance, InstanceErrorInfo, InstanceState, InstanceStatus,
 };
-use ferroscale_model::{LabelOperator, LabelRequirement, LabelSelector};
+use ferroscale_model::{LabelOperator, LabelRequirement, LabelSelector, Labels};
 use kube::api::DynamicObject;
 use serde_json::Value;
 
@@ -95,7 +95,7 @@ pub fn machines_of<'a>(
     let cluster = cluster_name(resource, keys);
     Ok(machines
         .filter(|m| fields::namespace(m) == namespace)
-        .filter(|m| selector.matches(fields::labels(m)))
+        .filter(|m| selector.matches(&Labels::from(fields::labels(m))))
         .filter(|m| cluster.is_empty() || cluster_name(m, keys) == cluster)
         .collect())
 }
