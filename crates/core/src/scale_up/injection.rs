@@ -92,6 +92,11 @@ pub fn proactive_fake_pods(
             order.push(controller.uid.as_str());
         }
     }
+    // No controller to top up (pods without controllers, or only other kinds): nothing to count,
+    // and a loop with hundreds of thousands of pending pods does not scan them for nothing.
+    if tallies.is_empty() {
+        return FakePods::default();
+    }
     let unschedulable: Vec<&Arc<Pod>> = pending
         .iter()
         .filter(|p| !p.is_bound() && !p.is_terminal() && p.is_marked_unschedulable())
