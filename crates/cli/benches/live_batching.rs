@@ -31,17 +31,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing we act on.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("live_batching: run with `cargo bench -p ferroscale --bench live_batching`");
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(bench());
+    support::run_live_bench("live_batching", bench());
 }
 
 async fn bench() {
@@ -138,7 +128,7 @@ async fn one_burst(size: usize) -> Burst {
         while let Some(event) = pod_events.next().await {
             match event {
                 Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) => {
-                    if is_marked_unschedulable(&pod) {
+                    if harness::is_marked_unschedulable(&pod) {
                         first_unschedulable.get_or_insert_with(Instant::now);
                         last_unschedulable = Some(Instant::now());
                     }
@@ -204,18 +194,4 @@ where
         .metadata
         .resource_version
         .expect("resourceVersion")
-}
-
-/// Whether the scheduler has marked `pod` unschedulable (`PodScheduled=False`, `Unschedulable`).
-fn is_marked_unschedulable(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-        })
 }

@@ -21,12 +21,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use harness::{App, Autoscaler, Cluster, NAMESPACE, POOL_LABEL};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Node, Pod, PodSpec, ResourceRequirements};
+use harness::{App, Autoscaler, Cluster, POOL_LABEL};
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{
-    Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
-};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams, WatchEvent, WatchParams};
 
 fn knob(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -36,17 +34,7 @@ fn knob(name: &str, default: usize) -> usize {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing we act on.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("live_cluster: run with `cargo bench -p ferroscale --bench live_cluster`");
-        return;
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(bench());
+    support::run_live_bench("live_cluster", bench());
 }
 
 async fn bench() {
@@ -57,7 +45,7 @@ async fn bench() {
 
     let cluster = Cluster::start().await;
     // The group starts at `nodes` through min-size enforcement, so its nodes are the provider's own.
-    set_pool_bounds(&cluster, nodes, nodes * 3).await;
+    cluster.set_pool_bounds(nodes, nodes * 3).await;
     let started = Instant::now();
     let autoscaler = cluster.start_autoscaler_logging(
         "bench",
@@ -134,30 +122,6 @@ async fn bench() {
         "during bursts: RSS {:.0} MiB (peak of the whole run {:.0} MiB), {:.3} CPU s per loop over {} loops",
         during.rss_mib, during.peak_mib, during.cpu_per_loop, during.loops
     );
-}
-
-/// Rewrites the templates ConfigMap of deploy/manifests so the pool has these bounds.
-async fn set_pool_bounds(cluster: &Cluster, min: usize, max: usize) {
-    let configmaps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let templates = configmaps
-        .get("kwok-provider-templates")
-        .await
-        .expect("templates ConfigMap");
-    let text = templates
-        .data
-        .and_then(|d| d.get("templates").cloned())
-        .expect("templates key");
-    let text = text
-        .replace("min-count: \"0\"", &format!("min-count: \"{min}\""))
-        .replace("max-count: \"20\"", &format!("max-count: \"{max}\""));
-    configmaps
-        .patch(
-            "kwok-provider-templates",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "data": { "templates": text } })),
-        )
-        .await
-        .expect("patch templates");
 }
 
 /// Resident memory once two scan intervals have passed (two loops over what the caches hold),

@@ -666,6 +666,21 @@ pub fn is_ready(node: &Node) -> bool {
         })
 }
 
+/// Whether the scheduler has marked `pod` unschedulable (`PodScheduled=False`, reason
+/// `Unschedulable`).
+pub fn is_marked_unschedulable(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        })
+}
+
 pub fn has_taint(node: &Node, key: &str) -> bool {
     node.spec
         .as_ref()

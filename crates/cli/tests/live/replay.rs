@@ -10,10 +10,9 @@ use std::time::Duration;
 use ferroscale_sim::replay::{DECIDED_PREFIX, loop_decisions};
 use ferroscale_sim::runner::{Simulation, options_for};
 use ferroscale_sim::scenario::load_scenario;
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 
-use crate::harness::{App, Cluster, wait_until};
+use crate::harness::{App, Cluster, is_marked_unschedulable, wait_until};
 use crate::{two_nodes_with_one_small_pod_each, wait_for_first_status};
 
 /// Whether every pod of `app` waits with the scheduler's `Unschedulable` verdict.
@@ -24,20 +23,7 @@ async fn unschedulable(cluster: &Cluster, app: &str, replicas: usize) -> bool {
         .await
         .expect("list pods")
         .items;
-    pods.len() == replicas && pods.iter().all(is_unschedulable)
-}
-
-fn is_unschedulable(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-        })
+    pods.len() == replicas && pods.iter().all(is_marked_unschedulable)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use ferroscale_model::taints::DELETION_CANDIDATE;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 
-use crate::harness::{App, Cluster, TO_BE_DELETED, has_taint, wait_until};
+use crate::harness::{App, Cluster, TO_BE_DELETED, has_taint, is_marked_unschedulable, wait_until};
 use crate::{QUICK_SCALE_DOWN, wait_for_first_status};
 
 /// How long the new nodes are watched: several scan intervals (2 s) and unneeded times (5 s),
@@ -23,17 +23,7 @@ fn all_unschedulable(pods: &[Pod], replicas: usize) -> bool {
                 .as_ref()
                 .and_then(|s| s.node_name.as_ref())
                 .is_none()
-                && pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|conditions| {
-                        conditions.iter().any(|c| {
-                            c.type_ == "PodScheduled"
-                                && c.status == "False"
-                                && c.reason.as_deref() == Some("Unschedulable")
-                        })
-                    })
+                && is_marked_unschedulable(pod)
         })
 }
 

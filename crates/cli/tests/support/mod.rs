@@ -1,5 +1,6 @@
 //! Helpers shared by the binary's test targets (each target includes this module): a free
-//! loopback port, and a kubeconfig for an API server that is not there.
+//! loopback port, a kubeconfig for an API server that is not there, and the `main` of the live
+//! benchmarks.
 #![allow(dead_code)] // each test target uses part of it
 
 use std::net::TcpListener;
@@ -31,4 +32,20 @@ pub fn write_kubeconfig(path: &Path, server: &str) {
         serde_yaml_ng::to_string(&kubeconfig).expect("kubeconfig YAML"),
     )
     .expect("write the kubeconfig");
+}
+
+/// The `main` of a live benchmark (`crates/cli/benches`): runs `bench` on a two-thread runtime
+/// under `cargo bench`, which passes `--bench`; under `cargo test --benches`, which passes nothing
+/// a benchmark acts on, only says how to run it.
+pub fn run_live_bench(name: &str, bench: impl std::future::Future<Output = ()>) {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("{name}: run with `cargo bench -p ferroscale --bench {name}`");
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(bench);
 }
