@@ -281,6 +281,18 @@ pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unf
     if uses_volume_filters(switches, pod) || pod.has_resource_claims() {
         return check_with_volumes(snapshot, pod, node, switches);
     }
+    node_local_fit(snapshot, pod, node, switches)?;
+    check_inter_pod(snapshot, pod, node)
+}
+
+/// Looks `node` up and runs the node-local filters on it, the first step of [`check`] and of
+/// [`check_planned`]; returns the node for the filters that follow.
+fn node_local_fit<'s>(
+    snapshot: &'s Snapshot,
+    pod: &Pod,
+    node: NodeId,
+    switches: FilterSwitches,
+) -> Result<&'s NodeInfo, Unfit> {
     let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
     check_node_local(
         pod,
@@ -290,7 +302,7 @@ pub fn check(snapshot: &mut Snapshot, pod: &Pod, node: NodeId) -> Result<(), Unf
         snapshot.scheduler_profile(),
     )
     .map_err(Rejected::into_unfit)?;
-    check_inter_pod(snapshot, pod, node)
+    Ok(info)
 }
 
 /// [`check`] for a pod the volume filters or the DynamicResources filter look at. Their
@@ -352,15 +364,7 @@ fn check_planned(
     volumes: Option<&VolumePlan>,
     devices: Option<&PodPlan>,
 ) -> Result<Option<(String, NodeAllocation)>, Unfit> {
-    let info = snapshot.node(node).ok_or(Unfit::NodeMissing)?;
-    check_node_local(
-        pod,
-        pod.node_name.as_deref(),
-        info,
-        switches,
-        snapshot.scheduler_profile(),
-    )
-    .map_err(Rejected::into_unfit)?;
+    let info = node_local_fit(snapshot, pod, node, switches)?;
     if let Some(volumes) = volumes {
         volumes.check_node(snapshot, info).map_err(Unfit::volume)?;
     }
