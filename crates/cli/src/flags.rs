@@ -43,6 +43,31 @@ pub struct LeaderElectionFlags {
     pub resource_name: String,
 }
 
+impl LeaderElectionFlags {
+    /// The orderings two replicas' safety rests on, which client-go refuses too: a leader stops
+    /// acting a renew deadline after its last renewal was sent, so that deadline must end before
+    /// the lease can expire for a candidate; and a deadline shorter than the retry period would
+    /// give up before the first renewal was even tried.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.renew_deadline >= self.lease_duration {
+            return Err(format!(
+                "--leader-elect-renew-deadline ({:?}) must be shorter than \
+                 --leader-elect-lease-duration ({:?}): otherwise a leader that cannot renew \
+                 would still act after another replica took the lease over",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(format!(
+                "--leader-elect-retry-period ({:?}) must be shorter than \
+                 --leader-elect-renew-deadline ({:?})",
+                self.retry_period, self.renew_deadline
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// When iterations start besides every `--scan-interval` (docs/behaviour.md
 /// LOOP-103–LOOP-105, LOOP-116–LOOP-119).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -544,6 +569,11 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
         errors.push(e.to_string());
     }
     leader_election.enabled = options.leader_elect;
+    if leader_election.enabled
+        && let Err(e) = leader_election.validate()
+    {
+        errors.push(e);
+    }
     let cloud_provider = match options.cloud_provider.as_str() {
         "kwok" => Some(CloudProviderKind::Kwok),
         "externalgrpc" => {
@@ -613,6 +643,41 @@ mod tests {
             RunCommand::Run(flags) => Ok(*flags),
             RunCommand::Help => Err("help".into()),
         }
+    }
+
+    /// A renew deadline that does not end before the lease would let a leader that cannot renew
+    /// act after a standby took over; client-go refuses it too. Without leader election the
+    /// durations do not matter.
+    #[test]
+    fn leader_election_durations_must_leave_the_leader_time_to_stop() {
+        let error = parse(&[
+            "--cloud-provider=kwok",
+            "--leader-elect-lease-duration=10s",
+            "--leader-elect-renew-deadline=10s",
+        ])
+        .unwrap_err();
+        assert!(
+            error.contains("--leader-elect-renew-deadline (10s) must be shorter than --leader-elect-lease-duration (10s)"),
+            "{error}"
+        );
+        let error = parse(&[
+            "--cloud-provider=kwok",
+            "--leader-elect-renew-deadline=2s",
+            "--leader-elect-retry-period=2s",
+        ])
+        .unwrap_err();
+        assert!(
+            error.contains("--leader-elect-retry-period (2s)"),
+            "{error}"
+        );
+        assert!(
+            parse(&[
+                "--cloud-provider=kwok",
+                "--leader-elect=false",
+                "--leader-elect-lease-duration=1s",
+            ])
+            .is_ok()
+        );
     }
 
     #[test]

@@ -120,6 +120,38 @@ struct Observed {
     changed_at: Instant,
 }
 
+/// How long a leader may go on acting. Its lease counts from the moment its last successful
+/// renewal was *sent*: the write cannot have reached the API server before then, so no candidate
+/// can see the lease unchanged for `leaseDurationSeconds` before that moment plus the lease
+/// duration. The leader stops at that moment plus the renew deadline, which the flags keep
+/// shorter than the lease duration. (Counting from when the answer arrived, as client-go does,
+/// lets a slow answer stretch the leader's tenure past the lease it actually holds.)
+#[derive(Debug, Clone, Copy)]
+struct Tenure {
+    renewed_at: Instant,
+    renew_deadline: Duration,
+}
+
+impl Tenure {
+    fn new(acquired_at: Instant, renew_deadline: Duration) -> Tenure {
+        Tenure {
+            renewed_at: acquired_at,
+            renew_deadline,
+        }
+    }
+
+    /// Time left to act at `now`, `None` once the renew deadline has passed.
+    fn left(&self, now: Instant) -> Option<Duration> {
+        let left = (self.renewed_at + self.renew_deadline).saturating_duration_since(now);
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// A renewal that was sent at `attempt_started` succeeded.
+    fn renewed(&mut self, attempt_started: Instant) {
+        self.renewed_at = self.renewed_at.max(attempt_started);
+    }
+}
+
 /// Acquires, renews and watches one Lease.
 #[derive(Debug)]
 pub struct LeaderElector {
@@ -294,11 +326,13 @@ impl LeaderElector {
         }
     }
 
-    /// Tries every retry period until we lead. API errors are logged and retried.
-    pub async fn acquire(&self) {
+    /// Tries every retry period until we lead. API errors are logged and retried. Returns when the
+    /// winning attempt started: the tenure counts from then (see [`Tenure`]).
+    pub async fn acquire(&self) -> Instant {
         loop {
+            let started = Instant::now();
             match self.try_acquire_or_renew().await {
-                Ok(true) => return,
+                Ok(true) => return started,
                 Ok(false) => {}
                 Err(error) => {
                     self.warn("could not acquire leadership; retrying", &error.to_string())
@@ -309,33 +343,43 @@ impl LeaderElector {
     }
 
     /// While we lead, renews every retry period; returns when leadership is lost: another holder
-    /// took the lease, or no renewal succeeded within the renew deadline.
-    pub async fn renew_until_lost(&self) -> LeaderElectionError {
-        let mut last_renewed = Instant::now();
+    /// took the lease, or no renewal succeeded within the renew deadline. `acquired_at` is when
+    /// the attempt that won the lease started. It returns no later than the renew deadline after
+    /// the start of the last successful renewal — however slowly the API server answers — so
+    /// that the caller stops acting before any other candidate can see the lease expire.
+    pub async fn renew_until_lost(&self, acquired_at: Instant) -> LeaderElectionError {
+        let mut tenure = Tenure::new(acquired_at, self.config.renew_deadline);
         loop {
-            tokio::time::sleep(self.config.retry_period).await;
-            let attempt =
-                tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew()).await;
-            match attempt {
-                Ok(Ok(true)) => last_renewed = Instant::now(),
+            let Some(left) = tenure.left(Instant::now()) else {
+                return self.deadline_passed();
+            };
+            tokio::time::sleep(self.config.retry_period.min(left)).await;
+            let started = Instant::now();
+            let Some(left) = tenure.left(started) else {
+                return self.deadline_passed();
+            };
+            // An attempt may not outlive the tenure: a renewal that answers after the deadline
+            // would come too late to count anyway.
+            match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => tenure.renewed(started),
                 Ok(Ok(false)) => return self.lost("another candidate holds the lease"),
                 Ok(Err(error)) => self.warn("could not renew the lease", &error.to_string()),
                 Err(_) => self.warn(
                     "could not renew the lease",
                     &format!(
-                        "no answer{} within {:?}",
-                        at_server(&self.config.api_server),
-                        self.config.renew_deadline
+                        "no answer{} before the renew deadline",
+                        at_server(&self.config.api_server)
                     ),
                 ),
             }
-            if last_renewed.elapsed() >= self.config.renew_deadline {
-                return self.lost(format!(
-                    "not renewed within the renew deadline of {:?}",
-                    self.config.renew_deadline
-                ));
-            }
         }
+    }
+
+    fn deadline_passed(&self) -> LeaderElectionError {
+        self.lost(format!(
+            "not renewed within the renew deadline of {:?}",
+            self.config.renew_deadline
+        ))
     }
 
     /// Waits until we lead, then runs `work` while renewing. Returns `work`'s output, or the loss
@@ -345,10 +389,10 @@ impl LeaderElector {
         &self,
         work: F,
     ) -> Result<F::Output, LeaderElectionError> {
-        self.acquire().await;
+        let acquired_at = self.acquire().await;
         tokio::select! {
             output = work => Ok(output),
-            lost = self.renew_until_lost() => Err(lost),
+            lost = self.renew_until_lost(acquired_at) => Err(lost),
         }
     }
 
@@ -386,6 +430,23 @@ impl LeaderElector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tenure counts from when a renewal was sent, never from when its answer came back: a
+    /// renewal sent at t=4 s whose answer took 6 s extends the tenure to 4 s + the deadline.
+    #[test]
+    fn a_slow_renewal_extends_the_tenure_only_from_when_it_was_sent() {
+        let start = Instant::now();
+        let deadline = Duration::from_secs(10);
+        let mut tenure = Tenure::new(start, deadline);
+        assert_eq!(tenure.left(start), Some(deadline));
+        tenure.renewed(start + Duration::from_secs(4));
+        let answered = start + Duration::from_secs(10);
+        assert_eq!(tenure.left(answered), Some(Duration::from_secs(4)));
+        assert_eq!(tenure.left(start + Duration::from_secs(14)), None);
+        // An older attempt answering late never moves the tenure back.
+        tenure.renewed(start + Duration::from_secs(1));
+        assert_eq!(tenure.left(answered), Some(Duration::from_secs(4)));
+    }
 
     /// Two replicas on one host must not share an identity, or both would think they lead.
     #[test]
