@@ -140,8 +140,13 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
         .with_context(|| format!("starting against the API server at {api_server}"))?;
     tracing::info!(provider = provider.name(), "cloud provider ready");
 
+    // Watches without kube's own retries: a list or watch the API server refuses fails at
+    // once, so the caches know they are behind (docs/behaviour.md LOOP-121), and their own
+    // delays space the attempts.
     let caches = ClusterCaches::start(
-        client.clone(),
+        workload
+            .client_without_retry()
+            .context("building the Kubernetes client of the watch caches")?,
         &CacheConfig::new(&options.namespace)
             .with_api_server(&api_server)
             .with_capacity(capacity_watches(&flags.engine_flags)),
@@ -536,7 +541,10 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
         context
             .metrics
             .record_loop(&outcome, autoscaler.options(), took);
-        if outcome.error.is_none() {
+        // A loop on a view that may be behind the API server acted only partly
+        // (docs/behaviour.md LOOP-121): `/health-check` fails once that lasts
+        // `--max-failing-time`, as for failed iterations.
+        if outcome.error.is_none() && outcome.caches_behind.is_empty() {
             lock_health().record_success(system_now());
         }
         log_outcome(&outcome, took);
@@ -613,6 +621,18 @@ fn log_outcome(outcome: &LoopOutcome, took: Duration) {
     if let Some(error) = &outcome.error {
         tracing::error!(%error, "iteration failed");
         return;
+    }
+    if !outcome.caches_behind.is_empty() {
+        tracing::warn!(
+            behind = %outcome.caches_behind.join("; "),
+            "the watch caches may be behind the API server: no scale-down this iteration"
+        );
+    }
+    if !outcome.untaints_owed.is_empty() {
+        tracing::warn!(
+            nodes = %outcome.untaints_owed.join(","),
+            "could not remove the deletion taint from these nodes yet; trying again next iteration"
+        );
     }
     if let Some(reason) = &outcome.ended_early {
         tracing::info!(?reason, "iteration ended early");

@@ -57,6 +57,10 @@ pub struct ClusterObjects {
     /// ProvisioningRequests, CapacityBuffers, CapacityQuotas and the PodTemplates they use
     /// (empty when none of those features is enabled).
     pub capacity: CapacityObjects,
+    /// The kinds read from a source that may be behind the cluster (a live binary's watch that
+    /// fails or re-lists), each with why. Scale-down does not act on such a view
+    /// (docs/behaviour.md LOOP-121); empty when every kind is current.
+    pub behind: Vec<String>,
 }
 
 /// The status ConfigMap as it is written (docs/behaviour.md ST-101): `data.status` already rendered

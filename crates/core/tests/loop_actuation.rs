@@ -392,3 +392,47 @@ fn drain_waits_for_evicted_pods_to_go_and_gives_up_after_grace_plus_thirty_secon
     );
     assert!(!f.cluster.node("n1").expect("n1").has_taint(TO_BE_DELETED));
 }
+
+/// docs/behaviour.md SD-120: a deletion rolled back while the API server refuses node updates
+/// leaves the taint owed; it is retried until it comes off, without a process restart, and a
+/// node deleted meanwhile settles the debt.
+#[test]
+fn a_rollback_the_api_server_refused_is_retried_until_the_taint_comes_off() {
+    let mut f = ActuationFixture::with_nodes(&["n1", "n2", "n3"]);
+    *f.cloud.group("pool").fail_delete.lock().expect("lock") = true;
+    f.cluster.state().fail_untaints = true;
+    f.start(
+        vec![
+            f.request("n1", RemovalKind::Empty),
+            f.request("n2", RemovalKind::Empty),
+        ],
+        t(0),
+    );
+    let progress = f.advance(t(5));
+    assert_eq!(progress.failed.len(), 2, "the cloud refused the deletion");
+    assert!(f.cluster.node("n1").expect("n1").has_taint(TO_BE_DELETED));
+    assert_eq!(f.tracker.owed_untaints().nodes(), vec!["n1", "n2"]);
+
+    let settled = block_on(f.tracker.settle_owed_untaints(&f.cluster));
+    assert_eq!(settled.still_owed, vec!["n1", "n2"]);
+
+    // n2 is gone (deleted by someone else); the API server answers again.
+    f.cluster.state().nodes.remove("n2");
+    f.cluster.state().fail_untaints = false;
+    let settled = block_on(f.tracker.settle_owed_untaints(&f.cluster));
+    assert!(settled.still_owed.is_empty());
+    assert!(f.tracker.owed_untaints().is_empty());
+    let n1 = f.cluster.node("n1").expect("n1");
+    assert!(!n1.has_taint(TO_BE_DELETED) && !n1.unschedulable);
+    assert_eq!(
+        settled
+            .events
+            .iter()
+            .map(|e| (e.reason, e.object.clone()))
+            .collect::<Vec<_>>(),
+        vec![(
+            reasons::CLUSTER_AUTOSCALER_CLEANUP,
+            EventObject::Node("n1".into())
+        )]
+    );
+}

@@ -317,3 +317,70 @@ fn a_node_the_provider_vetoes_is_kept_out_of_scale_down_until_the_veto_is_lifted
         "the empty node goes once the veto is lifted"
     );
 }
+
+/// docs/behaviour.md LOOP-121: while Gather reads a view that may be behind the cluster (a watch
+/// of the live binary fails or re-lists), no node is tainted or removed, however long the node
+/// has looked unneeded; once the view is current again, the node must look unneeded for a whole
+/// `--scale-down-unneeded-time` before it goes.
+#[test]
+fn no_scale_down_while_the_view_may_be_behind_and_the_unneeded_time_starts_over() {
+    let (log, cloud, cluster) = cluster_with_one_node();
+    let spare = node("spare", 4000, 16 << 30);
+    cloud.add_instance("pool", &spare);
+    cluster.add_node(spare);
+    cluster.add_pod(pod_on("base", "n0", 3500));
+    let mut options = AutoscalingOptions::default();
+    options
+        .set("scale-down-unneeded-time", "60s")
+        .expect("flag");
+    options
+        .set("scale-down-delay-after-add", "0s")
+        .expect("flag");
+    let mut autoscaler = Autoscaler::new(options, 7);
+
+    // "spare" is unneeded for 50 s, then the pod watch starts failing for five minutes.
+    let mut now = t(1_000);
+    for _ in 0..6 {
+        run(&mut autoscaler, &cloud, &cluster, now);
+        now = now + Duration::from_secs(10);
+    }
+    cluster.state().behind = vec!["Pod: watch failing: 503".into()];
+    for _ in 0..30 {
+        let outcome = run(&mut autoscaler, &cloud, &cluster, now);
+        assert_eq!(outcome.caches_behind, vec!["Pod: watch failing: 503"]);
+        assert!(
+            outcome.scale_down.is_none(),
+            "no scale-down plan on a stale view"
+        );
+        now = now + Duration::from_secs(10);
+    }
+    assert!(
+        calls(&log, "kube.taint spare ToBeDeleted").is_empty(),
+        "{:?}",
+        calls(&log, "kube.taint")
+    );
+    assert!(calls(&log, "cloud.delete_nodes").is_empty());
+
+    // Current again: not removed at once, but after a full unneeded time.
+    cluster.state().behind.clear();
+    let back = now;
+    let mut deleted_at = None;
+    for _ in 0..30 {
+        let outcome = run(&mut autoscaler, &cloud, &cluster, now);
+        if !outcome.deleted_nodes.is_empty() {
+            deleted_at = Some(now);
+            break;
+        }
+        now = now + Duration::from_secs(10);
+    }
+    let deleted_at = deleted_at.expect("the spare node is removed once the view is current");
+    assert!(
+        deleted_at.since(back) >= Duration::from_secs(60),
+        "removed {:?} after the view was current again",
+        deleted_at.since(back)
+    );
+    assert_eq!(
+        calls(&log, "cloud.delete_nodes"),
+        vec!["cloud.delete_nodes pool spare"]
+    );
+}

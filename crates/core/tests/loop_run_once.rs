@@ -337,3 +337,55 @@ fn only_the_loop_asked_for_hands_out_what_it_gathered() {
             .is_none()
     );
 }
+
+/// docs/behaviour.md LOOP-91 and SD-120: a new process whose first iterations cannot read the
+/// nodes, or whose untaints the API server refuses, keeps trying every iteration until the
+/// leftover taints are gone — an API outage at start-up never leaves a node tainted for the
+/// life of the process.
+#[test]
+fn s91_the_start_up_clean_up_is_retried_until_the_api_server_lets_it_finish() {
+    let (log, cloud, cluster) = cluster_with(2, 0);
+    let leftover = Taint::new(TO_BE_DELETED, "1700000000", TaintEffect::NoSchedule);
+    {
+        let mut state = cluster.state();
+        let n = state.nodes.get_mut("n0").expect("node");
+        n.taints.push(leftover);
+        n.unschedulable = true;
+        state.fail_gather = true;
+    }
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 1);
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(10_000));
+    assert!(outcome.error.is_some(), "the nodes could not be read");
+    assert!(calls(&log, "kube.untaint").is_empty());
+
+    // The nodes can be read, but the API server refuses the update.
+    {
+        let mut state = cluster.state();
+        state.fail_gather = false;
+        state.fail_untaints = true;
+    }
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(10_010));
+    assert_eq!(outcome.untaints_owed, vec!["n0"]);
+    assert!(cluster.node("n0").expect("n0").has_taint(TO_BE_DELETED));
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(10_020));
+    assert_eq!(outcome.untaints_owed, vec!["n0"], "still refused");
+    assert_eq!(
+        calls(&log, "kube.untaint").len(),
+        2,
+        "one attempt per iteration"
+    );
+
+    // The API server answers again: the next iteration removes the taint and uncordons.
+    cluster.state().fail_untaints = false;
+    let outcome = run(&mut autoscaler, &cloud, &cluster, t(10_030));
+    assert!(outcome.untaints_owed.is_empty());
+    let n0 = cluster.node("n0").expect("n0");
+    assert!(!n0.has_taint(TO_BE_DELETED) && !n0.unschedulable);
+    let untaints = calls(&log, "kube.untaint").len();
+    run(&mut autoscaler, &cloud, &cluster, t(10_040));
+    assert_eq!(
+        calls(&log, "kube.untaint").len(),
+        untaints,
+        "nothing is owed any more"
+    );
+}

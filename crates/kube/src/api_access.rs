@@ -372,7 +372,87 @@ impl ApiServer {
             server: self.url(),
             reason: e.to_string(),
         })?;
-        Ok(builder.with_layer(&RateLimitLayer { bucket }).build())
+        Ok(builder
+            .with_layer(&RequestTimeoutLayer {
+                limit: REQUEST_TIMEOUT,
+            })
+            .with_layer(&RateLimitLayer { bucket })
+            .build())
+    }
+}
+
+/// How long a request other than a watch may wait for its answer. kube-apiserver itself gives
+/// up on such a request after a minute (its `--request-timeout`), so a client still waiting
+/// later is waiting on a connection that went silent (a network partition, a half-open
+/// connection after an API server restart); without a limit the loop would hang on its next
+/// write for as long as TCP keeps the dead connection. Watches run for minutes by design and
+/// kube-runtime bounds their silence itself.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(70);
+
+/// A request got no answer within [`REQUEST_TIMEOUT`].
+#[derive(Debug, thiserror::Error)]
+#[error("no answer from the API server within {0:?}")]
+pub struct RequestTimedOut(Duration);
+
+/// Applies [`REQUEST_TIMEOUT`] to every request but watches. Below the rate limit, so the wait
+/// for a token does not count.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestTimeoutLayer {
+    limit: Duration,
+}
+
+impl<S> Layer<S> for RequestTimeoutLayer {
+    type Service = RequestTimeout<S>;
+
+    fn layer(&self, inner: S) -> RequestTimeout<S> {
+        RequestTimeout {
+            inner,
+            limit: self.limit,
+        }
+    }
+}
+
+pub struct RequestTimeout<S> {
+    inner: S,
+    limit: Duration,
+}
+
+/// A watch: `watch=true` (or `1`) in the query.
+fn is_watch(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| matches!(pair, "watch=true" | "watch=1" | "watch=True"))
+    })
+}
+
+impl<S, B> Service<http::Request<B>> for RequestTimeout<S>
+where
+    S: Service<http::Request<B>>,
+    S::Future: Send + 'static,
+    S::Error: From<RequestTimedOut>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let watch = is_watch(request.uri());
+        let limit = self.limit;
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            if watch {
+                return answer.await;
+            }
+            match tokio::time::timeout(limit, answer).await {
+                Ok(answer) => answer,
+                Err(_) => Err(RequestTimedOut(limit).into()),
+            }
+        })
     }
 }
 
@@ -507,6 +587,48 @@ mod tests {
             burst,
             ..ApiAccess::default()
         }
+    }
+
+    #[test]
+    fn only_watches_escape_the_request_timeout() {
+        let uri = |text: &str| text.parse::<http::Uri>().unwrap();
+        assert!(is_watch(&uri(
+            "https://h/api/v1/pods?allowWatchBookmarks=true&watch=true&resourceVersion=5"
+        )));
+        assert!(is_watch(&uri("https://h/api/v1/nodes?watch=1")));
+        assert!(!is_watch(&uri("https://h/api/v1/pods?limit=500")));
+        assert!(!is_watch(&uri("https://h/api/v1/namespaces/a/pods/watch")));
+        assert!(!is_watch(&uri(
+            "https://h/api/v1/pods?fieldSelector=watch%3Dtrue"
+        )));
+    }
+
+    /// A request whose answer never comes fails after the limit instead of hanging the loop.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_request_times_out_and_a_watch_does_not() {
+        let silent = tower::service_fn(|_: http::Request<()>| async {
+            std::future::pending::<Result<(), tower::BoxError>>().await
+        });
+        let mut service = RequestTimeoutLayer {
+            limit: Duration::from_secs(70),
+        }
+        .layer(silent);
+        let get = http::Request::get("https://h/api/v1/nodes/a")
+            .body(())
+            .unwrap();
+        let error = service.call(get).await.unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "no answer from the API server within 70s"
+        );
+        let watch = http::Request::get("https://h/api/v1/nodes?watch=true")
+            .body(())
+            .unwrap();
+        let waited = tokio::time::timeout(Duration::from_secs(3600), service.call(watch)).await;
+        assert!(
+            waited.is_err(),
+            "a watch is never cut by the request timeout"
+        );
     }
 
     #[test]

@@ -160,6 +160,23 @@ pub struct CacheProgress {
     pub objects: usize,
     /// The error of its last attempt, while it keeps failing.
     pub failing: Option<String>,
+    /// It had synced, lost its watch, and is listing the kind again (it serves the contents
+    /// from before the loss meanwhile).
+    pub relisting: bool,
+}
+
+/// A cache that may not show the cluster as it is now: its watch fails, or it is re-listing
+/// after losing its watch. Scale-down does not act on such a view (docs/behaviour.md LOOP-121).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BehindCache {
+    pub kind: &'static str,
+    pub reason: String,
+}
+
+impl std::fmt::Display for BehindCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind, self.reason)
+    }
 }
 
 /// How far every watch cache has got: which are synced, what has been listed so far, what fails.
@@ -179,6 +196,25 @@ impl SyncProgress {
     /// The last error of the caches that fail, if any do.
     pub fn last_error(&self) -> Option<&str> {
         self.0.iter().find_map(|c| c.failing.as_deref())
+    }
+
+    /// The synced caches that may be behind the API server now.
+    pub fn behind(&self) -> Vec<BehindCache> {
+        self.0
+            .iter()
+            .filter(|c| c.synced)
+            .filter_map(|c| {
+                let reason = match (&c.failing, c.relisting) {
+                    (Some(error), _) => format!("watch failing: {error}"),
+                    (None, true) => "re-listing after a lost watch".to_string(),
+                    (None, false) => return None,
+                };
+                Some(BehindCache {
+                    kind: c.kind,
+                    reason,
+                })
+            })
+            .collect()
     }
 }
 
@@ -416,6 +452,7 @@ impl<M> KindStore<M> {
             synced: state.synced,
             objects,
             failing: state.failing.as_ref().map(|(error, _)| error.clone()),
+            relisting: state.synced && state.relisting.is_some(),
         }
     }
 }
@@ -860,6 +897,11 @@ impl ClusterCaches {
         self.stores.progress()
     }
 
+    /// The caches that may be behind the API server now (docs/behaviour.md LOOP-121).
+    pub fn behind(&self) -> Vec<BehindCache> {
+        self.stores.progress().behind()
+    }
+
     /// Waits until [`ClusterCaches::synced`], saying every [`SYNC_PROGRESS_INTERVAL`] how far
     /// the caches have got (a warning while one of them fails, else at info level); fails after
     /// `timeout` with the same account.
@@ -913,6 +955,9 @@ impl ClusterCaches {
 
     /// Everything one loop needs, from the caches.
     pub fn objects(&self) -> ClusterObjects {
+        // Before anything is read: a cache that falls behind while the others are read is
+        // caught by the next iteration.
+        let behind = self.behind().iter().map(ToString::to_string).collect();
         let stores = &self.stores;
         let daemonsets = stores.daemonsets.values();
         let mut controllers: Vec<WorkloadController> = daemonsets
@@ -934,6 +979,7 @@ impl ClusterCaches {
             controllers.extend(store.values());
         }
         ClusterObjects {
+            behind,
             nodes: stores.nodes.values(),
             pods: stores.pods.values(),
             pdbs: stores.pdbs.values(),
@@ -1138,7 +1184,26 @@ where
         let kind = store(&stores).kind;
         let mut events = std::pin::pin!(watch_stream(api, config));
         let mut retry = RetryDelay::default();
-        while let Some(event) = events.next().await {
+        // After a failure: whether the next attempt has yet to prove itself.
+        let mut recovering = false;
+        loop {
+            let next = if recovering {
+                // A quiet kind delivers no event once its watch is back, so an attempt that has
+                // not failed for a while counts as running again. (`next` is cancel-safe: the
+                // watcher keeps its attempt in progress.)
+                match tokio::time::timeout(WATCH_RECOVERY_QUIET, events.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        recovering = false;
+                        retry.reset();
+                        report_resumed(&stores, kind, store(&stores).record_success());
+                        continue;
+                    }
+                }
+            } else {
+                events.next().await
+            };
+            let Some(event) = next else { break };
             match event {
                 Ok(event) => {
                     // `Init` only announces another list attempt; anything else means the API
@@ -1146,13 +1211,8 @@ where
                     let answered = !matches!(event, Event::Init);
                     if answered {
                         retry.reset();
-                    }
-                    if answered && let Some(attempts) = store(&stores).record_success() {
-                        tracing::info!(
-                            kind,
-                            "the watch of {} resumed after {attempts} failed attempts",
-                            describe_server(&stores.api_server)
-                        );
+                        recovering = false;
+                        report_resumed(&stores, kind, store(&stores).record_success());
                     }
                     store(&stores).apply(event, |object| convert(&stores, object));
                     after(&stores);
@@ -1176,10 +1236,27 @@ where
                     store(&stores).record_failure(&error);
                     log_watch_failure(&stores, kind, &error);
                     tokio::time::sleep(retry.next_delay()).await;
+                    recovering = true;
                 }
             }
         }
     })
+}
+
+/// After a failed watch, how long the next attempt must go without failing to count as running
+/// again when no event arrives (the kind may simply not change).
+const WATCH_RECOVERY_QUIET: Duration = Duration::from_secs(10);
+
+/// Logs that a watch works again after `failed_attempts` (from `record_success`), if it had
+/// failed.
+fn report_resumed(stores: &Stores, kind: &'static str, failed_attempts: Option<u64>) {
+    if let Some(attempts) = failed_attempts {
+        tracing::info!(
+            kind,
+            "the watch of {} resumed after {attempts} failed attempts",
+            describe_server(&stores.api_server)
+        );
+    }
 }
 
 /// The API server answered 404 to the list or watch: it does not serve the kind's API version.

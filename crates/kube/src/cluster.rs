@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::jiff;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use tokio::time::Instant;
 
@@ -310,8 +310,25 @@ impl ClusterApi for KubeCluster {
             .map_err(|e| ClusterError::Api(e.to_string()))
     }
 
+    /// Read from the API server, not the watch cache: this is the last look at a node before
+    /// its pods are evicted or it is deleted, and a pod bound a moment ago (or while the pod
+    /// watch lags or is down) must be seen (docs/behaviour.md SD-110).
     async fn pods_on_node(&self, node: &str) -> Result<Vec<Arc<Pod>>, ClusterError> {
-        Ok(self.caches.pods_on_node(node))
+        let pods: Api<core::Pod> = Api::all(self.client.clone());
+        let listed = pods
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .map_err(|e| cluster_error("Pod", &format!("on node {node}"), e))?;
+        listed
+            .items
+            .iter()
+            .map(|pod| {
+                self.caches
+                    .convert_pod(pod)
+                    .map(Arc::new)
+                    .map_err(|e| ClusterError::Api(e.to_string()))
+            })
+            .collect()
     }
 
     async fn taint_node(&self, node: &str, taint: Taint, cordon: bool) -> Result<(), ClusterError> {
@@ -443,7 +460,7 @@ impl ClusterApi for KubeCluster {
             })
             .collect();
         let (pod_uids, node_uids) = self.caches.uids(&pod_keys, &node_names);
-        for event in events {
+        for (index, event) in events.iter().enumerate() {
             let (namespace, involved) = self.involved_object(&event.object, &pod_uids, &node_uids);
             let now = jiff::Timestamp::now();
             let object_name = involved.name.clone().unwrap_or_default();
@@ -469,9 +486,24 @@ impl ClusterApi for KubeCluster {
                 ..core::Event::default()
             };
             let api: Api<core::Event> = Api::namespaced(self.client.clone(), &namespace);
-            // Events are best effort: a lost event must never fail a loop.
-            if let Err(error) = api.create(&PostParams::default(), &record).await {
-                tracing::warn!(%event, %error, "could not record event");
+            // Events are best effort: a lost event must never fail a loop, nor hold it up. When
+            // the API server did not answer at all, the next events would each wait as long
+            // again (a request timeout apiece): they are dropped with this one.
+            match api.create(&PostParams::default(), &record).await {
+                Ok(_) => {}
+                Err(error @ kube::Error::Api(_)) => {
+                    tracing::warn!(%event, %error, "could not record event");
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        %event,
+                        %error,
+                        dropped = events.len() - index - 1,
+                        "could not reach the API server to record an event; dropping the \
+                         iteration's remaining events"
+                    );
+                    return;
+                }
             }
         }
     }

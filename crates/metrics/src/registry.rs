@@ -491,7 +491,13 @@ impl AutoscalerMetrics {
             // The iteration stopped before the cluster state was computed: keep the last values.
             return;
         }
-        activity("mainSuccessful");
+        // A view that may be behind the API server is an API failure too: the iteration went
+        // on without scale-down (docs/behaviour.md LOOP-121), and it is not a successful one.
+        if !outcome.caches_behind.is_empty() {
+            self.errors_total.with_label_values(&["apiCallError"]).inc();
+        } else {
+            activity("mainSuccessful");
+        }
         for (function, millis) in &outcome.function_millis {
             self.observe_function(function, Duration::from_secs_f64(millis.max(0.0) / 1000.0));
         }

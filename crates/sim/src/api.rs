@@ -104,6 +104,8 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
         volumes: cluster.storage().objects().clone(),
         dra: cluster.dra().objects().clone(),
         capacity: capacity_objects(cluster),
+        // The simulated cluster is read directly: never behind.
+        behind: Vec::new(),
     }
 }
 

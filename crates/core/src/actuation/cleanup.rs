@@ -10,7 +10,7 @@ use ferroscale_model::{Node, Taint, Timestamp};
 
 use crate::cloud::CloudProvider;
 use crate::events::{Event, EventObject, reasons};
-use crate::kubernetes::ClusterApi;
+use crate::kubernetes::{ClusterApi, ClusterError};
 use crate::options::AutoscalingOptions;
 
 /// When a taint was placed: its `timeAdded`, else its value read as Unix seconds (how the
@@ -30,17 +30,26 @@ fn stale_candidate(taint: &Taint, now: Timestamp, options: &AutoscalingOptions) 
     placed_at(taint).is_none_or(|t| now.since(t) > options.node_deletion_candidate_ttl)
 }
 
-/// Removes leftover deletion taints from the autoscaled nodes among `nodes` and returns the
-/// `ClusterAutoscalerCleanup` events (Normal when removed, Warning when the update failed).
-/// Nodes outside any node group are left alone. Calls nothing in dry-run mode.
+/// What the start-up clean-up did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LeftoverTaints {
+    /// `ClusterAutoscalerCleanup` events: Normal when removed, Warning when the update failed.
+    pub events: Vec<Event>,
+    /// `(node, taint key, uncordon)` of the removals that failed, for the caller to owe
+    /// (docs/behaviour.md SD-120).
+    pub failed: Vec<(String, &'static str, bool)>,
+}
+
+/// Removes leftover deletion taints from the autoscaled nodes among `nodes`. Nodes outside any
+/// node group are left alone. Calls nothing in dry-run mode.
 pub async fn remove_leftover_taints(
     cloud: &dyn CloudProvider,
     cluster: &dyn ClusterApi,
     nodes: &[Arc<Node>],
     now: Timestamp,
     options: &AutoscalingOptions,
-) -> Vec<Event> {
-    let mut events = Vec::new();
+) -> LeftoverTaints {
+    let mut cleaned = LeftoverTaints::default();
     let soft_tainting_disabled = options.max_bulk_soft_taint_count == 0;
     for node in nodes {
         let mut keys: Vec<(&str, bool)> = Vec::new();
@@ -63,21 +72,23 @@ pub async fn remove_leftover_taints(
         }
         for (key, uncordon) in keys {
             let object = EventObject::Node(node.name.clone());
-            events.push(
-                match cluster.untaint_node(&node.name, key, uncordon).await {
-                    Ok(()) => Event::normal(
-                        object,
-                        reasons::CLUSTER_AUTOSCALER_CLEANUP,
-                        format!("removed {key} taint left by an earlier run"),
-                    ),
-                    Err(e) => Event::warning(
+            match cluster.untaint_node(&node.name, key, uncordon).await {
+                Ok(()) => cleaned.events.push(Event::normal(
+                    object,
+                    reasons::CLUSTER_AUTOSCALER_CLEANUP,
+                    format!("removed {key} taint left by an earlier run"),
+                )),
+                Err(ClusterError::NotFound { .. }) => {}
+                Err(e) => {
+                    cleaned.events.push(Event::warning(
                         object,
                         reasons::CLUSTER_AUTOSCALER_CLEANUP,
                         format!("failed to remove {key} taint left by an earlier run: {e}"),
-                    ),
-                },
-            );
+                    ));
+                    cleaned.failed.push((node.name.clone(), key, uncordon));
+                }
+            }
         }
     }
-    events
+    cleaned
 }

@@ -27,7 +27,7 @@ use crate::kubernetes::{ClusterApi, ClusterError, EvictionError};
 use crate::options::AutoscalingOptions;
 use crate::scale_down::{DrainBlock, RecheckBlock};
 
-pub use cleanup::remove_leftover_taints;
+pub use cleanup::{LeftoverTaints, remove_leftover_taints};
 pub use soft_taints::{SoftTaintUpdate, apply_soft_taints};
 
 /// Annotation prefix that makes deletion wait until every such annotation is gone.
@@ -480,6 +480,59 @@ pub struct DeletionTracker {
     /// Taint latencies measured in the last hour, with when they were measured
     /// (docs/behaviour.md SD-119).
     taint_latencies: Vec<(Timestamp, Duration)>,
+    /// Taints that must come off nodes but could not be removed when they should have been.
+    owed: OwedUntaints,
+}
+
+/// Deletion taints the autoscaler owes the cluster (docs/behaviour.md SD-120): a rollback or
+/// a start-up clean-up whose untaint the API server refused or did not answer. Each is retried
+/// every loop ([`DeletionTracker::settle_owed_untaints`]) until it is removed or its node is
+/// gone, so an API outage during a rollback never leaves a node tainted until the next restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwedUntaints {
+    /// `(node, taint key)` → whether the node is uncordoned too.
+    taints: std::collections::BTreeMap<(String, String), bool>,
+}
+
+impl OwedUntaints {
+    /// Records an untaint that failed.
+    pub fn owe(&mut self, node: &str, taint_key: &str, uncordon: bool) {
+        let uncordon_too = self
+            .taints
+            .get(&(node.to_string(), taint_key.to_string()))
+            .copied()
+            .unwrap_or(false);
+        self.taints.insert(
+            (node.to_string(), taint_key.to_string()),
+            uncordon || uncordon_too,
+        );
+    }
+
+    /// Forgets what is owed on `node` for `taint_key` (the node is being tainted on purpose).
+    pub fn forgive(&mut self, node: &str, taint_key: &str) {
+        self.taints
+            .remove(&(node.to_string(), taint_key.to_string()));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.taints.is_empty()
+    }
+
+    /// The nodes that still carry a taint the autoscaler owes.
+    pub fn nodes(&self) -> Vec<String> {
+        let mut nodes: Vec<String> = self.taints.keys().map(|(node, _)| node.clone()).collect();
+        nodes.dedup();
+        nodes
+    }
+}
+
+/// What [`DeletionTracker::settle_owed_untaints`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SettledUntaints {
+    /// `ClusterAutoscalerCleanup` events of the taints removed now.
+    pub events: Vec<Event>,
+    /// Nodes whose owed taint still could not be removed.
+    pub still_owed: Vec<String>,
 }
 
 impl DeletionTracker {
@@ -517,6 +570,40 @@ impl DeletionTracker {
     /// Whether `node` is being deleted.
     pub fn is_deleting(&self, node: &str) -> bool {
         self.active.iter().any(|d| d.request.node.name == node)
+    }
+
+    /// Records a taint that must come off `node` but could not be removed now (the start-up
+    /// clean-up uses this too).
+    pub fn owe_untaint(&mut self, node: &str, taint_key: &str, uncordon: bool) {
+        self.owed.owe(node, taint_key, uncordon);
+    }
+
+    /// The taints still owed.
+    pub fn owed_untaints(&self) -> &OwedUntaints {
+        &self.owed
+    }
+
+    /// Tries again to remove every owed taint (docs/behaviour.md SD-120). A taint is settled once
+    /// it is removed or its node no longer exists; the others stay owed for the next loop.
+    pub async fn settle_owed_untaints(&mut self, cluster: &dyn ClusterApi) -> SettledUntaints {
+        let mut settled = SettledUntaints::default();
+        let owed = std::mem::take(&mut self.owed.taints);
+        for ((node, key), uncordon) in owed {
+            match cluster.untaint_node(&node, &key, uncordon).await {
+                Ok(()) => settled.events.push(Event::normal(
+                    EventObject::Node(node.clone()),
+                    reasons::CLUSTER_AUTOSCALER_CLEANUP,
+                    format!("removed {key} taint that an earlier attempt could not remove"),
+                )),
+                Err(ClusterError::NotFound { .. }) => {}
+                Err(_) => {
+                    settled.still_owed.push(node.clone());
+                    self.owed.taints.insert((node, key), uncordon);
+                }
+            }
+        }
+        settled.still_owed.dedup();
+        settled
     }
 
     /// Taints every node of `requests` (docs/behaviour.md SD-81, SD-109) and starts tracking them.
@@ -568,6 +655,9 @@ impl DeletionTracker {
             return progress;
         }
         let cordon = options.cordon_node_before_terminating;
+        for request in &requests {
+            self.owed.forgive(&request.node.name, TO_BE_DELETED);
+        }
         let mut tainted: Vec<&NodeDeletion> = Vec::new();
         let mut taint_started: Vec<f64> = Vec::new();
         let mut errors: Vec<(&NodeDeletion, ClusterError)> = Vec::new();
@@ -590,11 +680,8 @@ impl DeletionTracker {
             }
             for request in tainted {
                 let reason = DeletionFailure::BatchNotTainted;
-                // Best effort: a node we cannot untaint keeps a taint that the next process start
-                // removes (first-iteration clean-up).
-                let _ = cluster
-                    .untaint_node(&request.node.name, TO_BE_DELETED, cordon)
-                    .await;
+                // A taint that cannot come off now is owed, and retried every loop.
+                untaint_or_owe(cluster, &mut self.owed, &request.node.name, cordon).await;
                 progress.report(
                     now,
                     request,
@@ -859,15 +946,15 @@ impl DeletionTracker {
                 continue;
             };
             let request = &d.request;
-            // Best effort, as upstream: a taint that cannot be removed now is removed by the next
-            // process start's clean-up.
-            let _ = cluster
-                .untaint_node(
-                    &request.node.name,
-                    TO_BE_DELETED,
-                    options.cordon_node_before_terminating,
-                )
-                .await;
+            // Upstream tries once and leaves a failed untaint to the next process start; here
+            // it is owed and retried every loop (docs/behaviour.md SD-120).
+            untaint_or_owe(
+                cluster,
+                &mut self.owed,
+                &request.node.name,
+                options.cordon_node_before_terminating,
+            )
+            .await;
             progress.fail(now, request, reason.clone(), *cloud_error);
         }
 
@@ -898,6 +985,20 @@ impl DeletionTracker {
         let mut progress = self.start(requests, cluster, now, options).await;
         progress.extend(self.advance(groups, cluster, recheck, now, options).await);
         progress
+    }
+}
+
+/// Removes the deletion taint from a node whose deletion is abandoned; when that fails (other
+/// than because the node is gone), the untaint is owed and retried every loop.
+async fn untaint_or_owe(
+    cluster: &dyn ClusterApi,
+    owed: &mut OwedUntaints,
+    node: &str,
+    uncordon: bool,
+) {
+    match cluster.untaint_node(node, TO_BE_DELETED, uncordon).await {
+        Ok(()) | Err(ClusterError::NotFound { .. }) => {}
+        Err(_) => owed.owe(node, TO_BE_DELETED, uncordon),
     }
 }
 

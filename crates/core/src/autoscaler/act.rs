@@ -80,14 +80,18 @@ impl Autoscaler {
             }
         }
         let cleaned = remove_leftover_taints(cloud, cluster, &nodes, now, &self.options).await;
-        for event in &cleaned {
+        for event in &cleaned.events {
             if let EventObject::Node(node) = &event.object {
                 outcome
                     .planned_actions
                     .push(PlannedAction::RemoveLeftoverTaint { node: node.clone() });
             }
         }
-        events.extend(cleaned);
+        // What the API server refused now is retried every loop (docs/behaviour.md SD-120).
+        for (node, key, uncordon) in cleaned.failed {
+            self.deletions.owe_untaint(&node, key, uncordon);
+        }
+        events.extend(cleaned.events);
         Ok(())
     }
 

@@ -164,6 +164,12 @@ pub struct LoopOutcome {
     /// Deletions abandoned (and rolled back) this iteration.
     pub failed_deletions: Vec<FailedDeletion>,
     pub soft_taints: SoftTaintUpdate,
+    /// Nodes that still carry a deletion taint the autoscaler tried and failed to remove; it
+    /// tries again next loop (docs/behaviour.md SD-120).
+    pub untaints_owed: Vec<String>,
+    /// The kinds Gather read from a view that may be behind the cluster, with why: scale-down
+    /// did not act this loop (docs/behaviour.md LOOP-121).
+    pub caches_behind: Vec<String>,
     /// Mutating calls made (or, in dry-run mode, that would have been made), in order.
     pub planned_actions: Vec<PlannedAction>,
     /// Cloud calls that failed outside scale-up and actuation, with the provider's error (a group
@@ -405,6 +411,9 @@ impl Autoscaler {
         }
         let groups = cloud.node_groups().await.map_err(LoopError::NodeGroups)?;
         let objects = cluster.gather().await.map_err(LoopError::Gather)?;
+        if !objects.behind.is_empty() {
+            return Ok(ActuationProgress::default());
+        }
         let recheck = LiveRecheck::new(&objects, now, &self.options);
         let progress = self
             .deletions
@@ -575,12 +584,20 @@ impl Autoscaler {
         let dry_run = self.options.dry_run;
         let seed = self.seed.wrapping_add(self.iterations);
 
-        // First-iteration clean-up of taints an earlier process left behind.
+        // Taints that an earlier rollback or clean-up could not remove (docs/behaviour.md
+        // SD-120).
+        if !dry_run && !self.deletions.owed_untaints().is_empty() {
+            let settled = self.deletions.settle_owed_untaints(cluster).await;
+            events.extend(settled.events);
+        }
+        // First-iteration clean-up of taints an earlier process left behind; until the nodes
+        // can be read it is tried again every iteration (docs/behaviour.md LOOP-91).
         if !self.first_loop_done {
-            self.first_loop_done = true;
             self.clean_up_leftover_taints(cloud, cluster, now, outcome, events)
                 .await?;
+            self.first_loop_done = true;
         }
+        outcome.untaints_owed = self.deletions.owed_untaints().nodes();
 
         // Refresh the cloud's view, then move running deletions forward so the snapshot
         // gathered below sees their effects.
@@ -589,7 +606,11 @@ impl Autoscaler {
         if !dry_run && !self.deletions.is_idle() {
             // Fresh objects for the drainability re-check (docs/behaviour.md SD-110). If they
             // cannot be read, the deletions wait: when in doubt, no node is removed.
-            if let Ok(fresh) = cluster.gather().await {
+            // A view that may be behind the cluster counts as unreadable (docs/behaviour.md
+            // LOOP-121).
+            if let Ok(fresh) = cluster.gather().await
+                && fresh.behind.is_empty()
+            {
                 let recheck = LiveRecheck::new(&fresh, now, &self.options);
                 let progress = self
                     .deletions
@@ -602,6 +623,7 @@ impl Autoscaler {
 
         // Gather the cluster and the groups.
         let objects = cluster.gather().await.map_err(LoopError::Gather)?;
+        outcome.caches_behind = objects.behind.clone();
         // Cluster resource metrics (docs/behaviour.md LOOP-110): capacity of the nodes not being deleted.
         outcome.cluster_resources = Some(cluster_resources(&objects.nodes, now));
         let mut gathered = gather::gather_groups(
@@ -880,8 +902,12 @@ impl Autoscaler {
         outcome.scale_up = Some(plan);
         outcome.pending_pods = pending;
 
-        // Scale-down.
-        if self.options.scale_down_enabled {
+        // Scale-down, never on a view that may be behind the cluster (docs/behaviour.md
+        // LOOP-121): what made a node look unneeded may be old news, so its timer starts over
+        // once the view is current again.
+        if self.options.scale_down_enabled && !outcome.caches_behind.is_empty() {
+            self.scale_down_state.clear_unneeded();
+        } else if self.options.scale_down_enabled {
             let step = ScaleDownStep {
                 gathered: &gathered,
                 views: &views,

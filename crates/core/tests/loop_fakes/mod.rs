@@ -320,6 +320,12 @@ pub struct ClusterState {
     /// ProvisioningRequests, buffers, quotas and PodTemplates `gather` reports; the status writes
     /// land here, so the next loop reads them back.
     pub capacity: ferroscale_model::CapacityObjects,
+    /// `gather` fails (the API server does not answer).
+    pub fail_gather: bool,
+    /// Node updates that remove a taint fail (the API server refuses them).
+    pub fail_untaints: bool,
+    /// `gather` reports these kinds as read from a view that may be behind.
+    pub behind: Vec<String>,
 }
 
 pub struct FakeCluster {
@@ -368,7 +374,11 @@ impl FakeCluster {
 impl ClusterApi for FakeCluster {
     async fn gather(&self) -> Result<ClusterObjects, ClusterError> {
         let state = self.state();
+        if state.fail_gather {
+            return Err(ClusterError::Api("the API server does not answer".into()));
+        }
         Ok(ClusterObjects {
+            behind: state.behind.clone(),
             nodes: state.nodes.values().cloned().map(Arc::new).collect(),
             pods: state.pods.values().cloned().map(Arc::new).collect(),
             controllers: state.controllers.clone(),
@@ -420,6 +430,11 @@ impl ClusterApi for FakeCluster {
             "kube.untaint {node} {taint_key} uncordon={uncordon}"
         ));
         let mut state = self.state();
+        if state.fail_untaints {
+            return Err(ClusterError::Api(
+                "503 the API server is unavailable".into(),
+            ));
+        }
         let n = state.nodes.get_mut(node).ok_or(ClusterError::NotFound {
             kind: "node",
             name: node.to_string(),
