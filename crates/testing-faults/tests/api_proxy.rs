@@ -355,6 +355,20 @@ async fn without_rules_every_kind_of_request_passes_and_is_logged() {
         assert_eq!(entry.rule, None);
         assert_eq!(entry.request.user_agent.as_deref(), Some(USER_AGENT));
     }
+
+    // Dropping the proxy ends its streams and stops listening.
+    let mut watch = maps
+        .watch(&WatchParams::default(), &current_version(&maps).await)
+        .await
+        .expect("start a watch")
+        .boxed();
+    drop(fixture.proxy);
+    assert!(ends_or_fails(&mut watch, WAIT).await, "the watch went on");
+    let error = maps
+        .list(&ListParams::default())
+        .await
+        .expect_err("nothing listens any more");
+    assert_eq!(api_error_code(&error), None, "{error:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -596,7 +610,8 @@ async fn a_dropped_watch_ends_and_a_watcher_recovers_from_it() {
     let watching = tokio::spawn(
         watcher(maps.clone(), watcher::Config::default())
             .default_backoff()
-            // The drop shows as an error item; the watcher goes on after it.
+            // kube ends a watch whose body breaks off like one the server closed; the watcher
+            // then watches again from the last resourceVersion it saw.
             .for_each(move |event| {
                 if let Ok(watcher::Event::Apply(map) | watcher::Event::InitApply(map)) = event {
                     let _ = names.send(map.metadata.name);
@@ -640,6 +655,57 @@ async fn a_dropped_watch_ends_and_a_watcher_recovers_from_it() {
         .filter(|entry| entry.outcome == Outcome::Cut { status: 200 })
         .count();
     assert_eq!(cut, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delays_hold_requests_back_and_cut_after_ends_watches_by_itself() {
+    let fixture = Fixture::start().await;
+    fixture.create_directly("present", "1").await;
+    let maps = fixture.config_maps(NO_RETRY).await;
+
+    let delay = Duration::from_secs(1);
+    let delayed = fixture.proxy.add_rule(
+        Rule::new(
+            Matcher::any().class(RequestClass::Get).name("present"),
+            Action::Delay(delay),
+        )
+        .times(1),
+    );
+    maps.get("present")
+        .await
+        .expect("a delayed get is answered");
+    let log = fixture.proxy.log();
+    let entry = log
+        .iter()
+        .find(|entry| entry.rule == Some(delayed))
+        .expect("the delayed get is logged");
+    assert_eq!(entry.outcome, Outcome::Forwarded { status: 200 });
+    let waited = entry
+        .forwarded_at
+        .and_then(|forwarded| forwarded.duration_since(entry.received_at).ok())
+        .expect("forwarded after it was received");
+    assert!(waited >= delay, "forwarded after {waited:?}");
+
+    let cut_after = fixture.proxy.add_rule(Rule::new(
+        config_map_watches(),
+        // Long enough for an event to pass on a loaded machine first.
+        Action::CutWatchAfter(Duration::from_secs(3)),
+    ));
+    let from = current_version(&maps).await;
+    let mut watch = maps
+        .watch(&WatchParams::default(), &from)
+        .await
+        .expect("start a watch")
+        .boxed();
+    fixture.create_directly("before-the-cut", "1").await;
+    assert!(sees_config_map(&mut watch, "before-the-cut", WAIT).await);
+    assert!(ends_or_fails(&mut watch, WAIT).await, "the watch went on");
+    let log = fixture.proxy.log();
+    let entry = log
+        .iter()
+        .find(|entry| entry.rule == Some(cut_after))
+        .expect("the watch is logged");
+    assert_eq!(entry.outcome, Outcome::Cut { status: 200 });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
