@@ -7,8 +7,9 @@ use http::Method;
 
 use super::classify::{RequestClass, RequestTarget};
 
-/// Request bodies longer than this are never searched by [`Matcher::body_contains`]: the API
-/// server refuses bodies over 3 MiB itself, so no write a test cares about is longer.
+/// The proxy reads request bodies up to this size into memory, to match them against
+/// [`Matcher::body_contains`], and answers a longer one 413 itself: the API server refuses
+/// bodies over 3 MiB anyway, so no write a test cares about is longer.
 pub const BODY_MATCH_LIMIT: usize = 4 * 1024 * 1024;
 
 /// One request as the proxy saw it, without its headers (which hold the bearer token).

@@ -108,21 +108,7 @@ async fn handle(
     request: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, BodyError> {
     let (parts, body) = request.into_parts();
-    let classification = classify(&parts.method, parts.uri.path(), parts.uri.query());
-    let info = RequestInfo {
-        method: parts.method.clone(),
-        uri: parts
-            .uri
-            .path_and_query()
-            .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned()),
-        class: classification.class,
-        target: classification.target,
-        user_agent: parts
-            .headers
-            .get(header::USER_AGENT)
-            .and_then(|agent| agent.to_str().ok())
-            .map(str::to_owned),
-    };
+    let info = request_info(&parts);
     let entry = LogHandle::record(&shared, info.clone());
     tracing::debug!(method = %info.method, uri = %info.uri, class = ?info.class, "API proxy: request");
 
@@ -139,70 +125,165 @@ async fn handle(
         // The client broke off its request: nobody is left to answer.
         Err(error) => return Err(error),
     };
+    let exchange = Exchange {
+        shared,
+        signals,
+        entry,
+        info,
+        parts,
+        body,
+    };
 
     // A partition comes before any rule: the request never gets to the other side.
-    if !shared.wait_out_partition().await {
-        return reset(&signals, &entry).await;
+    if !exchange.shared.wait_out_partition().await {
+        return exchange.reset().await;
     }
-    let applied = lock(&shared.rules).take_match(&info, Some(&body));
-    let Some((rule, action)) = applied else {
-        return forward(&shared, &signals, &entry, info, parts, body, None).await;
-    };
-    entry.update(|logged| logged.rule = Some(rule));
-    tracing::debug!(uri = %info.uri, ?action, "API proxy: fault");
-    match action {
-        Action::Respond {
-            status,
-            retry_after,
-        } => {
-            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            entry.set_outcome(Outcome::Responded {
-                status: code.as_u16(),
-            });
-            Ok(status_response(
-                code,
-                retry_after,
-                &format!("injected by the API proxy's rule {}", rule.0),
-            ))
-        }
-        Action::Delay(delay) => {
-            tokio::time::sleep(delay).await;
-            forward(&shared, &signals, &entry, info, parts, body, None).await
-        }
-        Action::Reset => reset(&signals, &entry).await,
-        Action::Blackhole => {
-            entry.set_outcome(Outcome::Blackholed);
-            std::future::pending().await
-        }
-        Action::Hold => {
-            hold(&shared, &entry, rule, info.clone(), body.clone()).await;
-            forward(&shared, &signals, &entry, info, parts, body, None).await
-        }
-        Action::CutWatchAfter(after) => {
-            forward(&shared, &signals, &entry, info, parts, body, Some(after)).await
-        }
+    let applied = lock(&exchange.shared.rules).take_match(&exchange.info, Some(&exchange.body));
+    match applied {
+        None => exchange.forward(None).await,
+        Some((rule, action)) => exchange.apply(rule, action).await,
     }
 }
 
-/// Parks the request until the test releases it. Dropped (the client went away) before that, it
-/// leaves the held list.
-async fn hold(
-    shared: &Arc<Shared>,
-    entry: &LogHandle,
-    rule: RuleId,
+fn request_info(parts: &http::request::Parts) -> RequestInfo {
+    let classification = classify(&parts.method, parts.uri.path(), parts.uri.query());
+    RequestInfo {
+        method: parts.method.clone(),
+        uri: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.as_str().to_owned()),
+        class: classification.class,
+        target: classification.target,
+        user_agent: parts
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|agent| agent.to_str().ok())
+            .map(str::to_owned),
+    }
+}
+
+/// One request on its way through the proxy, its body read.
+struct Exchange {
+    shared: Arc<Shared>,
+    signals: Arc<ConnectionSignals>,
+    entry: LogHandle,
     info: RequestInfo,
+    parts: http::request::Parts,
     body: Bytes,
-) {
-    let (id, released) = lock(&shared.held).park(rule, info, body, entry.seq);
-    entry.update(|logged| {
-        logged.held = true;
-        logged.outcome = Outcome::Held;
-    });
-    shared.note_activity();
-    let _parked = ParkedGuard { shared, id };
-    // The sender goes only with a release (which also unparks it), or with the whole proxy.
-    let _ = released.await;
-    entry.set_outcome(Outcome::InProgress);
+}
+
+impl Exchange {
+    async fn apply(self, rule: RuleId, action: Action) -> Result<Response<ProxyBody>, BodyError> {
+        self.entry.update(|logged| logged.rule = Some(rule));
+        tracing::debug!(uri = %self.info.uri, ?action, "API proxy: fault");
+        match action {
+            Action::Respond {
+                status,
+                retry_after,
+            } => {
+                let code =
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                self.entry.set_outcome(Outcome::Responded {
+                    status: code.as_u16(),
+                });
+                Ok(status_response(
+                    code,
+                    retry_after,
+                    &format!("injected by the API proxy's rule {}", rule.0),
+                ))
+            }
+            Action::Delay(delay) => {
+                tokio::time::sleep(delay).await;
+                self.forward(None).await
+            }
+            Action::Reset => self.reset().await,
+            Action::Blackhole => {
+                self.entry.set_outcome(Outcome::Blackholed);
+                std::future::pending().await
+            }
+            Action::Hold => {
+                self.hold(rule).await;
+                self.forward(None).await
+            }
+            Action::CutWatchAfter(after) => self.forward(Some(after)).await,
+        }
+    }
+
+    /// Parks the request until the test releases it. Dropped (the client went away) before
+    /// that, it leaves the held list.
+    async fn hold(&self, rule: RuleId) {
+        let (id, released) = lock(&self.shared.held).park(
+            rule,
+            self.info.clone(),
+            self.body.clone(),
+            self.entry.seq,
+        );
+        self.entry.update(|logged| {
+            logged.held = true;
+            logged.outcome = Outcome::Held;
+        });
+        self.shared.note_activity();
+        let _parked = ParkedGuard {
+            shared: &self.shared,
+            id,
+        };
+        // The sender goes only with a release (which also unparks it), or with the whole proxy.
+        let _ = released.await;
+        self.entry.set_outcome(Outcome::InProgress);
+    }
+
+    /// Resets the client's connection, never answering.
+    async fn reset(&self) -> Result<Response<ProxyBody>, BodyError> {
+        self.entry.set_outcome(Outcome::Reset);
+        // The connection task drops this handler along with the connection.
+        self.signals.reset.notify_one();
+        std::future::pending().await
+    }
+
+    /// Sends the request to the API server and relays its answer; `cut_after`: cut the answer's
+    /// body after so long.
+    async fn forward(self, cut_after: Option<Duration>) -> Result<Response<ProxyBody>, BodyError> {
+        // A request delayed or held into a partition waits it out like a new one.
+        if !self.shared.wait_out_partition().await {
+            return self.reset().await;
+        }
+        let mut upstream_request = Request::new(Full::new(self.body.clone()));
+        *upstream_request.method_mut() = self.parts.method.clone();
+        *upstream_request.uri_mut() = upstream_uri(&self.shared.upstream_base, &self.parts.uri)?;
+        *upstream_request.headers_mut() = end_to_end_headers(self.parts.headers.clone());
+        upstream_request.headers_mut().remove(header::HOST);
+
+        self.entry
+            .update(|logged| logged.forwarded_at = Some(SystemTime::now()));
+        let response = match self.shared.upstream.request(upstream_request).await {
+            Ok(response) => response,
+            Err(error) => {
+                let error = error_chain(&error);
+                tracing::debug!(uri = %self.info.uri, %error, "API proxy: the API server did not answer");
+                self.entry.set_outcome(Outcome::UpstreamFailed { error });
+                self.signals.reset.notify_one();
+                return std::future::pending().await;
+            }
+        };
+        // An answer that arrives during a partition is lost in it until it heals.
+        if !self.shared.wait_out_partition().await {
+            return self.reset().await;
+        }
+        let status = response.status().as_u16();
+        self.entry.set_outcome(Outcome::Forwarded { status });
+        let (mut response_parts, upstream_body) = response.into_parts();
+        response_parts.headers = end_to_end_headers(response_parts.headers);
+        let body = streams::relay(
+            &self.shared,
+            self.info.clone(),
+            self.entry.seq,
+            status,
+            upstream_body,
+            cut_after,
+        );
+        Ok(Response::from_parts(response_parts, body.boxed()))
+    }
 }
 
 struct ParkedGuard<'a> {
@@ -214,58 +295,6 @@ impl Drop for ParkedGuard<'_> {
     fn drop(&mut self) {
         lock(&self.shared.held).forget(self.id);
     }
-}
-
-async fn reset(
-    signals: &ConnectionSignals,
-    entry: &LogHandle,
-) -> Result<Response<ProxyBody>, BodyError> {
-    entry.set_outcome(Outcome::Reset);
-    // The connection task drops this handler along with the connection.
-    signals.reset.notify_one();
-    std::future::pending().await
-}
-
-async fn forward(
-    shared: &Arc<Shared>,
-    signals: &ConnectionSignals,
-    entry: &LogHandle,
-    info: RequestInfo,
-    parts: http::request::Parts,
-    body: Bytes,
-    cut_after: Option<Duration>,
-) -> Result<Response<ProxyBody>, BodyError> {
-    // A request delayed or held into a partition waits it out like a new one.
-    if !shared.wait_out_partition().await {
-        return reset(signals, entry).await;
-    }
-    let mut upstream_request = Request::new(Full::new(body));
-    *upstream_request.method_mut() = parts.method;
-    *upstream_request.uri_mut() = upstream_uri(&shared.upstream_base, &parts.uri)?;
-    *upstream_request.headers_mut() = end_to_end_headers(parts.headers);
-    upstream_request.headers_mut().remove(header::HOST);
-
-    entry.update(|logged| logged.forwarded_at = Some(SystemTime::now()));
-    let response = match shared.upstream.request(upstream_request).await {
-        Ok(response) => response,
-        Err(error) => {
-            let error = error_chain(&error);
-            tracing::debug!(uri = %info.uri, %error, "API proxy: the API server did not answer");
-            entry.set_outcome(Outcome::UpstreamFailed { error });
-            signals.reset.notify_one();
-            return std::future::pending().await;
-        }
-    };
-    // An answer that arrives during a partition is lost in it until it heals.
-    if !shared.wait_out_partition().await {
-        return reset(signals, entry).await;
-    }
-    let status = response.status().as_u16();
-    entry.set_outcome(Outcome::Forwarded { status });
-    let (mut response_parts, upstream_body) = response.into_parts();
-    response_parts.headers = end_to_end_headers(response_parts.headers);
-    let body = streams::relay(shared, info, entry.seq, status, upstream_body, cut_after);
-    Ok(Response::from_parts(response_parts, body.boxed()))
 }
 
 fn upstream_uri(base: &Uri, downstream: &Uri) -> Result<Uri, BodyError> {
