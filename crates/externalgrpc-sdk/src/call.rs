@@ -102,8 +102,10 @@ impl Call {
     }
 
     /// A provider error as a status: NotImplemented → UNIMPLEMENTED, an invalid request →
-    /// INVALID_ARGUMENT, a missing group → NOT_FOUND, and an error the cloud reported without
-    /// saying more → UNKNOWN (the code gRPC reserves for errors of unknown kind).
+    /// INVALID_ARGUMENT, a missing group → NOT_FOUND, a cloud that is temporarily unavailable →
+    /// UNAVAILABLE (the code gRPC clients read as "worth retrying later"), and an error the cloud
+    /// reported without saying more → UNKNOWN (the code gRPC reserves for errors of unknown
+    /// kind).
     pub(crate) fn cloud_error(&self, error: CloudError) -> Status {
         let message = format!("{}: {error}", self.context());
         let code = match error {
@@ -112,6 +114,7 @@ impl Call {
             CloudError::IllegalConfiguration(_) => Code::FailedPrecondition,
             CloudError::NodeGroupDoesNotExist(_) => Code::NotFound,
             CloudError::InvalidRequest(_) => Code::InvalidArgument,
+            CloudError::Unavailable(_) => Code::Unavailable,
             CloudError::Provider(_) => Code::Unknown,
         };
         Status::new(code, message)
@@ -290,6 +293,10 @@ mod tests {
                 Code::NotFound,
             ),
             (CloudError::Provider("quota".into()), Code::Unknown),
+            (
+                CloudError::Unavailable("API rate limit".into()),
+                Code::Unavailable,
+            ),
             (CloudError::AlreadyExists, Code::AlreadyExists),
             (
                 CloudError::IllegalConfiguration("bad".into()),

@@ -17,7 +17,8 @@
 //!   is INVALID_ARGUMENT and reaches no provider method that changes anything;
 //! - maps provider errors to codes ([`CloudError::NotImplemented`] → UNIMPLEMENTED,
 //!   [`CloudError::InvalidRequest`] → INVALID_ARGUMENT, [`CloudError::NodeGroupDoesNotExist`] →
-//!   NOT_FOUND, [`CloudError::Provider`] → UNKNOWN, ...) with messages naming the call and the group;
+//!   NOT_FOUND, [`CloudError::Unavailable`] → UNAVAILABLE, [`CloudError::Provider`] → UNKNOWN,
+//!   ...) with messages naming the call and the group;
 //! - speaks to clients older than upstream 1.35 too: it fills their response fields (template,
 //!   option durations) and reads their request fields (pricing pod and times);
 //! - refuses to send an answer larger than the 4 MiB an upstream client accepts
@@ -43,6 +44,9 @@
 //!   server answers DEADLINE_EXCEEDED naming the call (so the answer reaches the client in time)
 //!   and drops the provider's future where it stands. `increase_size` and `delete_nodes` should
 //!   therefore return once the change is requested, not once it is done.
+//! - Return [`CloudError::Unavailable`] when the cloud is down, overloaded or rate-limiting and
+//!   the call is worth retrying later; the client sees UNAVAILABLE (a Ferroscale client reads it
+//!   back as `Unavailable`), not the UNKNOWN of [`CloudError::Provider`].
 //! - Per-group options have two core fields with no place on the wire (max node startup time,
 //!   non-atomic scale-up to max); their overrides are not sent.
 //!
@@ -160,6 +164,7 @@
 //! [`CloudError::InvalidRequest`]: ferroscale_core::cloud::CloudError::InvalidRequest
 //! [`CloudError::NodeGroupDoesNotExist`]: ferroscale_core::cloud::CloudError::NodeGroupDoesNotExist
 //! [`CloudError::Provider`]: ferroscale_core::cloud::CloudError::Provider
+//! [`CloudError::Unavailable`]: ferroscale_core::cloud::CloudError::Unavailable
 
 mod call;
 mod conversion;
