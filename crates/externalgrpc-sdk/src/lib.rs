@@ -27,11 +27,14 @@
 //! - requires mutual TLS unless [`Tls::Insecure`] is chosen (and then warns at start), and logs
 //!   every client it refuses (no certificate, another CA, expired, not TLS) at warn with the
 //!   peer's address and the reason, at most 10 lines a minute;
+//! - tells the provider who is calling: during each call [`caller`] answers the identity of the
+//!   client's certificate (its common name, e.g. `replica-0`), so a provider can audit which
+//!   client resized or deleted what;
 //! - serves the standard health service `grpc.health.v1.Health`, reporting SERVING for the
 //!   externalgrpc service (`clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider`) and
 //!   for the server as a whole (`""`);
-//! - logs each call at debug level (`method`, `group`, `object`, `elapsed_ms`, `code`), failures at
-//!   warn, and calls a client abandoned (deadline, disconnect) at warn;
+//! - logs each call at debug level (`method`, `group`, `object`, `client`, `elapsed_ms`, `code`),
+//!   failures at warn, and calls a client abandoned (deadline, disconnect) at warn;
 //! - on the shutdown future, stops accepting connections and lets calls in flight finish.
 //!
 //! # Things a provider should know
@@ -44,6 +47,11 @@
 //!   server answers DEADLINE_EXCEEDED naming the call (so the answer reaches the client in time)
 //!   and drops the provider's future where it stands. `increase_size` and `delete_nodes` should
 //!   therefore return once the change is requested, not once it is done.
+//! - [`caller`] names the client of the call being served: the common name of its client
+//!   certificate, else the certificate's whole subject, else `sha256:` and 16 hex digits of its
+//!   fingerprint; `None` over plaintext. Give each client (each autoscaler replica) a certificate
+//!   of its own to tell them apart. It is set for the task running the provider's method: read
+//!   it before spawning work elsewhere.
 //! - Return [`CloudError::Unavailable`] when the cloud is down, overloaded or rate-limiting and
 //!   the call is worth retrying later; the client sees UNAVAILABLE (a Ferroscale client reads it
 //!   back as `Unavailable`), not the UNKNOWN of [`CloudError::Provider`].
@@ -167,6 +175,7 @@
 //! [`CloudError::Unavailable`]: ferroscale_core::cloud::CloudError::Unavailable
 
 mod call;
+mod caller;
 mod conversion;
 mod handshake;
 mod server;
@@ -175,6 +184,7 @@ mod tls;
 mod unreadable;
 
 pub use call::MAX_RESPONSE_BYTES;
+pub use caller::caller;
 pub use server::{ProviderServer, ServeError};
 pub use service::ProviderService;
 pub use tls::{MutualTls, Tls, TlsError, TlsFile};
