@@ -32,6 +32,12 @@ pub enum CloudError {
     /// The request was invalid for the group's current state (over max, below min, foreign node).
     #[error("{0}")]
     InvalidRequest(String),
+    /// The cloud or provider is temporarily unavailable (down, overloaded, unreachable,
+    /// rate-limiting): worth retrying later. Over a network the request may still have taken
+    /// effect when only its answer was lost, so a caller re-reads the cloud rather than assume
+    /// nothing changed.
+    #[error("cloud provider temporarily unavailable: {0}")]
+    Unavailable(String),
     /// Anything the cloud or the transport reported.
     #[error("cloud provider error: {0}")]
     Provider(String),

@@ -1,6 +1,7 @@
-//! One RPC as the server handles it: what it concerns (a group, a node), how its failures become
-//! gRPC statuses whose messages name the call and the group, the answer-size limit of upstream
-//! clients, and the log line every call leaves.
+//! One RPC as the server handles it: what it concerns (a group, a node) and who made it (the
+//! client certificate's identity), how its failures become gRPC statuses whose messages name the
+//! call and the group, the answer-size limit of upstream clients, and the log line every call
+//! leaves.
 //!
 //! This lives with the calls rather than in a tower layer because the group or node a call
 //! concerns is inside the request message, which a layer sees only as bytes.
@@ -11,8 +12,9 @@ use std::time::{Duration, Instant};
 use ferroscale_core::cloud::CloudError;
 use ferroscale_model::Pod;
 use tonic::metadata::MetadataMap;
-use tonic::{Code, Response, Status};
+use tonic::{Code, Extensions, Response, Status};
 
+use crate::caller;
 use crate::conversion::FieldError;
 
 /// The largest message an upstream (Go) client accepts: gRPC's default receive limit, 4 MiB. A
@@ -45,6 +47,8 @@ pub(crate) struct Call {
     group: Option<String>,
     /// The node or pod the call concerns, described for humans.
     object: Option<String>,
+    /// The client's identity ([`crate::caller`]); `None` over plaintext.
+    client: Option<String>,
 }
 
 impl Call {
@@ -54,6 +58,7 @@ impl Call {
             time_limit: None,
             group: None,
             object: None,
+            client: None,
         }
     }
 
@@ -66,6 +71,14 @@ impl Call {
             .and_then(parse_grpc_timeout);
         Call {
             time_limit: deadline.map(|deadline| deadline * DEADLINE_SHARE_PERCENT / 100),
+            ..self
+        }
+    }
+
+    /// Names the client that sent the request, from the certificate of its connection.
+    pub(crate) fn by_client_of(self, extensions: &Extensions) -> Call {
+        Call {
+            client: caller::of_connection(extensions),
             ..self
         }
     }
@@ -102,8 +115,10 @@ impl Call {
     }
 
     /// A provider error as a status: NotImplemented → UNIMPLEMENTED, an invalid request →
-    /// INVALID_ARGUMENT, a missing group → NOT_FOUND, and an error the cloud reported without
-    /// saying more → UNKNOWN (the code gRPC reserves for errors of unknown kind).
+    /// INVALID_ARGUMENT, a missing group → NOT_FOUND, a cloud that is temporarily unavailable →
+    /// UNAVAILABLE (the code gRPC clients read as "worth retrying later"), and an error the cloud
+    /// reported without saying more → UNKNOWN (the code gRPC reserves for errors of unknown
+    /// kind).
     pub(crate) fn cloud_error(&self, error: CloudError) -> Status {
         let message = format!("{}: {error}", self.context());
         let code = match error {
@@ -112,6 +127,7 @@ impl Call {
             CloudError::IllegalConfiguration(_) => Code::FailedPrecondition,
             CloudError::NodeGroupDoesNotExist(_) => Code::NotFound,
             CloudError::InvalidRequest(_) => Code::InvalidArgument,
+            CloudError::Unavailable(_) => Code::Unavailable,
             CloudError::Provider(_) => Code::Unknown,
         };
         Status::new(code, message)
@@ -140,10 +156,11 @@ impl Call {
         Status::internal(format!("{}: {reason}", self.context()))
     }
 
-    /// Runs the call: answers DEADLINE_EXCEEDED when the provider uses up its share of the
-    /// client's deadline, refuses an answer too large for upstream clients, and logs the method,
-    /// the group or node, the duration and the result code (debug; failures at warn). A call the
-    /// client abandons (disconnect, cancellation) is dropped by the transport and logged as such.
+    /// Runs the call with the client's identity available to the provider ([`crate::caller`]):
+    /// answers DEADLINE_EXCEEDED when the provider uses up its share of the client's deadline,
+    /// refuses an answer too large for upstream clients, and logs the method, the group or node,
+    /// the client, the duration and the result code (debug; failures at warn). A call the client
+    /// abandons (disconnect, cancellation) is dropped by the transport and logged as such.
     pub(crate) async fn run<T: prost::Message>(
         self,
         work: impl Future<Output = Result<T, Status>>,
@@ -153,6 +170,7 @@ impl Call {
             started: Instant::now(),
             finished: false,
         };
+        let work = caller::serving(record.call.client.clone(), work);
         let answer = match record.call.time_limit {
             None => work.await,
             Some(limit) => match tokio::time::timeout(limit, work).await {
@@ -217,20 +235,22 @@ impl CallRecord {
         // Absent fields are left out of the line rather than shown empty.
         let group = call.group.as_deref();
         let object = call.object.as_deref();
+        let client = call.client.as_deref();
         let elapsed_ms = self.started.elapsed().as_millis();
         match error {
             None => {
-                tracing::debug!(method, group, object, elapsed_ms, code = ?Code::Ok, "externalgrpc call")
+                tracing::debug!(method, group, object, client, elapsed_ms, code = ?Code::Ok, "externalgrpc call")
             }
             Some(status)
                 if status.code() == Code::Unimplemented && OPTIONAL_METHODS.contains(&method) =>
             {
-                tracing::debug!(method, group, object, elapsed_ms, code = ?status.code(), "externalgrpc call: not offered by the provider");
+                tracing::debug!(method, group, object, client, elapsed_ms, code = ?status.code(), "externalgrpc call: not offered by the provider");
             }
             Some(status) => tracing::warn!(
                 method,
                 group,
                 object,
+                client,
                 elapsed_ms,
                 code = ?status.code(),
                 error = status.message(),
@@ -248,6 +268,7 @@ impl Drop for CallRecord {
                 method = call.method,
                 group = call.group.as_deref(),
                 object = call.object.as_deref(),
+                client = call.client.as_deref(),
                 elapsed_ms = self.started.elapsed().as_millis(),
                 "externalgrpc call abandoned by the client before the provider answered \
                  (disconnected or cancelled); the provider's work was cancelled where it stood"
@@ -290,6 +311,10 @@ mod tests {
                 Code::NotFound,
             ),
             (CloudError::Provider("quota".into()), Code::Unknown),
+            (
+                CloudError::Unavailable("API rate limit".into()),
+                Code::Unavailable,
+            ),
             (CloudError::AlreadyExists, Code::AlreadyExists),
             (
                 CloudError::IllegalConfiguration("bad".into()),

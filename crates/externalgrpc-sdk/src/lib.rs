@@ -17,7 +17,8 @@
 //!   is INVALID_ARGUMENT and reaches no provider method that changes anything;
 //! - maps provider errors to codes ([`CloudError::NotImplemented`] → UNIMPLEMENTED,
 //!   [`CloudError::InvalidRequest`] → INVALID_ARGUMENT, [`CloudError::NodeGroupDoesNotExist`] →
-//!   NOT_FOUND, [`CloudError::Provider`] → UNKNOWN, ...) with messages naming the call and the group;
+//!   NOT_FOUND, [`CloudError::Unavailable`] → UNAVAILABLE, [`CloudError::Provider`] → UNKNOWN,
+//!   ...) with messages naming the call and the group;
 //! - speaks to clients older than upstream 1.35 too: it fills their response fields (template,
 //!   option durations) and reads their request fields (pricing pod and times);
 //! - refuses to send an answer larger than the 4 MiB an upstream client accepts
@@ -26,11 +27,14 @@
 //! - requires mutual TLS unless [`Tls::Insecure`] is chosen (and then warns at start), and logs
 //!   every client it refuses (no certificate, another CA, expired, not TLS) at warn with the
 //!   peer's address and the reason, at most 10 lines a minute;
+//! - tells the provider who is calling: during each call [`caller`] answers the identity of the
+//!   client's certificate (its common name, e.g. `replica-0`), so a provider can audit which
+//!   client resized or deleted what;
 //! - serves the standard health service `grpc.health.v1.Health`, reporting SERVING for the
 //!   externalgrpc service (`clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider`) and
 //!   for the server as a whole (`""`);
-//! - logs each call at debug level (`method`, `group`, `object`, `elapsed_ms`, `code`), failures at
-//!   warn, and calls a client abandoned (deadline, disconnect) at warn;
+//! - logs each call at debug level (`method`, `group`, `object`, `client`, `elapsed_ms`, `code`),
+//!   failures at warn, and calls a client abandoned (deadline, disconnect) at warn;
 //! - on the shutdown future, stops accepting connections and lets calls in flight finish.
 //!
 //! # Things a provider should know
@@ -43,6 +47,14 @@
 //!   server answers DEADLINE_EXCEEDED naming the call (so the answer reaches the client in time)
 //!   and drops the provider's future where it stands. `increase_size` and `delete_nodes` should
 //!   therefore return once the change is requested, not once it is done.
+//! - [`caller`] names the client of the call being served: the common name of its client
+//!   certificate, else the certificate's whole subject, else `sha256:` and 16 hex digits of its
+//!   fingerprint; `None` over plaintext. Give each client (each autoscaler replica) a certificate
+//!   of its own to tell them apart. It is set for the task running the provider's method: read
+//!   it before spawning work elsewhere.
+//! - Return [`CloudError::Unavailable`] when the cloud is down, overloaded or rate-limiting and
+//!   the call is worth retrying later; the client sees UNAVAILABLE (a Ferroscale client reads it
+//!   back as `Unavailable`), not the UNKNOWN of [`CloudError::Provider`].
 //! - Per-group options have two core fields with no place on the wire (max node startup time,
 //!   non-atomic scale-up to max); their overrides are not sent.
 //!
@@ -160,8 +172,10 @@
 //! [`CloudError::InvalidRequest`]: ferroscale_core::cloud::CloudError::InvalidRequest
 //! [`CloudError::NodeGroupDoesNotExist`]: ferroscale_core::cloud::CloudError::NodeGroupDoesNotExist
 //! [`CloudError::Provider`]: ferroscale_core::cloud::CloudError::Provider
+//! [`CloudError::Unavailable`]: ferroscale_core::cloud::CloudError::Unavailable
 
 mod call;
+mod caller;
 mod conversion;
 mod handshake;
 mod server;
@@ -170,6 +184,7 @@ mod tls;
 mod unreadable;
 
 pub use call::MAX_RESPONSE_BYTES;
+pub use caller::caller;
 pub use server::{ProviderServer, ServeError};
 pub use service::ProviderService;
 pub use tls::{MutualTls, Tls, TlsError, TlsFile};

@@ -76,7 +76,9 @@ impl CloudProviderRpc for ProviderService {
         request: Request<NodeGroupsRequest>,
     ) -> Result<Response<NodeGroupsResponse>, Status> {
         Reached::mark(request.extensions());
-        let call = Call::new("NodeGroups").within_deadline_of(request.metadata());
+        let call = Call::new("NodeGroups")
+            .within_deadline_of(request.metadata())
+            .by_client_of(request.extensions());
         call.clone()
             .run(async {
                 let groups = self
@@ -113,12 +115,12 @@ impl CloudProviderRpc for ProviderService {
         request: Request<NodeGroupForNodeRequest>,
     ) -> Result<Response<NodeGroupForNodeResponse>, Status> {
         Reached::mark(request.extensions());
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, extensions, request) = request.into_parts();
         let call = match &request.node {
             Some(node) => Call::for_node("NodeGroupForNode", describe_node(node)),
             None => Call::new("NodeGroupForNode"),
         };
-        let call = call.within_deadline_of(&metadata);
+        let call = call.within_deadline_of(&metadata).by_client_of(&extensions);
         call.clone()
             .run(async {
                 let node = request
@@ -151,12 +153,12 @@ impl CloudProviderRpc for ProviderService {
         request: Request<PricingNodePriceRequest>,
     ) -> Result<Response<PricingNodePriceResponse>, Status> {
         Reached::mark(request.extensions());
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, extensions, request) = request.into_parts();
         let call = match &request.node {
             Some(node) => Call::for_node("PricingNodePrice", describe_node(node)),
             None => Call::new("PricingNodePrice"),
         };
-        let call = call.within_deadline_of(&metadata);
+        let call = call.within_deadline_of(&metadata).by_client_of(&extensions);
         call.clone()
             .run(async {
                 // A provider without pricing answers 12 whatever the request holds.
@@ -183,14 +185,14 @@ impl CloudProviderRpc for ProviderService {
         request: Request<PricingPodPriceRequest>,
     ) -> Result<Response<PricingPodPriceResponse>, Status> {
         Reached::mark(request.extensions());
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, extensions, request) = request.into_parts();
         // The pod is read first so that the call, its errors and its log line can name it.
         let pod = read_pod(&request);
         let call = match &pod {
             Ok(pod) => Call::for_pod("PricingPodPrice", pod),
             Err(_) => Call::new("PricingPodPrice"),
         };
-        let call = call.within_deadline_of(&metadata);
+        let call = call.within_deadline_of(&metadata).by_client_of(&extensions);
         call.clone()
             .run(async {
                 let pricing = self
@@ -215,6 +217,7 @@ impl CloudProviderRpc for ProviderService {
         Reached::mark(request.extensions());
         Call::new("GPULabel")
             .within_deadline_of(request.metadata())
+            .by_client_of(request.extensions())
             .run(async {
                 Ok(GpuLabelResponse {
                     label: self.provider.gpu_label().to_string(),
@@ -230,6 +233,7 @@ impl CloudProviderRpc for ProviderService {
         Reached::mark(request.extensions());
         Call::new("GetAvailableGPUTypes")
             .within_deadline_of(request.metadata())
+            .by_client_of(request.extensions())
             .run(async {
                 Ok(GetAvailableGpuTypesResponse::from_type_names(
                     self.provider.available_gpu_types(),
@@ -243,7 +247,9 @@ impl CloudProviderRpc for ProviderService {
         request: Request<CleanupRequest>,
     ) -> Result<Response<CleanupResponse>, Status> {
         Reached::mark(request.extensions());
-        let call = Call::new("Cleanup").within_deadline_of(request.metadata());
+        let call = Call::new("Cleanup")
+            .within_deadline_of(request.metadata())
+            .by_client_of(request.extensions());
         call.clone()
             .run(async {
                 self.provider
@@ -260,7 +266,9 @@ impl CloudProviderRpc for ProviderService {
         request: Request<RefreshRequest>,
     ) -> Result<Response<RefreshResponse>, Status> {
         Reached::mark(request.extensions());
-        let call = Call::new("Refresh").within_deadline_of(request.metadata());
+        let call = Call::new("Refresh")
+            .within_deadline_of(request.metadata())
+            .by_client_of(request.extensions());
         call.clone()
             .run(async {
                 self.provider
@@ -277,9 +285,9 @@ impl CloudProviderRpc for ProviderService {
         request: Request<NodeGroupTargetSizeRequest>,
     ) -> Result<Response<NodeGroupTargetSizeResponse>, Status> {
         Reached::mark(request.extensions());
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, extensions, request) = request.into_parts();
         let call = Call::for_group("NodeGroupTargetSize", &request.id);
-        let call = call.within_deadline_of(&metadata);
+        let call = call.within_deadline_of(&metadata).by_client_of(&extensions);
         call.clone()
             .run(async {
                 let group = self.group(&call, &request.id).await?;
@@ -299,9 +307,9 @@ impl CloudProviderRpc for ProviderService {
         request: Request<NodeGroupIncreaseSizeRequest>,
     ) -> Result<Response<NodeGroupIncreaseSizeResponse>, Status> {
         Reached::mark(request.extensions());
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, extensions, request) = request.into_parts();
         let call = Call::for_group("NodeGroupIncreaseSize", &request.id);
-        let call = call.within_deadline_of(&metadata);
+        let call = call.within_deadline_of(&metadata).by_client_of(&extensions);
         call.clone()
             .run(async {
                 let delta = usize::try_from(request.delta)
@@ -339,9 +347,9 @@ impl CloudProviderRpc for ProviderService {
         request: Request<NodeGroupDeleteNodesRequest>,
     ) -> Result<Response<NodeGroupDeleteNodesResponse>, Status> {
         Reached::mark(request.extensions());
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, extensions, request) = request.into_parts();
         let call = Call::for_group("NodeGroupDeleteNodes", &request.id);
-        let call = call.within_deadline_of(&metadata);
+        let call = call.within_deadline_of(&metadata).by_client_of(&extensions);
         call.clone()
             .run(async {
                 let group = self.group(&call, &request.id).await?;
@@ -402,9 +410,9 @@ impl CloudProviderRpc for ProviderService {
         request: Request<NodeGroupDecreaseTargetSizeRequest>,
     ) -> Result<Response<NodeGroupDecreaseTargetSizeResponse>, Status> {
         Reached::mark(request.extensions());
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, extensions, request) = request.into_parts();
         let call = Call::for_group("NodeGroupDecreaseTargetSize", &request.id);
-        let call = call.within_deadline_of(&metadata);
+        let call = call.within_deadline_of(&metadata).by_client_of(&extensions);
         call.clone()
             .run(async {
                 // The client forwards the core's negative value unchanged (docs/externalgrpc.md
@@ -430,9 +438,9 @@ impl CloudProviderRpc for ProviderService {
         request: Request<NodeGroupNodesRequest>,
     ) -> Result<Response<NodeGroupNodesResponse>, Status> {
         Reached::mark(request.extensions());
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, extensions, request) = request.into_parts();
         let call = Call::for_group("NodeGroupNodes", &request.id);
-        let call = call.within_deadline_of(&metadata);
+        let call = call.within_deadline_of(&metadata).by_client_of(&extensions);
         call.clone()
             .run(async {
                 let group = self.group(&call, &request.id).await?;
@@ -452,9 +460,9 @@ impl CloudProviderRpc for ProviderService {
         request: Request<NodeGroupTemplateNodeInfoRequest>,
     ) -> Result<Response<NodeGroupTemplateNodeInfoResponse>, Status> {
         Reached::mark(request.extensions());
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, extensions, request) = request.into_parts();
         let call = Call::for_group("NodeGroupTemplateNodeInfo", &request.id);
-        let call = call.within_deadline_of(&metadata);
+        let call = call.within_deadline_of(&metadata).by_client_of(&extensions);
         call.clone()
             .run(async {
                 let group = self.group(&call, &request.id).await?;
@@ -491,9 +499,9 @@ impl CloudProviderRpc for ProviderService {
         request: Request<NodeGroupAutoscalingOptionsRequest>,
     ) -> Result<Response<NodeGroupAutoscalingOptionsResponse>, Status> {
         Reached::mark(request.extensions());
-        let (metadata, _, request) = request.into_parts();
+        let (metadata, extensions, request) = request.into_parts();
         let call = Call::for_group("NodeGroupGetOptions", &request.id);
-        let call = call.within_deadline_of(&metadata);
+        let call = call.within_deadline_of(&metadata).by_client_of(&extensions);
         call.clone()
             .run(async {
                 let group = self.group(&call, &request.id).await?;

@@ -5,6 +5,7 @@ use std::env;
 use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use tempfile::TempDir;
 
 use crate::Error;
 use crate::binaries::Binaries;
-use crate::pki::{Pki, PkiFiles};
+use crate::pki::{ClientCertificate, Pki, PkiFiles};
 use crate::probe;
 use crate::process::{Launch, Running, log_tail};
 
@@ -106,6 +107,9 @@ pub struct ControlPlane {
     kubeconfig: PathBuf,
     ca_certificate_pem: String,
     pki_files: PkiFiles,
+    /// How many client certificates [`ControlPlane::issue_client_certificate`] has issued: each
+    /// gets files of its own, even for a name issued before.
+    issued_client_certificates: AtomicUsize,
     logs_dir: PathBuf,
     // Last: the directory goes only after the processes using it are stopped (Drop stops them first).
     dir: Option<TempDir>,
@@ -184,6 +188,7 @@ impl ControlPlane {
             kubeconfig,
             ca_certificate_pem: pki.ca_certificate_pem().to_owned(),
             pki_files,
+            issued_client_certificates: AtomicUsize::new(0),
             logs_dir,
             dir: Some(dir),
         };
@@ -321,6 +326,35 @@ impl ControlPlane {
     /// Paths of the instance's certificates and keys.
     pub fn pki_files(&self) -> &PkiFiles {
         &self.pki_files
+    }
+
+    /// Issues a client certificate signed by the instance's CA whose subject is the common name
+    /// `common_name`, for a test that needs clients told apart by name: a process given it
+    /// authenticates to a server that requires client certificates of this CA (a provider served
+    /// with mutual TLS learns the name; to the API server it is the user `common_name`, in no
+    /// group). The certificate and its key are written as PEM files in the instance's directory,
+    /// new files at every call.
+    pub fn issue_client_certificate(&self, common_name: &str) -> Result<ClientCertificate, Error> {
+        let number = self
+            .issued_client_certificates
+            .fetch_add(1, Ordering::Relaxed);
+        // The name only helps a reader of the directory; the number keeps the files apart.
+        let readable: String = common_name
+            .chars()
+            .take(64)
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        crate::pki::issue_client_certificate(
+            &self.pki_files,
+            common_name,
+            &format!("client-{number}-{readable}"),
+        )
     }
 
     /// The API server's audit log: one JSON event per request (metadata only: who, with which

@@ -44,7 +44,7 @@ pub use cluster_api::{
 pub use control_plane::{
     ControlPlane, FAKE_NODE_ANNOTATION_KEY, FAKE_NODE_ANNOTATION_VALUE, KEEP_DIR_ENV, Options,
 };
-pub use pki::{ADMIN_USER, PkiFiles};
+pub use pki::{ADMIN_USER, ClientCertificate, PkiFiles};
 
 /// Why a control plane could not be started or restarted.
 ///

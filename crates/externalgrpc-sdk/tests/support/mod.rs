@@ -507,6 +507,8 @@ pub struct KeyedCertificate {
 /// one trusts, and client certificates for every case the server must refuse.
 pub struct Pki {
     pub dir: tempfile::TempDir,
+    /// The CA that signs the server's and the clients' certificates.
+    issuer: CertifiedIssuer<'static, KeyPair>,
     pub ca: String,
     pub server: KeyedCertificate,
     pub client: KeyedCertificate,
@@ -583,11 +585,22 @@ impl Pki {
                 false,
             ),
             expired_client: leaf(&ca, &client_name, ExtendedKeyUsagePurpose::ClientAuth, true),
+            issuer: ca,
         };
         pki.write("tls.crt", &pki.server.cert);
         pki.write("tls.key", &pki.server.key);
         pki.write("ca.crt", &pki.ca);
         pki
+    }
+
+    /// A valid client certificate whose common name is `name`.
+    pub fn client_named(&self, name: &str) -> KeyedCertificate {
+        leaf(
+            &self.issuer,
+            &[name],
+            ExtendedKeyUsagePurpose::ClientAuth,
+            false,
+        )
     }
 
     pub fn path(&self, name: &str) -> PathBuf {

@@ -152,6 +152,17 @@ impl RpcError {
                 }
             )
     }
+
+    /// Status 14: the service is down, unreachable or shedding load, or the connection broke.
+    fn is_unavailable(&self) -> bool {
+        matches!(
+            self.failure,
+            Failure::Status {
+                code: Code::Unavailable,
+                ..
+            }
+        )
+    }
 }
 
 impl fmt::Display for RpcError {
@@ -172,11 +183,14 @@ impl fmt::Display for RpcError {
 }
 
 impl From<RpcError> for CloudError {
-    /// Status 12 of an optional RPC becomes NotImplemented; everything else a provider error
-    /// whose text carries the method, the subject, the code and the message.
+    /// Status 12 of an optional RPC becomes NotImplemented; status 14 (UNAVAILABLE: the server
+    /// said so, or the transport could not reach it) becomes Unavailable; everything else a
+    /// provider error. Both carry the method, the subject, the code and the message.
     fn from(error: RpcError) -> CloudError {
         if error.is_not_implemented() {
             CloudError::NotImplemented
+        } else if error.is_unavailable() {
+            CloudError::Unavailable(error.to_string())
         } else {
             CloudError::Provider(error.to_string())
         }

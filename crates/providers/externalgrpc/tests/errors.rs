@@ -86,6 +86,39 @@ async fn a_server_error_names_the_call_the_group_the_code_and_the_message() {
 }
 
 #[tokio::test]
+async fn a_server_that_answers_unavailable_is_unavailable_and_other_codes_are_provider_errors() {
+    let (cloud, _server, provider) = setup().await;
+    let group = ng1(&provider).await;
+    cloud.script().failures.insert(
+        "NodeGroupIncreaseSize",
+        Status::unavailable("the cloud API is rate-limiting"),
+    );
+    let text = match group.increase_size(1).await {
+        Err(CloudError::Unavailable(text)) => text,
+        other => panic!("expected Unavailable, got {other:?}"),
+    };
+    assert!(text.contains("NodeGroupIncreaseSize"), "{text}");
+    assert!(text.contains("\"ng-1\""), "{text}");
+    assert!(text.contains("status 14"), "{text}");
+    assert!(text.contains("the cloud API is rate-limiting"), "{text}");
+
+    // The codes around it keep their meaning: a failure of unknown kind, or the deadline.
+    for status in [
+        Status::unknown("quota exceeded"),
+        Status::resource_exhausted("too many requests"),
+    ] {
+        cloud
+            .script()
+            .failures
+            .insert("NodeGroupIncreaseSize", status.clone());
+        assert!(
+            matches!(group.increase_size(1).await, Err(CloudError::Provider(_))),
+            "{status:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_group_with_min_above_max_fails_node_groups_whole_and_nothing_is_kept() {
     let (cloud, _server, provider) = setup().await;
     cloud.script().groups = vec![group("ng-1", 1, 10), group("ng-broken", 5, 3)];
@@ -212,7 +245,10 @@ async fn an_unreachable_address_fails_each_call_with_unavailable_naming_the_call
         ok(listener.local_addr(), "reading its address")
     };
     let provider = plain_provider(address, "2s");
-    let text = error_text(provider.node_groups().await.map(|g| g.len()));
+    let text = match provider.node_groups().await.map(|g| g.len()) {
+        Err(CloudError::Unavailable(text)) => text,
+        other => panic!("expected Unavailable, got {other:?}"),
+    };
     assert!(text.contains("externalgrpc NodeGroups"), "{text}");
     assert!(text.contains("status 14"), "{text}");
     let text = error_text(provider.cleanup().await);
