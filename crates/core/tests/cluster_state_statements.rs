@@ -247,6 +247,45 @@ fn s45_s28_requested_nodes_that_never_register_time_out() {
     assert!(!w.registry.is_scaling_up("g"));
 }
 
+/// Checks docs/behaviour.md CS-107: the iteration right after a resize sees the new instances,
+/// so they turn long-unregistered in the same iteration as the request is due. Their deletion
+/// must not pass for the request's success: the group is backed off, as after any timeout, and
+/// a later resize waits for the backoff.
+#[test]
+fn instances_that_never_register_back_the_group_off_even_in_the_iteration_the_request_ends() {
+    let mut w = default_world();
+    w.registry.register_scale_up("g", 2, at(0));
+    let observation = observe(
+        group("g", 0, 10, 2),
+        &[],
+        vec![creating("g-1"), creating("g-2")],
+    );
+    // Seen at once, as a frequent loop sees them.
+    let report = w.update(at(0), std::slice::from_ref(&observation));
+    assert_eq!(report.group("g").unwrap().upcoming, 2);
+    let report = w.update(at(16), std::slice::from_ref(&observation));
+    assert_eq!(report.long_unregistered_to_delete.len(), 2);
+    assert_eq!(
+        w.backoff
+            .active("g", at(16))
+            .map(|b| b.reason.code.as_str()),
+        Some("timeout"),
+        "the instances that never came back the group off"
+    );
+    assert!(
+        report
+            .events
+            .iter()
+            .any(|e| e.reason == "ScaleUpTimedOut" && e.warning)
+    );
+    assert_eq!(report.timed_out_scale_ups.len(), 1);
+    assert_eq!(
+        report.timed_out_scale_ups[0].missing, 0,
+        "the deletion of the instances lowers the target already"
+    );
+    assert!(!w.registry.is_scaling_up("g"));
+}
+
 /// Checks docs/behaviour.md CS-104.
 #[test]
 fn request_completes_when_the_nodes_are_ready() {

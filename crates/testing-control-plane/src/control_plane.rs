@@ -405,6 +405,30 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Freezes kube-scheduler (SIGSTOP) until [`ControlPlane::resume_scheduler`]: pods created
+    /// meanwhile stay pending without a scheduling verdict, and the scheduler catches up once
+    /// thawed, with the view it had when it froze.
+    pub fn pause_scheduler(&self) -> Result<(), Error> {
+        let processes = self.lock();
+        let running = processes
+            .scheduler
+            .as_ref()
+            .ok_or(Error::SchedulerNotRunning)?;
+        running.set_paused(true);
+        Ok(())
+    }
+
+    /// Thaws kube-scheduler after [`ControlPlane::pause_scheduler`].
+    pub fn resume_scheduler(&self) -> Result<(), Error> {
+        let processes = self.lock();
+        let running = processes
+            .scheduler
+            .as_ref()
+            .ok_or(Error::SchedulerNotRunning)?;
+        running.set_paused(false);
+        Ok(())
+    }
+
     /// Starts the API server stopped by [`ControlPlane::stop_apiserver`] and waits until it is ready.
     pub fn start_apiserver(&self) -> Result<(), Error> {
         let mut processes = self.lock();

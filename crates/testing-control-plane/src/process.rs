@@ -128,6 +128,13 @@ impl Running {
         let _ = self.child.wait();
     }
 
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) the component without stopping it: it keeps its
+    /// connections and its state and does nothing meanwhile, as a process starved of CPU or
+    /// stuck on a lock.
+    pub(crate) fn set_paused(&self, paused: bool) {
+        self.signal_group(if paused { libc::SIGSTOP } else { libc::SIGCONT });
+    }
+
     fn signal_group(&self, signal: libc::c_int) {
         let Ok(group) = libc::pid_t::try_from(self.child.id()) else {
             return;

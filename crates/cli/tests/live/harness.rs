@@ -54,6 +54,8 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     /// A kubeconfig that authenticates as the `ferroscale` ServiceAccount of deploy/manifests.
     service_account_kubeconfig: PathBuf,
+    /// That ServiceAccount's token.
+    service_account_token: String,
 }
 
 impl Cluster {
@@ -66,15 +68,28 @@ impl Cluster {
         for manifest in ["rbac.yaml", "kwok-provider-config.yaml"] {
             apply_manifest(&client, &deploy_dir().join("manifests").join(manifest)).await;
         }
-        let dir = tempfile::tempdir().expect("temporary directory");
+        let mut dir = tempfile::tempdir().expect("temporary directory");
+        // With the control plane's keep switch, the processes' logs stay too.
+        if std::env::var_os(ferroscale_testing_control_plane::KEEP_DIR_ENV)
+            .is_some_and(|value| !value.is_empty())
+        {
+            dir.disable_cleanup(true);
+            eprintln!("keeping the test's logs in {}", dir.path().display());
+        }
         let token = service_account_token(&client).await;
         let service_account_kubeconfig = dir.path().join("ferroscale.kubeconfig");
-        write_token_kubeconfig(&control_plane, &token, &service_account_kubeconfig);
+        write_token_kubeconfig(
+            &control_plane.server_url(),
+            &control_plane,
+            &token,
+            &service_account_kubeconfig,
+        );
         Cluster {
             control_plane,
             client,
             dir,
             service_account_kubeconfig,
+            service_account_token: token,
         }
     }
 
@@ -207,6 +222,21 @@ impl Cluster {
     /// The kubeconfig `ferroscale run` authenticates with (the `ferroscale` ServiceAccount).
     pub fn service_account_kubeconfig(&self) -> &Path {
         &self.service_account_kubeconfig
+    }
+
+    /// A kubeconfig as the `ferroscale` ServiceAccount that reaches the API server at `server`
+    /// (a fault-injecting proxy in front of it, with the API server's own certificate), written
+    /// into the scratch directory as `<name>.kubeconfig`.
+    #[allow(dead_code)] // the fault tests use it
+    pub fn service_account_kubeconfig_via(&self, name: &str, server: &str) -> PathBuf {
+        let path = self.dir.path().join(format!("{name}.kubeconfig"));
+        write_token_kubeconfig(
+            server,
+            &self.control_plane,
+            &self.service_account_token,
+            &path,
+        );
+        path
     }
 
     /// A scratch directory that lives as long as the cluster.
@@ -793,12 +823,12 @@ async fn service_account_token(client: &Client) -> String {
         .expect("a token in the token request's status")
 }
 
-fn write_token_kubeconfig(control_plane: &ControlPlane, token: &str, path: &Path) {
+fn write_token_kubeconfig(server: &str, control_plane: &ControlPlane, token: &str, path: &Path) {
     let kubeconfig = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "test", "cluster": {
-            "server": control_plane.server_url(),
+            "server": server,
             "certificate-authority": control_plane.pki_files().ca_certificate,
         }}],
         "users": [{"name": "ferroscale", "user": {"token": token}}],

@@ -430,11 +430,17 @@ impl ClusterStateRegistry {
             let Some(request) = self.scale_up_requests.get(&group.id).cloned() else {
                 continue;
             };
-            if work.raw_upcoming(group.target_size) == 0 {
+            // Instances that stayed unregistered past the provision time mean the request
+            // failed, even when they are the very nodes that make it look complete and the
+            // request's own clock has not run out (docs/behaviour.md CS-107): an iteration that
+            // starts right after the resize sees its instances first, so both clocks end in the
+            // same iteration and the deletion below would otherwise pass for success.
+            let never_registered = work.counts.long_unregistered > 0;
+            if work.raw_upcoming(group.target_size) == 0 && !never_registered {
                 self.scale_up_requests.remove(&group.id);
                 continue;
             }
-            if now <= request.expected_by {
+            if now <= request.expected_by && !never_registered {
                 continue;
             }
             self.scale_up_requests.remove(&group.id);
