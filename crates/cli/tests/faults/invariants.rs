@@ -292,33 +292,49 @@ async fn pods_needing_to_move(pods: &Api<Pod>, node: &str) -> Vec<String> {
         .collect()
 }
 
-/// Records every change of the Lease's holder with its `acquireTime`.
+/// Records every change of the Lease's holder with its `acquireTime`, from a watch of the
+/// Lease (so no holder is missed, however short its tenure).
 async fn watch_lease(client: kube::Client, observed: Arc<Mutex<Observed>>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+
     let leases: Api<Lease> = Api::namespaced(client, NAMESPACE);
-    loop {
-        if let Ok(Some(lease)) = leases.get_opt("cluster-autoscaler").await
-            && let Some(spec) = lease.spec
-            && let Some(identity) = spec.holder_identity.filter(|h| !h.is_empty())
-            && let Some(acquired) = spec.acquire_time
-        {
-            let acquired = SystemTime::UNIX_EPOCH
-                + Duration::from_nanos(
-                    u64::try_from(acquired.0.as_nanosecond()).unwrap_or_default(),
-                );
-            let mut observed = lock(&observed);
-            let changed = observed
-                .tenures
-                .last()
-                .is_none_or(|t| t.identity != identity || t.acquired != acquired);
-            if changed {
-                observed.tenures.push(Tenure {
-                    acquired,
-                    replica: replica_of(&identity),
-                    identity,
-                });
+    let config = watcher::Config::default().fields("metadata.name=cluster-autoscaler");
+    let mut events = std::pin::pin!(watcher::watcher(leases, config));
+    while let Some(event) = events.next().await {
+        let lease = match event {
+            Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => lease,
+            Ok(_) => continue,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
             }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        record_tenure(&observed, lease);
+    }
+}
+
+fn record_tenure(observed: &Mutex<Observed>, lease: Lease) {
+    let Some(spec) = lease.spec else { return };
+    let Some(identity) = spec.holder_identity.filter(|h| !h.is_empty()) else {
+        return;
+    };
+    let Some(acquired) = spec.acquire_time else {
+        return;
+    };
+    let acquired = SystemTime::UNIX_EPOCH
+        + Duration::from_nanos(u64::try_from(acquired.0.as_nanosecond()).unwrap_or_default());
+    let mut observed = lock(observed);
+    let changed = observed
+        .tenures
+        .last()
+        .is_none_or(|t| t.identity != identity || t.acquired != acquired);
+    if changed {
+        observed.tenures.push(Tenure {
+            acquired,
+            replica: replica_of(&identity),
+            identity,
+        });
     }
 }
 

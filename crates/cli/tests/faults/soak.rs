@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use ferroscale_testing_faults::api_proxy::{Action, Matcher, PartitionMode, RequestClass, Rule};
 use ferroscale_testing_faults::provider::{Fault, Injection, LostAnswer, Method};
+use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -163,9 +164,16 @@ async fn chaos_soak_holds_every_invariant() {
     }
     let mut tally = Tally::default();
     let started = Instant::now();
+    // Every kind once in a shuffled round before any comes again, so that even a short soak
+    // sees many kinds and a long one sees them all about equally often.
+    let mut round: Vec<FaultKind> = Vec::new();
     while started.elapsed() < duration {
-        let kind = ALL_FAULTS[rng.random_range(0..ALL_FAULTS.len())];
-        let lasting = Duration::from_secs(rng.random_range(10..=35));
+        if round.is_empty() {
+            round = ALL_FAULTS.to_vec();
+            round.shuffle(&mut rng);
+        }
+        let kind = round.pop().expect("a fault of the round");
+        let lasting = Duration::from_secs(rng.random_range(8..=30));
         let before = violations(&rig).len();
         // Before the fault: a killed replica's memory is gone with it.
         sample_memory(&rig, &mut tally);
