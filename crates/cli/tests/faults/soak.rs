@@ -52,6 +52,10 @@ enum FaultKind {
     ApiErrors,
     /// Every request of the leader answers 429 with Retry-After.
     ApiThrottling,
+    /// Every request of the leader waits 3 s for its answer.
+    ApiSlow,
+    /// The leader's connections are reset under its requests.
+    ApiResets,
     /// Both replicas' watches are cut, repeatedly.
     WatchesDropped,
     /// The leader's pod watch goes silent.
@@ -83,6 +87,8 @@ enum FaultKind {
 const ALL_FAULTS: &[FaultKind] = &[
     FaultKind::ApiErrors,
     FaultKind::ApiThrottling,
+    FaultKind::ApiSlow,
+    FaultKind::ApiResets,
     FaultKind::WatchesDropped,
     FaultKind::PodWatchStalled,
     FaultKind::LeaderCutOff,
@@ -322,6 +328,17 @@ async fn inject(rig: &mut Rig, kind: FaultKind, rng: &mut ChaCha8Rng) -> Undo {
                     retry_after: Some(1),
                 },
             )),
+        },
+        FaultKind::ApiSlow => Undo::ApiRule {
+            replica: leader,
+            rule: faults.add_rule(Rule::new(
+                Matcher::any(),
+                Action::Delay(Duration::from_secs(3)),
+            )),
+        },
+        FaultKind::ApiResets => Undo::ApiRule {
+            replica: leader,
+            rule: faults.add_rule(Rule::new(Matcher::any(), Action::Reset)),
         },
         FaultKind::WatchesDropped => {
             for replica in &rig.replicas {
