@@ -39,7 +39,8 @@ io_crates=(tokio mio kube kube-client kube-runtime tonic hyper reqwest tower pro
 upper_workspace_crates=(ferroscale ferroscale-sim ferroscale-kube ferroscale-metrics
   ferroscale-externalgrpc-sdk ferroscale-externalgrpc-proto ferroscale-provider-kwok
   ferroscale-provider-externalgrpc ferroscale-provider-clusterapi ferroscale-provider-exoscale
-  ferroscale-testing-control-plane ferroscale-testing-exoscale ferroscale-scheduler-differential)
+  ferroscale-testing-control-plane ferroscale-testing-exoscale ferroscale-testing-faults
+  ferroscale-scheduler-differential)
 
 forbid ferroscale-model "the model is pure (thiserror only)" "${io_crates[@]}" \
   ferroscale-scheduling ferroscale-core ferroscale-objects k8s-openapi serde_yaml_ng
@@ -63,6 +64,9 @@ for provider in ferroscale-provider-kwok ferroscale-provider-externalgrpc \
     $(printf '%s\n' ferroscale-provider-kwok ferroscale-provider-externalgrpc \
       ferroscale-provider-clusterapi ferroscale-provider-exoscale | grep -vx "$provider")
 done
+
+forbid ferroscale "fault injection and the other test support never ship in the binary" \
+  ferroscale-testing-faults ferroscale-testing-control-plane ferroscale-testing-exoscale
 
 if [ "$failures" -gt 0 ]; then
   echo "check-architecture: $failures rule(s) broken; see ARCHITECTURE.md (Code map)" >&2
