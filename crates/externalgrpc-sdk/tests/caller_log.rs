@@ -7,48 +7,17 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ferroscale_externalgrpc_proto::v1::{NodeGroupTargetSizeRequest, RefreshRequest};
 use ferroscale_externalgrpc_sdk::Tls;
-use support::{FakeCloud, Pki, Pricing, plain_client, start};
-
-/// Log output captured in memory.
-#[derive(Clone, Default)]
-struct CapturedLog(Arc<Mutex<Vec<u8>>>);
-
-impl CapturedLog {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-    }
-}
-
-impl Write for CapturedLog {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use support::{FakeCloud, Pki, Pricing, capture_log, plain_client, start};
 
 // A current-thread runtime (the default of `tokio::test`), so the server's tasks log through the
 // subscriber set for this thread.
 #[tokio::test]
 async fn the_log_line_of_a_call_names_its_client() {
-    let log = CapturedLog::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (log, _guard) = capture_log();
 
     let pki = Pki::generate();
     let server = start(Arc::new(FakeCloud::new(Pricing::Offered)), pki.server_tls()).await;

@@ -4,8 +4,7 @@
 
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ferroscale_externalgrpc_proto::v1::cloud_provider_server::SERVICE_NAME;
 use ferroscale_externalgrpc_proto::v1::{NodeGroupIncreaseSizeRequest, RefreshRequest};
@@ -210,38 +209,11 @@ async fn shutdown_lets_a_call_in_flight_finish() {
     assert_eq!(cloud.log.count("refresh"), 1);
 }
 
-/// Log output captured in memory.
-#[derive(Clone, Default)]
-struct CapturedLog(Arc<Mutex<Vec<u8>>>);
-
-impl CapturedLog {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl Write for CapturedLog {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 // A current-thread runtime (the default of `tokio::test`), so the server's tasks log through the
 // subscriber set for this thread.
 #[tokio::test]
 async fn each_call_is_logged_with_method_group_duration_and_code_and_failures_warn() {
-    let log = CapturedLog::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (log, _guard) = capture_log();
 
     let (_server, mut client) = plain(Arc::new(FakeCloud::new(Pricing::Offered))).await;
     client
@@ -284,18 +256,6 @@ async fn each_call_is_logged_with_method_group_duration_and_code_and_failures_wa
     assert!(failed.contains("error="), "{failed}");
     assert!(failed.contains("no such node group"), "{failed}");
     assert!(!ok.contains("object="), "absent fields are left out: {ok}");
-}
-
-/// A subscriber for this thread writing every line to a captured log.
-fn capture_log() -> (CapturedLog, tracing::subscriber::DefaultGuard) {
-    let log = CapturedLog::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    (log, tracing::subscriber::set_default(subscriber))
 }
 
 /// The lines of `log` containing `needle`, once there are at least `count` (the server writes

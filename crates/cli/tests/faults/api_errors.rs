@@ -29,11 +29,8 @@ async fn minutes_of_api_errors_never_scale_down_on_a_stale_view() {
         ..RigOptions::default()
     })
     .await;
-    rig.wait_for_first_iteration().await;
+    let nodes = rig.busy_nodes(2).await;
     let cluster = &rig.cluster;
-    cluster.create_app(App::new("web", 2, "3")).await;
-    cluster.wait_running("web", 2).await;
-    let nodes = cluster.wait_pool_ready(2).await;
 
     // One pod goes; the replica sees its node empty and starts its unneeded time.
     cluster.scale_app("web", 1).await;
@@ -69,11 +66,7 @@ async fn minutes_of_api_errors_never_scale_down_on_a_stale_view() {
         rig.process(0).metric(API_CALL_ERRORS).unwrap_or(0.0) > 0.0
     })
     .await;
-    wait_until(
-        "/health-check to fail after --max-failing-time",
-        async || rig.process(0).http_get("/health-check").is_none(),
-    )
-    .await;
+    rig.wait_for_health(0, false).await;
     tokio::time::sleep(PHASE.saturating_sub(outage.elapsed())).await;
 
     // Phase 2: every request is throttled (429 with Retry-After), writes included — except the
@@ -142,10 +135,7 @@ async fn minutes_of_api_errors_never_scale_down_on_a_stale_view() {
 
     // The API server answers again: the replica catches up, is healthy again, keeps both nodes
     // (both are busy), and grows the group for a new pod.
-    wait_until("/health-check to pass again", async || {
-        rig.process(0).http_get("/health-check").is_some()
-    })
-    .await;
+    rig.wait_for_health(0, true).await;
     cluster.scale_app("late", 2).await;
     cluster.wait_running("late", 2).await;
     for node in &nodes {
@@ -154,7 +144,5 @@ async fn minutes_of_api_errors_never_scale_down_on_a_stale_view() {
             "{node} is busy and stays"
         );
     }
-    rig.invariants
-        .assert_settled(cluster, || rig.provider.call_log().records())
-        .await;
+    rig.assert_settled().await;
 }

@@ -8,7 +8,7 @@
 use std::time::{Duration, SystemTime};
 
 use ferroscale_testing_faults::api_proxy::{Action, Matcher, PartitionMode, RequestClass, Rule};
-use ferroscale_testing_faults::provider::{Fault, Injection, LostAnswer, Method};
+use ferroscale_testing_faults::provider::{Fault, LostAnswer, Method};
 
 use crate::harness::{App, TO_BE_DELETED, has_taint, wait_until};
 use crate::rig::{QUICK_SCALE_DOWN, Rig, RigOptions};
@@ -19,13 +19,6 @@ const ARRIVAL: Duration = Duration::from_secs(120);
 /// The first leader waits ten minutes between tainting a node and deleting it, which leaves all
 /// the time in the world to kill it there; the standby has the usual two seconds.
 const SLOW_AFTER_TAINT: &[&str] = &["--node-delete-delay-after-taint=10m"];
-
-/// Two nodes through a scale-up of `web` (one 3-CPU pod per 4-CPU node); returns their names.
-async fn two_busy_nodes(rig: &Rig) -> Vec<String> {
-    rig.cluster.create_app(App::new("web", 2, "3")).await;
-    rig.cluster.wait_running("web", 2).await;
-    rig.cluster.wait_pool_ready(2).await
-}
 
 /// After the recovery, the group still grows: a third pod gets a third node.
 async fn the_group_still_grows(rig: &Rig) {
@@ -44,7 +37,7 @@ async fn a_leader_killed_after_tainting_leaves_no_taint_and_no_stuck_group() {
         ..RigOptions::default()
     })
     .await;
-    let nodes = two_busy_nodes(&rig).await;
+    let nodes = rig.busy_nodes(2).await;
     rig.cluster.scale_app("web", 1).await;
     let mut tainted = String::new();
     wait_until("the leader to taint the empty node", async || {
@@ -95,9 +88,7 @@ async fn a_leader_killed_after_tainting_leaves_no_taint_and_no_stuck_group() {
     .await;
     assert!(nodes.contains(&tainted));
     the_group_still_grows(&rig).await;
-    rig.invariants
-        .assert_settled(&rig.cluster, || rig.provider.call_log().records())
-        .await;
+    rig.assert_settled().await;
 }
 
 /// The leader is killed while it drains a node: the eviction of the node's pod is on its way
@@ -151,9 +142,7 @@ async fn a_leader_killed_mid_eviction_leaves_no_taint_and_loses_no_pod() {
             .all(|node| !has_taint(node, TO_BE_DELETED))
     })
     .await;
-    rig.invariants
-        .assert_settled(&rig.cluster, || rig.provider.call_log().records())
-        .await;
+    rig.assert_settled().await;
     the_group_still_grows_with(&rig, "small-a").await;
 }
 
@@ -174,18 +163,13 @@ async fn a_leader_killed_after_delete_nodes_is_not_followed_by_a_second_deletion
         ..RigOptions::default()
     })
     .await;
-    two_busy_nodes(&rig).await;
-    rig.provider
-        .inject(
-            Injection::new(
-                Method::DeleteNodes,
-                Fault::AnswerLost {
-                    answer: LostAnswer::Timeout,
-                },
-            )
-            .times(1),
-        )
-        .expect("inject");
+    rig.busy_nodes(2).await;
+    rig.inject_once(
+        Method::DeleteNodes,
+        Fault::AnswerLost {
+            answer: LostAnswer::Timeout,
+        },
+    );
     rig.cluster.scale_app("web", 1).await;
     let call = rig
         .provider
@@ -207,9 +191,7 @@ async fn a_leader_killed_after_delete_nodes_is_not_followed_by_a_second_deletion
     .await;
     rig.cluster.wait_pool_ready(1).await;
     the_group_still_grows(&rig).await;
-    rig.invariants
-        .assert_settled(&rig.cluster, || rig.provider.call_log().records())
-        .await;
+    rig.assert_settled().await;
 }
 
 /// The leader is killed right after it asked the cloud for nodes, before the answer came back.
@@ -222,17 +204,12 @@ async fn a_leader_killed_after_increase_size_is_not_followed_by_a_second_increas
         ..RigOptions::default()
     })
     .await;
-    rig.provider
-        .inject(
-            Injection::new(
-                Method::IncreaseSize,
-                Fault::AnswerLost {
-                    answer: LostAnswer::Timeout,
-                },
-            )
-            .times(1),
-        )
-        .expect("inject");
+    rig.inject_once(
+        Method::IncreaseSize,
+        Fault::AnswerLost {
+            answer: LostAnswer::Timeout,
+        },
+    );
     rig.cluster.create_app(App::new("web", 3, "3")).await;
     rig.provider
         .call_log()
@@ -246,25 +223,13 @@ async fn a_leader_killed_after_increase_size_is_not_followed_by_a_second_increas
     // Several scan intervals later, still three nodes and no further resize.
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(rig.cluster.pool_nodes().await.len(), 3);
-    let asked: i64 = rig
-        .provider
-        .call_log()
-        .records()
-        .iter()
-        .filter(|c| c.method == Method::IncreaseSize)
-        .filter(|c| {
-            matches!(
-                c.carried_out.as_ref().unwrap_or(&c.result),
-                ferroscale_testing_faults::provider::CallResult::Ok
-            )
-        })
-        .filter_map(|c| c.details.delta)
-        .sum();
-    assert_eq!(asked, 3, "the cloud was asked for exactly the three nodes");
+    assert_eq!(
+        rig.nodes_the_cloud_made(),
+        3,
+        "the cloud was asked for exactly the three nodes"
+    );
     assert_eq!(rig.invariants.peak_nodes(), 3);
-    rig.invariants
-        .assert_settled(&rig.cluster, || rig.provider.call_log().records())
-        .await;
+    rig.assert_settled().await;
 }
 
 /// The leader loses the API server (its proxy goes silent) for longer than the lease. It stops
@@ -277,7 +242,7 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_can_expire(
         ..RigOptions::default()
     })
     .await;
-    two_busy_nodes(&rig).await;
+    rig.busy_nodes(2).await;
     let cut_at = SystemTime::now();
     rig.replicas[0]
         .proxy
@@ -321,8 +286,6 @@ async fn a_leader_cut_off_from_the_api_server_stops_before_its_lease_can_expire(
     .await;
     rig.replicas[0].proxy.faults().heal();
     the_group_still_grows(&rig).await;
-    rig.invariants
-        .assert_settled(&rig.cluster, || rig.provider.call_log().records())
-        .await;
+    rig.assert_settled().await;
     rig.kill(0);
 }

@@ -47,17 +47,12 @@ async fn scale_up_status(rig: &Rig) -> Option<String> {
 async fn an_increase_that_timed_out_but_was_carried_out_is_not_asked_again() {
     let rig = Rig::start(RigOptions::default()).await;
     rig.wait_for_first_iteration().await;
-    rig.provider
-        .inject(
-            Injection::new(
-                Method::IncreaseSize,
-                Fault::AnswerLost {
-                    answer: LostAnswer::Timeout,
-                },
-            )
-            .times(1),
-        )
-        .expect("inject");
+    rig.inject_once(
+        Method::IncreaseSize,
+        Fault::AnswerLost {
+            answer: LostAnswer::Timeout,
+        },
+    );
     rig.cluster.create_app(App::new("web", 3, "3")).await;
     wait_until("the failed scale-up to back the group off", async || {
         scale_up_status(&rig).await.as_deref() == Some("Backoff")
@@ -66,16 +61,13 @@ async fn an_increase_that_timed_out_but_was_carried_out_is_not_asked_again() {
     rig.cluster.wait_running("web", 3).await;
     rig.cluster.wait_pool_ready(3).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let asked: i64 = calls_of(&rig, Method::IncreaseSize)
-        .iter()
-        .filter(|c| carried_out(c))
-        .filter_map(|c| c.details.delta)
-        .sum();
-    assert_eq!(asked, 3, "the cloud was asked for the three nodes once");
+    assert_eq!(
+        rig.nodes_the_cloud_made(),
+        3,
+        "the cloud was asked for the three nodes once"
+    );
     assert_eq!(rig.invariants.peak_nodes(), 3);
-    rig.invariants
-        .assert_settled(&rig.cluster, || rig.provider.call_log().records())
-        .await;
+    rig.assert_settled().await;
 }
 
 /// Three empty nodes go in one DeleteNodes call (`--node-deletion-batcher-interval`); the cloud
@@ -101,9 +93,7 @@ async fn a_delete_that_fails_for_part_of_its_batch_is_rolled_back_and_retried() 
     rig.cluster.create_app(App::new("web", 3, "3")).await;
     rig.cluster.wait_running("web", 3).await;
     let nodes = rig.cluster.wait_pool_ready(3).await;
-    rig.provider
-        .inject(Injection::new(Method::DeleteNodes, Fault::PartialDelete { deleted: 1 }).times(1))
-        .expect("inject");
+    rig.inject_once(Method::DeleteNodes, Fault::PartialDelete { deleted: 1 });
     rig.cluster.scale_app("web", 0).await;
     let failed = rig
         .provider
@@ -139,9 +129,7 @@ async fn a_delete_that_fails_for_part_of_its_batch_is_rolled_back_and_retried() 
     })
     .await;
     assert_eq!(rig.invariants.deleted_nodes().len(), nodes.len());
-    rig.invariants
-        .assert_settled(&rig.cluster, || rig.provider.call_log().records())
-        .await;
+    rig.assert_settled().await;
 }
 
 /// The provider is down (its port closed) for two minutes while pods wait. The replica keeps
@@ -158,11 +146,7 @@ async fn a_provider_down_for_minutes_is_survived_and_then_served() {
     rig.served.stop().await;
     let down = Instant::now();
     rig.cluster.create_app(App::new("web", 2, "3")).await;
-    wait_until(
-        "/health-check to fail while the provider is down",
-        async || rig.process(0).http_get("/health-check").is_none(),
-    )
-    .await;
+    rig.wait_for_health(0, false).await;
     assert!(
         rig.process(0)
             .metric("cluster_autoscaler_errors_total{type=\"cloudProviderError\"}")
@@ -185,19 +169,14 @@ async fn a_provider_down_for_minutes_is_survived_and_then_served() {
         .expect("the provider is back");
     rig.cluster.wait_running("web", 2).await;
     rig.cluster.wait_pool_ready(2).await;
-    wait_until("/health-check to pass again", async || {
-        rig.process(0).http_get("/health-check").is_some()
-    })
-    .await;
+    rig.wait_for_health(0, true).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(
         rig.invariants.peak_nodes(),
         2,
         "no runaway after the outage"
     );
-    rig.invariants
-        .assert_settled(&rig.cluster, || rig.provider.call_log().records())
-        .await;
+    rig.assert_settled().await;
 }
 
 /// The cloud accepts every resize but its machines never become nodes. However long that lasts,
@@ -254,7 +233,5 @@ async fn machines_that_never_become_nodes_keep_the_group_bounded() {
     rig.provider.remove(never);
     rig.cluster.wait_running("web", 2).await;
     rig.cluster.wait_pool_ready(2).await;
-    rig.invariants
-        .assert_settled(&rig.cluster, || rig.provider.call_log().records())
-        .await;
+    rig.assert_settled().await;
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::harness::{APPS, App, TO_BE_DELETED, has_taint, wait_until};
+use crate::harness::{APPS, TO_BE_DELETED, has_taint, wait_until};
 use crate::rig::{QUICK_SCALE_DOWN, Rig, RigOptions};
 
 /// How long a test waits for a request it holds to arrive.
@@ -29,12 +29,8 @@ async fn a_pod_bound_while_the_deletion_taint_is_in_flight_keeps_its_node() {
         ..RigOptions::default()
     })
     .await;
-    rig.wait_for_first_iteration().await;
+    rig.busy_nodes(2).await;
     let cluster = &rig.cluster;
-    // Two 4-CPU nodes, one 3-CPU pod on each.
-    cluster.create_app(App::new("web", 2, "3")).await;
-    cluster.wait_running("web", 2).await;
-    cluster.wait_pool_ready(2).await;
 
     let faults = rig.replicas[0].proxy.faults();
     let hold = faults.add_rule(Rule::new(
@@ -101,9 +97,7 @@ async fn a_pod_bound_while_the_deletion_taint_is_in_flight_keeps_its_node() {
     }
     assert!(!rig.invariants.deleted_nodes().contains(&node));
     faults.resume(stall);
-    rig.invariants
-        .assert_settled(cluster, || rig.provider.call_log().records())
-        .await;
+    rig.assert_settled().await;
 }
 
 /// `(reason, message)` of the Events about `node`.

@@ -14,11 +14,13 @@ use ferroscale_core::cloud::CloudProvider;
 use ferroscale_externalgrpc_sdk::MutualTls;
 use ferroscale_provider_kwok::{ConfigSource, DEFAULT_CONFIGMAP, KwokProvider};
 use ferroscale_testing_faults::api_proxy::{ApiProxy, ProxyConfig};
-use ferroscale_testing_faults::provider::{ClientTls, FaultyProvider, ServedProvider};
+use ferroscale_testing_faults::provider::{
+    CallResult, ClientTls, Fault, FaultyProvider, Injection, Method, ServedProvider,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
-use crate::harness::{Autoscaler, Cluster, NAMESPACE, wait_until};
+use crate::harness::{App, Autoscaler, Cluster, NAMESPACE, wait_until};
 use crate::invariants::Invariants;
 
 /// The deadline of every externalgrpc call (the SDK gives the provider 90 % of it).
@@ -271,6 +273,56 @@ impl Rig {
             .process
             .as_ref()
             .expect("the replica is running")
+    }
+
+    /// `count` busy nodes: a scale-up of Deployment `web`, one 3-CPU pod per 4-CPU node. Waits
+    /// for the leader's first iteration first; returns the nodes' names.
+    pub async fn busy_nodes(&self, count: i32) -> Vec<String> {
+        self.wait_for_first_iteration().await;
+        self.cluster.create_app(App::new("web", count, "3")).await;
+        self.cluster
+            .wait_running("web", usize::try_from(count).unwrap_or(0))
+            .await;
+        self.cluster
+            .wait_pool_ready(usize::try_from(count).unwrap_or(0))
+            .await
+    }
+
+    /// Injects `fault` for the next call of `method`.
+    pub fn inject_once(&self, method: Method, fault: Fault) {
+        self.provider
+            .inject(Injection::new(method, fault).times(1))
+            .expect("a valid injection");
+    }
+
+    /// The nodes the cloud was asked for and made: the deltas of the IncreaseSize calls it carried
+    /// out, whatever their callers heard.
+    pub fn nodes_the_cloud_made(&self) -> i64 {
+        self.provider
+            .call_log()
+            .records()
+            .iter()
+            .filter(|c| c.method == Method::IncreaseSize)
+            .filter(|c| matches!(c.carried_out.as_ref().unwrap_or(&c.result), CallResult::Ok))
+            .filter_map(|c| c.details.delta)
+            .sum()
+    }
+
+    /// Waits until replica `index`'s `/health-check` passes (`healthy`) or fails.
+    pub async fn wait_for_health(&self, index: usize, healthy: bool) {
+        let what = if healthy { "pass" } else { "fail" };
+        wait_until(
+            &format!("/health-check of replica-{index} to {what}"),
+            async || self.process(index).http_get("/health-check").is_some() == healthy,
+        )
+        .await;
+    }
+
+    /// Asserts the invariants once the cluster has settled (see [`Invariants::assert_settled`]).
+    pub async fn assert_settled(&self) {
+        self.invariants
+            .assert_settled(&self.cluster, || self.provider.call_log().records())
+            .await;
     }
 
     /// Waits for the first status ConfigMap (the leader's first iteration).

@@ -643,3 +643,40 @@ impl Pki {
         Ok(CloudProviderClient::new(channel))
     }
 }
+
+/// Log output captured in memory, for tests of what an operator reads.
+#[derive(Clone, Default)]
+pub struct CapturedLog(Arc<Mutex<Vec<u8>>>);
+
+impl CapturedLog {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+}
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Captures every line logged at debug level or above on this thread until the guard is dropped.
+/// Use a current-thread runtime (the default of `tokio::test`), so that the server's tasks log
+/// through it too.
+pub fn capture_log() -> (CapturedLog, tracing::subscriber::DefaultGuard) {
+    let log = CapturedLog::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    (log, tracing::subscriber::set_default(subscriber))
+}
