@@ -1454,6 +1454,48 @@ mod tests {
         assert!(store.values().is_empty(), "a removed API holds no objects");
     }
 
+    /// docs/behaviour.md LOOP-121: a synced cache is behind while its watch fails and while it
+    /// re-lists after losing its watch (serving its old contents meanwhile); a cache that never
+    /// synced is the start-up's business, not behind.
+    #[test]
+    fn a_synced_cache_is_behind_while_its_watch_fails_or_it_relists() {
+        let store: KindStore<Arc<ResourceSlice>> = KindStore::new("ResourceSlice");
+        let convert = |s: &resource::ResourceSlice| resource_slice_from_k8s(s).map(Arc::new);
+        let behind =
+            |store: &KindStore<Arc<ResourceSlice>>| SyncProgress(vec![store.progress()]).behind();
+        store.record_failure("connection refused");
+        assert!(behind(&store).is_empty(), "not synced yet: not behind");
+        store.apply(Event::Init, convert);
+        store.apply(Event::InitApply(slice("s1")), convert);
+        store.apply(Event::InitDone, convert);
+        assert_eq!(store.record_success(), Some(1));
+        assert!(behind(&store).is_empty(), "synced and watching");
+
+        store.record_failure("503 Service Unavailable");
+        assert_eq!(
+            behind(&store),
+            vec![BehindCache {
+                kind: "ResourceSlice",
+                reason: "watch failing: 503 Service Unavailable".to_string()
+            }]
+        );
+        // The watch comes back with a new list: behind until it is complete, and the old
+        // contents are served meanwhile.
+        store.record_success();
+        store.apply(Event::Init, convert);
+        store.apply(Event::InitApply(slice("s2")), convert);
+        assert_eq!(
+            behind(&store)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            vec!["ResourceSlice: re-listing after a lost watch"]
+        );
+        assert_eq!(store.values().len(), 1);
+        store.apply(Event::InitDone, convert);
+        assert!(behind(&store).is_empty());
+    }
+
     /// A capacity kind whose feature is off is never watched, and must not hold up the first sync.
     #[test]
     fn capacity_kinds_are_synced_and_empty_while_their_features_are_off() {
