@@ -5,9 +5,10 @@
 //!   garbage collector removes them, so a node deleted with a workload on it is always seen);
 //! - **bounds**: the group never has more nodes than its maximum, and its target size stays
 //!   within its bounds;
-//! - **only the leader calls the cloud**: every call the provider received from a replica
-//!   arrived while that replica held the Lease (the Lease's `acquireTime`, written by the
-//!   replica that took it, orders the holders);
+//! - **only the leader acts**: every call the provider received from a replica arrived while
+//!   that replica held the Lease, and so did every write a replica's proxy sent on to the API
+//!   server, its Lease requests aside (the Lease's `acquireTime`, written by the replica that
+//!   took it, orders the holders);
 //! - **no node deleted twice** by the cloud;
 //! - at the end, once the faults are gone: no node keeps the deletion taint or the cordon, no
 //!   node keeps a soft taint the leader does not count as a scale-down candidate, and every pod
@@ -20,6 +21,7 @@ use std::time::{Duration, SystemTime};
 use ferroscale_core::cloud::CloudProvider;
 use ferroscale_model::taints::DELETION_CANDIDATE;
 use ferroscale_provider_kwok::KwokProvider;
+use ferroscale_testing_faults::api_proxy::LogEntry;
 use ferroscale_testing_faults::provider::{CallRecord, CallResult, Method};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -27,7 +29,7 @@ use kube::Api;
 use kube::api::ListParams;
 use tokio::task::JoinHandle;
 
-use crate::harness::{APPS, Cluster, NAMESPACE, POOL_LABEL, TO_BE_DELETED, has_taint, wait_until};
+use crate::harness::{APPS, Cluster, NAMESPACE, POOL_LABEL, TO_BE_DELETED, has_taint};
 use crate::rig::replica_of;
 
 /// A holder of the Lease, from when it acquired it.
@@ -126,31 +128,48 @@ impl Invariants {
         violations
     }
 
-    /// Panics naming every invariant broken so far.
-    pub fn assert_held(&self, calls: &[CallRecord]) {
-        let violations = self.violations(calls);
-        assert!(
-            violations.is_empty(),
-            "invariants broken:\n  {}",
-            violations.join("\n  ")
-        );
+    /// Writes `replica` sent on to the API server (its proxy's log) while it did not hold the
+    /// Lease — its own Lease requests aside, which are how it takes the Lease.
+    pub fn writes_from_non_leaders(&self, replica: usize, log: &[LogEntry]) -> Vec<String> {
+        let observed = lock(&self.observed);
+        log.iter()
+            .filter(|entry| entry.request.class.is_write())
+            .filter(|entry| entry.request.resource() != Some("leases"))
+            .filter_map(|entry| {
+                let sent = entry.forwarded_at?;
+                let holder = holder_at(&observed.tenures, sent);
+                (holder != Some(replica)).then(|| {
+                    format!(
+                        "replica-{replica} wrote to the API server at {} while {} held the Lease: \
+                         {:?} {} {}",
+                        since_epoch(sent),
+                        holder.map_or("nobody".to_string(), |h| format!("replica-{h}")),
+                        entry.request.class,
+                        entry.request.resource().unwrap_or_default(),
+                        entry.request.name().unwrap_or_default()
+                    )
+                })
+            })
+            .collect()
     }
 
-    /// Waits until the cluster has settled once the faults are gone: no node of the group
-    /// tainted for deletion or cordoned, no soft taint beyond the leader's scale-down
-    /// candidates, and every Deployment's pods running; then asserts every invariant.
-    pub async fn assert_settled(&self, cluster: &Cluster, calls: impl Fn() -> Vec<CallRecord>) {
-        let client = self.client.clone();
-        let mut why = String::new();
-        wait_until(
-            "the cluster to settle: no deletion taint, cordon or stray soft taint, every pod running",
-            async || {
-                why = unsettled(&client, cluster).await.unwrap_or_default();
-                why.is_empty()
-            },
-        )
-        .await;
-        self.assert_held(&calls());
+    /// Waits up to `limit` until the cluster has settled once the faults are gone: no node of
+    /// the group tainted for deletion or cordoned, no soft taint beyond the leader's scale-down
+    /// candidates, and every Deployment's pods running. The error says what had not settled.
+    pub async fn wait_settled(&self, cluster: &Cluster, limit: Duration) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let why = unsettled(&self.client, cluster)
+                .await
+                .unwrap_or_else(|| "the cluster could not be read".to_string());
+            if why.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!("not settled after {limit:?}: {why}"));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 }
 
@@ -363,17 +382,22 @@ async fn watch_targets(
     }
 }
 
+/// The replica that held the Lease at `time`, by the holders' `acquireTime`s.
+fn holder_at(tenures: &[Tenure], time: SystemTime) -> Option<usize> {
+    tenures
+        .iter()
+        .rev()
+        .find(|t| t.acquired <= time)
+        .and_then(|t| t.replica)
+}
+
 /// Calls from a replica that did not hold the Lease when the call arrived.
 fn calls_from_non_leaders(calls: &[CallRecord], tenures: &[Tenure]) -> Vec<String> {
     calls
         .iter()
         .filter_map(|call| {
             let replica = replica_of(call.caller.as_deref()?)?;
-            let holder = tenures
-                .iter()
-                .rev()
-                .find(|t| t.acquired <= call.arrived)
-                .and_then(|t| t.replica);
+            let holder = holder_at(tenures, call.arrived);
             (holder != Some(replica)).then(|| {
                 let seen: Vec<String> = tenures
                     .iter()

@@ -318,11 +318,37 @@ impl Rig {
         .await;
     }
 
-    /// Asserts the invariants once the cluster has settled (see [`Invariants::assert_settled`]).
+    /// Every invariant broken so far: the watched ones, the cloud calls of the provider's log,
+    /// and each replica's writes in its proxy's log.
+    pub fn violations(&self) -> Vec<String> {
+        let mut violations = self
+            .invariants
+            .violations(&self.provider.call_log().records());
+        for (index, replica) in self.replicas.iter().enumerate() {
+            violations.extend(
+                self.invariants
+                    .writes_from_non_leaders(index, &replica.proxy.faults().log()),
+            );
+        }
+        violations
+    }
+
+    /// Waits for the cluster to settle once the faults are gone (see
+    /// [`Invariants::wait_settled`]), then asserts that no invariant broke.
     pub async fn assert_settled(&self) {
-        self.invariants
-            .assert_settled(&self.cluster, || self.provider.call_log().records())
-            .await;
+        if let Err(why) = self
+            .invariants
+            .wait_settled(&self.cluster, crate::harness::WAIT_LIMIT)
+            .await
+        {
+            panic!("{why}");
+        }
+        let violations = self.violations();
+        assert!(
+            violations.is_empty(),
+            "invariants broken:\n  {}",
+            violations.join("\n  ")
+        );
     }
 
     /// Waits for the first status ConfigMap (the leader's first iteration).

@@ -210,26 +210,25 @@ async fn chaos_soak_holds_every_invariant() {
         rig.cluster.scale_app(name, (*most).min(3)).await;
     }
     sample_memory(&rig, &mut tally);
-    let settled = tokio::time::timeout(
-        crate::harness::WAIT_LIMIT * 2,
-        rig.invariants
-            .assert_settled(&rig.cluster, || rig.provider.call_log().records()),
-    )
-    .await;
+    let settled = rig
+        .invariants
+        .wait_settled(&rig.cluster, crate::harness::WAIT_LIMIT * 2)
+        .await;
     sample_memory(&rig, &mut tally);
     let report = report(&rig, &tally, duration, seed, started.elapsed());
     eprintln!("{report}");
     if let Ok(path) = std::env::var("FERROSCALE_SOAK_REPORT") {
         std::fs::write(&path, &report).expect("write the soak report");
     }
-    settled.expect("the cluster settles once the faults are gone");
+    if let Err(why) = settled {
+        panic!("the cluster did not settle once the faults were gone: {why}");
+    }
     let broken = violations(&rig);
     assert!(broken.is_empty(), "invariants broken: {broken:#?}");
 }
 
 fn violations(rig: &Rig) -> Vec<String> {
-    rig.invariants
-        .violations(&rig.provider.call_log().records())
+    rig.violations()
 }
 
 /// Changes one workload's size every few seconds for `lasting`.
