@@ -128,7 +128,11 @@ async fn a_delete_that_fails_for_part_of_its_batch_is_rolled_back_and_retried() 
         rig.cluster.pool_nodes().await.is_empty()
     })
     .await;
-    assert_eq!(rig.invariants.deleted_nodes().len(), nodes.len());
+    // The invariants' watch sees each node go within a poll.
+    wait_until("the invariants' watch to see every node go", async || {
+        rig.invariants.deleted_nodes().len() == nodes.len()
+    })
+    .await;
     rig.assert_settled().await;
 }
 
