@@ -263,6 +263,13 @@ fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     }
     let started = Instant::now();
     let result = simulation.finish();
+    if let Some(reason) = &result.node_limit_exceeded {
+        anyhow::bail!(
+            "scenario {:?}: the run stopped: {reason}; give the groups smaller sizes or set the \
+             max-nodes-total option",
+            result.summary.scenario
+        );
+    }
     if show_progress {
         let clear = if std::io::stderr().is_terminal() {
             "\r\x1b[2K"

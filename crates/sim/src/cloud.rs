@@ -8,6 +8,7 @@
 //! at once, so the runner drives them with `futures::executor::block_on`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -18,12 +19,14 @@ use ferroscale_core::cloud::{
 };
 use ferroscale_model::labels::HOSTNAME;
 use ferroscale_model::taints::first_untolerated;
+use ferroscale_model::time::format_duration;
 use ferroscale_model::{
     ConditionStatus, CsiNode, CsiNodeDriver, DaemonSet, Node, NodeConditions, Pod, PodPhase,
     Timestamp,
 };
 
 use crate::dra::{GroupDevices, node_slices};
+use crate::scenario::group_digits;
 
 /// Provider ids look like `sim://<group>/<node name>`, so the group of a node is known without a
 /// search.
@@ -31,6 +34,87 @@ const PROVIDER_ID_SCHEME: &str = "sim://";
 
 /// Label key the simulated cloud uses to mark GPU nodes.
 pub const SIM_GPU_LABEL: &str = "sim.ferroscale.dev/gpu-type";
+
+/// A scale-up the simulated cloud refused because the run would have had more nodes at once than a
+/// run may have (the scenario limit `nodes`, docs/scenario.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeLimitExceeded {
+    pub group: String,
+    pub at: Timestamp,
+    /// Instances every group had when the call came.
+    pub existing: usize,
+    /// The nodes the call asked for.
+    pub requested: usize,
+    pub limit: usize,
+}
+
+impl std::fmt::Display for NodeLimitExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "at {} of simulated time node group {} asked for {} more node(s) while the cloud \
+             held {}, more than the {} nodes a run may have at once",
+            format_duration(self.at.since(crate::runner::SIMULATION_START)),
+            self.group,
+            group_digits(self.requested as u64),
+            group_digits(self.existing as u64),
+            group_digits(self.limit as u64)
+        )
+    }
+}
+
+/// The instances every group holds together, against the most a run may have. Shared by the
+/// groups: a scale-up reserves its nodes here before any instance is allocated, so a scenario
+/// whose groups allow millions of nodes costs memory only for the nodes it really creates.
+#[derive(Debug)]
+struct NodeBudget {
+    limit: AtomicUsize,
+    existing: AtomicUsize,
+    exceeded: Mutex<Option<NodeLimitExceeded>>,
+}
+
+impl NodeBudget {
+    fn unlimited() -> NodeBudget {
+        NodeBudget {
+            limit: AtomicUsize::new(usize::MAX),
+            existing: AtomicUsize::new(0),
+            exceeded: Mutex::new(None),
+        }
+    }
+
+    /// Takes `count` nodes from the budget, or remembers (the first) refusal and returns it.
+    fn reserve(&self, group: &str, count: usize, at: Timestamp) -> Result<(), NodeLimitExceeded> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        self.existing
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |existing| {
+                existing.checked_add(count).filter(|total| *total <= limit)
+            })
+            .map(|_| ())
+            .map_err(|existing| {
+                let refusal = NodeLimitExceeded {
+                    group: group.to_string(),
+                    at,
+                    existing,
+                    requested: count,
+                    limit,
+                };
+                self.exceeded
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get_or_insert_with(|| refusal.clone());
+                refusal
+            })
+    }
+
+    fn release(&self, count: usize) {
+        // Saturating: instances that existed before a limit was set were counted too.
+        let _ = self
+            .existing
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |existing| {
+                Some(existing.saturating_sub(count))
+            });
+    }
+}
 
 /// What a failure window makes fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -126,6 +210,7 @@ struct GroupState {
 #[derive(Debug)]
 pub struct SimulatedNodeGroup {
     spec: GroupSpec,
+    budget: Arc<NodeBudget>,
     daemonsets: Arc<Vec<DaemonSet>>,
     clock: crate::clock::SimClock,
     state: Mutex<GroupState>,
@@ -279,6 +364,7 @@ impl SimulatedNodeGroup {
             !gone
         });
         let count = before - state.instances.len();
+        self.budget.release(count);
         state.target = state.target.saturating_sub(count);
         state.deleted.extend(removed);
         state.removals += count as u64;
@@ -381,6 +467,9 @@ impl NodeGroup for SimulatedNodeGroup {
                 self.spec.id, self.spec.max_size
             )));
         }
+        self.budget
+            .reserve(&self.spec.id, delta, now)
+            .map_err(|refusal| CloudError::InvalidRequest(refusal.to_string()))?;
         let ready_at = now + self.spec.provisioning_delay;
         for _ in 0..delta {
             let instance = self.new_instance(&mut state, now, ready_at);
@@ -455,6 +544,7 @@ impl NodeGroup for SimulatedNodeGroup {
                 cancelled += 1;
             }
         }
+        self.budget.release(cancelled);
         state.target = state.target.saturating_sub(count);
         Ok(())
     }
@@ -515,6 +605,7 @@ impl NodeGroup for SimulatedNodeGroup {
 #[derive(Debug)]
 pub struct SimulatedCloud {
     clock: crate::clock::SimClock,
+    budget: Arc<NodeBudget>,
     groups: Vec<Arc<SimulatedNodeGroup>>,
     by_id: BTreeMap<String, usize>,
 }
@@ -528,6 +619,7 @@ impl SimulatedCloud {
     ) -> SimulatedCloud {
         let daemonsets = Arc::new(daemonsets);
         let now = clock.now();
+        let budget = Arc::new(NodeBudget::unlimited());
         let mut by_id = BTreeMap::new();
         let groups: Vec<Arc<SimulatedNodeGroup>> = specs
             .into_iter()
@@ -536,6 +628,7 @@ impl SimulatedCloud {
                 by_id.insert(spec.id.clone(), index);
                 let group = SimulatedNodeGroup {
                     spec,
+                    budget: budget.clone(),
                     daemonsets: daemonsets.clone(),
                     clock: clock.clone(),
                     state: Mutex::new(GroupState::default()),
@@ -561,15 +654,33 @@ impl SimulatedCloud {
                         state.instances.push(instance);
                     }
                     state.target = state.instances.len();
+                    // Nodes at time 0 were bounded when the scenario was read.
+                    budget.existing.fetch_add(state.target, Ordering::AcqRel);
                 }
                 Arc::new(group)
             })
             .collect();
         SimulatedCloud {
             clock,
+            budget,
             groups,
             by_id,
         }
+    }
+
+    /// Bounds the nodes every group may hold at once: a scale-up past it is refused before any
+    /// instance is allocated, and remembered ([`SimulatedCloud::node_limit_exceeded`]).
+    pub fn set_node_limit(&self, limit: usize) {
+        self.budget.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// The first scale-up refused for the node limit, if any.
+    pub fn node_limit_exceeded(&self) -> Option<NodeLimitExceeded> {
+        self.budget
+            .exceeded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub fn clock(&self) -> &crate::clock::SimClock {

@@ -306,6 +306,9 @@ pub struct SimulationResult {
     /// `data.status` of the status ConfigMap the engine last wrote (docs/behaviour.md ST-101), if
     /// any.
     pub final_status: Option<String>,
+    /// Why the run stopped early: a scale-up would have made more nodes exist at once than a run
+    /// may have (docs/scenario.md, "Limits"). The figures then cover the run up to that loop.
+    pub node_limit_exceeded: Option<String>,
 }
 
 #[cfg(test)]

@@ -497,6 +497,7 @@ impl<'p> Simulation<'p> {
             specs,
             daemonsets.clone(),
         ));
+        cloud.set_node_limit(scenario.node_limit);
         let provider = SimulatedProvider::new(cloud.clone());
         let mut cluster = Cluster::new(daemonsets);
         for group in cloud.groups() {
@@ -660,6 +661,11 @@ impl<'p> Simulation<'p> {
         self.play_until(loop_at);
         let report = self.engine_loop(loop_at);
         self.next_loop = loop_at + self.scan_interval;
+        if self.cloud.node_limit_exceeded().is_some() {
+            // The run would have allocated more nodes than a run may have: it ends here, and the
+            // result says why (`SimulationResult::node_limit_exceeded`).
+            self.end = loop_at;
+        }
         if let Some(progress) = self.progress.as_mut() {
             progress(&Progress {
                 simulated: loop_at.since(SIMULATION_START),
@@ -1774,6 +1780,7 @@ impl<'p> Simulation<'p> {
             timeline: self.timeline,
             notes: self.notes,
             final_status: self.final_status,
+            node_limit_exceeded: self.cloud.node_limit_exceeded().map(|e| e.to_string()),
         }
     }
 }

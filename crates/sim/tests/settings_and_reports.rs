@@ -199,3 +199,57 @@ fn pod_waits_count_pods_that_never_started_until_the_end() {
         serde_json::from_str(&render_json(&result)).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(json["pods"]["neverStarted"], 6, "{json}");
 }
+
+/// The node limit bounds the nodes a run creates, not the group's maxSize: with room for 12 nodes,
+/// 40 pods of 4 CPUs that each need their own node stop the run at the scale-up that would go past
+/// it, naming the group and the figures, and the cloud never allocated more; the same scenario
+/// with `max-nodes-total` under the limit plays to its end.
+#[test]
+fn a_run_that_would_create_more_nodes_than_the_limit_stops_with_the_figures() {
+    let limits = Limits {
+        nodes: 12,
+        ..Limits::DEFAULT
+    };
+    let parse_limited = |text: &str| {
+        ferroscale_sim::scenario::parse_scenario_with(text, "test.yaml", Path::new("."), &limits)
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let unbounded = parse_limited(&scenario("10m", "", 2, 1000, &pods(40, "4", "")));
+    assert_eq!(unbounded.node_limit, 12);
+    let result = run(&unbounded);
+    let reason = result
+        .node_limit_exceeded
+        .as_deref()
+        .unwrap_or_else(|| panic!("the run did not stop: {:#?}", result.summary));
+    assert!(
+        reason.contains("node group g asked for 38 more node(s)"),
+        "{reason}"
+    );
+    assert!(reason.contains("while the cloud held 2"), "{reason}");
+    assert!(
+        reason.contains("more than the 12 nodes a run may have"),
+        "{reason}"
+    );
+    assert!(
+        result.summary.groups["g"].peak_size <= 12,
+        "{:#?}",
+        result.summary
+    );
+    assert!(
+        result.summary.simulated_seconds < 600,
+        "{:#?}",
+        result.summary
+    );
+
+    let capped = parse_limited(&scenario(
+        "10m",
+        "  max-nodes-total: 10",
+        2,
+        1000,
+        &pods(40, "4", ""),
+    ));
+    let result = run(&capped);
+    assert_eq!(result.node_limit_exceeded, None);
+    assert_eq!(result.summary.simulated_seconds, 600);
+    assert_eq!(result.summary.groups["g"].final_size, 10);
+}

@@ -236,6 +236,7 @@ pub(crate) mod tests {
             ],
             notes: vec!["scale-down is not simulated".into()],
             final_status: Some("clusterWide:\n  health: {status: Healthy}\n".into()),
+            node_limit_exceeded: None,
         }
     }
 

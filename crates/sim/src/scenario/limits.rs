@@ -22,7 +22,9 @@ pub struct Limits {
     /// Nesting levels of YAML, counted before parsing (see [`check_nesting`]).
     pub depth: usize,
     pub node_groups: usize,
-    /// Nodes that can exist at once: the sum of every group's `maxSize` plus the Node objects.
+    /// Nodes that can exist at once: the Node objects and the groups' initial nodes when the
+    /// scenario is read, then every node the run creates as it plays (not the groups' `maxSize`,
+    /// which says what a cloud would allow, not what a run makes).
     pub nodes: usize,
     /// Pods over the whole run: the Pod objects plus every `create.count`.
     pub pods: usize,

@@ -51,6 +51,9 @@ pub struct Scenario {
     pub expect: Vec<Expectation>,
     /// Non-fatal findings, e.g. objects of kinds the simulator ignores (Services, Deployments).
     pub warnings: Vec<String>,
+    /// The most nodes that may exist at once while the run plays ([`Limits::nodes`]): a scale-up
+    /// that would go past it stops the run with an error instead of allocating them.
+    pub node_limit: usize,
 }
 
 pub const DEFAULT_SEED: u64 = 1;
@@ -415,13 +418,16 @@ impl Validator<'_> {
                     format!("duplicate node group id {:?}", group.id),
                 ));
             }
-            group_nodes = group_nodes.saturating_add(group.max_size);
+            // Only the nodes that exist at time 0 count here: a group's maxSize is what the cloud
+            // would allow, not what the run creates (a replayed cluster's groups often say 1000
+            // each), so nodes created later are bounded while the run plays (`node_limit`).
+            group_nodes = group_nodes.saturating_add(group.initial_size);
             if group_nodes > self.limits.nodes {
                 return Err(self.error(
-                    format!("nodeGroups[{i}].maxSize"),
+                    format!("nodeGroups[{i}].initialSize"),
                     format!(
-                        "the node groups' maxSize add up to {} here, more than the {} nodes a \
-                         scenario may have",
+                        "the node groups' initial sizes add up to {} here, more than the {} nodes \
+                         a scenario may have",
                         group_digits(group_nodes as u64),
                         group_digits(self.limits.nodes as u64)
                     ),
@@ -450,6 +456,7 @@ impl Validator<'_> {
             events: objects.events,
             expect,
             warnings,
+            node_limit: self.limits.nodes,
         })
     }
 
@@ -578,8 +585,8 @@ impl Validator<'_> {
             return Err(self.error(
                 "objects",
                 format!(
-                    "{} Node objects and the node groups' maxSize ({}) add up to more than the \
-                     {} nodes a scenario may have",
+                    "{} Node objects and the node groups' initial sizes ({}) add up to more \
+                     than the {} nodes a scenario may have",
                     group_digits(nodes as u64),
                     group_digits(group_nodes as u64),
                     group_digits(self.limits.nodes as u64)

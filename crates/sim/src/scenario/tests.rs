@@ -585,22 +585,55 @@ fn a_pod_count_beyond_the_limit_is_refused_before_any_pod_exists() {
     assert!(e.message.contains("501 pods"), "{e}");
 }
 
+/// A group's maxSize is what its cloud would allow, not what the run creates: a cluster
+/// replayed with 200 groups of maxSize 1000 is read, only the nodes that exist at time 0 count.
 #[test]
-fn node_group_sizes_beyond_the_node_limit_are_refused() {
-    assert_error(
-        &mutate("    maxSize: 100\n", "    maxSize: 100000000\n"),
-        "nodeGroups[0].maxSize",
-        "maxSize: 100000000",
-        "more than the 100,000 nodes",
+fn node_limit_counts_the_nodes_at_time_zero_not_the_groups_maxima() {
+    let groups: String = (0..200)
+        .map(|i| {
+            format!(
+                "  - {{id: pool-{i}, minSize: 0, maxSize: 1000, initialSize: 1, template: {{}}}}\n"
+            )
+        })
+        .collect();
+    let text = format!(
+        "apiVersion: ferroscale/v1alpha1\nkind: Scenario\nduration: 10m\nnodeGroups:\n{groups}"
     );
-    // Two groups that each fit but together do not.
+    let scenario = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(scenario.node_groups.len(), 200);
+    assert_eq!(scenario.node_limit, Limits::DEFAULT.nodes);
+
+    // The nodes at time 0 are bounded: initial sizes first, then with the Node objects.
     let limits = Limits {
-        nodes: 101,
+        nodes: 2,
         ..Limits::DEFAULT
     };
     let e = parse_limited(VALID, Path::new("."), &limits).unwrap_err();
-    assert_eq!(e.field, "nodeGroups[1].maxSize", "{e}");
-    assert_eq!(e.line, Some(line_of(VALID, "maxSize: 2")), "{e}");
+    assert_eq!(e.field, "nodeGroups[0].initialSize", "{e}");
+    assert_eq!(e.line, Some(line_of(VALID, "initialSize: 3")), "{e}");
+    assert!(e.message.contains("initial sizes add up to 3"), "{e}");
+    assert!(e.message.contains("more than the 2 nodes"), "{e}");
+    let limits = Limits {
+        nodes: 3,
+        ..Limits::DEFAULT
+    };
+    let with_node = mutate(
+        "  - inline: {apiVersion: v1, kind: Service, metadata: {name: web}}",
+        "  - inline: {apiVersion: v1, kind: Service, metadata: {name: web}}\n  - inline: {apiVersion: v1, kind: Node, metadata: {name: loose}}",
+    );
+    let e = parse_limited(&with_node, Path::new("."), &limits).unwrap_err();
+    assert_eq!(e.field, "objects", "{e}");
+    assert!(
+        e.message
+            .contains("1 Node objects and the node groups' initial sizes (3)"),
+        "{e}"
+    );
+    assert_eq!(
+        parse_limited(VALID, Path::new("."), &limits)
+            .map(|s| s.node_limit)
+            .map_err(|e| e.to_string()),
+        Ok(3)
+    );
 }
 
 #[test]
