@@ -436,9 +436,11 @@ fn parse_backtrace_at(value: &str) -> Result<Option<BacktraceAt>, String> {
 // The filter: --v and --vmodule.
 
 /// Noisy targets hidden unless `RUST_LOG` asks for them: kube's client logs every failed request
-/// at error level, and the caller reports the same failure with its context (against an API
-/// server that does not answer that was one more line per retry of each watch).
-const QUIET_TARGETS: &[&str] = &["kube_client::client::builder"];
+/// at error level, and kube-runtime's watcher every failed list or watch at warn level, while the
+/// caller reports the same failure with its context, once, and sums up repeats (against an API
+/// server that does not answer, or a kind the identity may not read, that was one more line per
+/// retry of each watch).
+const QUIET_TARGETS: &[&str] = &["kube_client::client::builder", "kube_runtime::watcher"];
 
 /// `--v` and `--vmodule` as a tracing filter: an event shows when its V level is at most the
 /// larger of `--v` and the level of the first `--vmodule` pattern matching its source (as in

@@ -61,6 +61,10 @@ pub struct ClusterObjects {
     /// fails or re-lists), each with why. Scale-down does not act on such a view
     /// (docs/behaviour.md LOOP-121); empty when every kind is current.
     pub behind: Vec<String>,
+    /// The kinds left out because the API server forbids reading them, each as `list/watch
+    /// <resource>: <what the engine does without it>` (docs/behaviour.md LOOP-123); empty when
+    /// every kind can be read.
+    pub missing_permissions: Vec<String>,
 }
 
 /// The status ConfigMap as it is written (docs/behaviour.md ST-101): `data.status` already rendered

@@ -716,6 +716,7 @@ fn status(
         backoff: &w.backoff,
         scale_down_candidates: candidates,
         initializing: None,
+        missing_permissions: &[],
         previous,
     })
 }

@@ -262,7 +262,38 @@ struct KindStore<M> {
     optional: bool,
     /// The API group/version of an optional kind, for the log line saying it is not served.
     api: &'static str,
+    /// A kind the engine can run without when its identity may not read it (see
+    /// [`Dispensable`]); `None` for the kinds it cannot act without.
+    dispensable: Option<Dispensable>,
     state: RwLock<StoreState<M>>,
+}
+
+/// A kind Ferroscale runs without when the API server forbids reading it (docs/behaviour.md
+/// LOOP-123): the identity upstream's Helm chart grants cannot list PriorityClasses or the DRA
+/// objects, and an operator who swaps the image keeps that identity. The kinds scale-down safety
+/// rests on (nodes, pods, PodDisruptionBudgets, workload controllers, namespaces) are not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Dispensable {
+    /// `<plural>.<group>` (or `<plural>` for the core group), as RBAC rules name it.
+    resource: &'static str,
+    /// What the engine does without the kind.
+    lost: &'static str,
+}
+
+/// A kind left out because the API server forbids listing or watching it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingPermission {
+    pub kind: &'static str,
+    /// `<plural>.<group>`, as RBAC rules name it.
+    pub resource: &'static str,
+    /// What the engine does without it.
+    pub lost: &'static str,
+}
+
+impl std::fmt::Display for MissingPermission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "list/watch {}: {}", self.resource, self.lost)
+    }
 }
 
 #[derive(Debug)]
@@ -279,6 +310,9 @@ struct StoreState<M> {
     failing: Option<(String, u64)>,
     /// An optional kind whose API the server does not serve: held as synced and empty.
     not_served: bool,
+    /// A dispensable kind the API server forbids this identity to read: held as synced and
+    /// empty.
+    forbidden: bool,
 }
 
 impl<M> KindStore<M> {
@@ -287,6 +321,7 @@ impl<M> KindStore<M> {
             kind,
             optional: false,
             api: "",
+            dispensable: None,
             state: RwLock::new(StoreState {
                 objects: BTreeMap::new(),
                 rejected: BTreeMap::new(),
@@ -294,8 +329,15 @@ impl<M> KindStore<M> {
                 synced: false,
                 failing: None,
                 not_served: false,
+                forbidden: false,
             }),
         }
+    }
+
+    /// The same store, for a kind the engine runs without when it may not read it.
+    fn dispensable(mut self, resource: &'static str, lost: &'static str) -> KindStore<M> {
+        self.dispensable = Some(Dispensable { resource, lost });
+        self
     }
 
     /// A store for a kind whose API the server may not serve (see the module doc).
@@ -331,6 +373,31 @@ impl<M> KindStore<M> {
         state.synced = true;
         state.not_served = true;
         news
+    }
+
+    /// The API server forbids this identity to read this dispensable kind: like a kind not
+    /// served, the cache holds no objects and counts as synced. Returns whether this is news, for
+    /// warning once.
+    fn record_forbidden(&self) -> bool {
+        let mut state = self.write();
+        let news = !state.forbidden;
+        state.objects.clear();
+        state.rejected.clear();
+        state.relisting = None;
+        state.failing = None;
+        state.synced = true;
+        state.forbidden = true;
+        news
+    }
+
+    /// The permission this store lacks, while it lacks it.
+    fn missing_permission(&self) -> Option<MissingPermission> {
+        let dispensable = self.dispensable?;
+        self.read().forbidden.then_some(MissingPermission {
+            kind: self.kind,
+            resource: dispensable.resource,
+            lost: dispensable.lost,
+        })
     }
 
     fn read(&self) -> RwLockReadGuard<'_, StoreState<M>> {
@@ -438,6 +505,13 @@ impl<M> KindStore<M> {
     fn record_success(&self) -> Option<u64> {
         let mut state = self.write();
         state.not_served = false;
+        if std::mem::take(&mut state.forbidden) {
+            tracing::info!(
+                kind = self.kind,
+                "{} may be read again; it is back in the model",
+                self.dispensable.map_or(self.kind, |d| d.resource)
+            );
+        }
         state.failing.take().map(|(_, attempts)| attempts)
     }
 
@@ -452,7 +526,12 @@ impl<M> KindStore<M> {
             synced: state.synced,
             objects,
             failing: state.failing.as_ref().map(|(error, _)| error.clone()),
-            relisting: state.synced && state.relisting.is_some(),
+            // A kind not served or not readable is empty by design, not behind: its watcher's
+            // next attempt announces a list that will not come.
+            relisting: state.synced
+                && state.relisting.is_some()
+                && !state.not_served
+                && !state.forbidden,
         }
     }
 }
@@ -530,16 +609,36 @@ impl Stores {
         fn watched<M>(store: KindStore<M>, on: bool) -> KindStore<M> {
             if on { store } else { store.unwatched() }
         }
+        const DRA: &str = "Dynamic Resource Allocation is blind: pods that claim devices get no \
+                           scale-up, and nodes running them are kept";
+        const STORAGE: &str = "pods whose volumes need these objects get no scale-up, and nodes \
+                               running them are kept";
         Stores {
-            pod_templates: watched(KindStore::new("PodTemplate"), capacity.pod_templates()),
+            pod_templates: watched(
+                KindStore::new("PodTemplate").dispensable(
+                    "podtemplates",
+                    "ProvisioningRequests and CapacityBuffers that point at a PodTemplate are not \
+                     acted on",
+                ),
+                capacity.pod_templates(),
+            ),
             provisioning_requests: watched(
-                KindStore::optional_in("ProvisioningRequest", "autoscaling.x-k8s.io/v1"),
+                KindStore::optional_in("ProvisioningRequest", "autoscaling.x-k8s.io/v1")
+                    .dispensable(
+                        "provisioningrequests.autoscaling.x-k8s.io",
+                        "ProvisioningRequests are not acted on",
+                    ),
                 capacity.provisioning_requests,
             ),
             buffers: watched(
-                KindStore::optional_in("CapacityBuffer", "autoscaling.x-k8s.io/v1beta1"),
+                KindStore::optional_in("CapacityBuffer", "autoscaling.x-k8s.io/v1beta1")
+                    .dispensable(
+                        "capacitybuffers.autoscaling.x-k8s.io",
+                        "CapacityBuffers get no headroom",
+                    ),
                 capacity.buffers,
             ),
+            // Not dispensable: a quota that cannot be read would not be enforced.
             quotas: watched(
                 KindStore::optional_in("CapacityQuota", "autoscaling.x-k8s.io/v1beta1"),
                 capacity.quotas,
@@ -555,16 +654,33 @@ impl Stores {
             jobs: KindStore::new("Job"),
             replication_controllers: KindStore::new("ReplicationController"),
             namespaces: KindStore::new("Namespace"),
-            claims: KindStore::new("PersistentVolumeClaim"),
-            volumes: KindStore::new("PersistentVolume"),
-            storage_classes: KindStore::new("StorageClass"),
-            csi_nodes: KindStore::new("CSINode"),
-            resource_slices: KindStore::optional("ResourceSlice"),
-            device_classes: KindStore::optional("DeviceClass"),
-            resource_claims: KindStore::optional("ResourceClaim"),
-            claim_templates: KindStore::optional("ResourceClaimTemplate"),
-            priority_class_objects: KindStore::new("PriorityClass"),
-            priority_expander: KindStore::new("ConfigMap"),
+            claims: KindStore::new("PersistentVolumeClaim")
+                .dispensable("persistentvolumeclaims", STORAGE),
+            volumes: KindStore::new("PersistentVolume").dispensable("persistentvolumes", STORAGE),
+            storage_classes: KindStore::new("StorageClass")
+                .dispensable("storageclasses.storage.k8s.io", STORAGE),
+            csi_nodes: KindStore::new("CSINode").dispensable(
+                "csinodes.storage.k8s.io",
+                "nodes count as able to attach any number of CSI volumes",
+            ),
+            resource_slices: KindStore::optional("ResourceSlice")
+                .dispensable("resourceslices.resource.k8s.io", DRA),
+            device_classes: KindStore::optional("DeviceClass")
+                .dispensable("deviceclasses.resource.k8s.io", DRA),
+            resource_claims: KindStore::optional("ResourceClaim")
+                .dispensable("resourceclaims.resource.k8s.io", DRA),
+            claim_templates: KindStore::optional("ResourceClaimTemplate")
+                .dispensable("resourceclaimtemplates.resource.k8s.io", DRA),
+            priority_class_objects: KindStore::new("PriorityClass").dispensable(
+                "priorityclasses.scheduling.k8s.io",
+                "pods count with the priority in their spec (which the API server sets on every \
+                 pod); a DaemonSet whose pods name another class than the two built-in ones \
+                 counts at the global default or 0",
+            ),
+            priority_expander: KindStore::new("ConfigMap").dispensable(
+                "configmaps",
+                "the priority expander has no priorities and picks as without its ConfigMap",
+            ),
             unschedulable_pod: tokio::sync::Notify::new(),
             unschedulable_arrivals: std::sync::Mutex::new(UnschedulableArrivals::default()),
             priority_classes: RwLock::new(PriorityClasses::default()),
@@ -645,6 +761,28 @@ impl Stores {
         ])
     }
 
+    /// The dispensable kinds the API server forbids this identity to read, now.
+    fn missing_permissions(&self) -> Vec<MissingPermission> {
+        [
+            self.claims.missing_permission(),
+            self.volumes.missing_permission(),
+            self.storage_classes.missing_permission(),
+            self.csi_nodes.missing_permission(),
+            self.resource_slices.missing_permission(),
+            self.device_classes.missing_permission(),
+            self.resource_claims.missing_permission(),
+            self.claim_templates.missing_permission(),
+            self.priority_class_objects.missing_permission(),
+            self.priority_expander.missing_permission(),
+            self.pod_templates.missing_permission(),
+            self.provisioning_requests.missing_permission(),
+            self.buffers.missing_permission(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
     fn priority_classes(&self) -> RwLockReadGuard<'_, PriorityClasses> {
         self.priority_classes
             .read()
@@ -653,7 +791,10 @@ impl Stores {
 
     fn rebuild_priority_classes(&self) {
         let classes = self.priority_class_objects.values();
-        let rebuilt = PriorityClasses::new(classes.iter());
+        let mut rebuilt = PriorityClasses::new(classes.iter());
+        if self.priority_class_objects.read().forbidden {
+            rebuilt = rebuilt.incomplete();
+        }
         *self
             .priority_classes
             .write()
@@ -892,6 +1033,12 @@ impl ClusterCaches {
         self.stores.summaries().iter().all(|(_, synced, _)| *synced)
     }
 
+    /// The kinds left out now because the API server forbids this identity to read them
+    /// (docs/behaviour.md LOOP-123).
+    pub fn missing_permissions(&self) -> Vec<MissingPermission> {
+        self.stores.missing_permissions()
+    }
+
     /// How far every cache has got.
     pub fn progress(&self) -> SyncProgress {
         self.stores.progress()
@@ -978,8 +1125,14 @@ impl ClusterCaches {
         ] {
             controllers.extend(store.values());
         }
+        let missing_permissions = stores
+            .missing_permissions()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         ClusterObjects {
             behind,
+            missing_permissions,
             nodes: stores.nodes.values(),
             pods: stores.pods.values(),
             pdbs: stores.pdbs.values(),
@@ -1231,6 +1384,13 @@ where
                     }
                     tokio::time::sleep(retry.next_delay()).await;
                 }
+                Err(error) if is_forbidden(&error) && store(&stores).dispensable.is_some() => {
+                    if store(&stores).record_forbidden() {
+                        warn_forbidden(&stores, store(&stores));
+                        after(&stores);
+                    }
+                    tokio::time::sleep(retry.next_delay()).await;
+                }
                 Err(error) => {
                     let error = error_chain(&error);
                     store(&stores).record_failure(&error);
@@ -1256,6 +1416,33 @@ fn report_resumed(stores: &Stores, kind: &'static str, failed_attempts: Option<u
             "the watch of {} resumed after {attempts} failed attempts",
             describe_server(&stores.api_server)
         );
+    }
+}
+
+/// Says once that the identity may not read a dispensable kind, what the engine does without it,
+/// and what to grant.
+fn warn_forbidden<M>(stores: &Stores, store: &KindStore<M>) {
+    let Some(dispensable) = store.dispensable else {
+        return;
+    };
+    tracing::warn!(
+        kind = store.kind,
+        "{} forbids this identity to list/watch {} (403); running without them: {}. Grant list \
+         and watch on {} to restore it",
+        describe_server(&stores.api_server),
+        dispensable.resource,
+        dispensable.lost,
+        dispensable.resource
+    );
+}
+
+/// The API server answered 403 to the list or watch: the identity may not read the kind.
+fn is_forbidden(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 403,
+        _ => false,
     }
 }
 
@@ -1452,6 +1639,64 @@ mod tests {
         assert_eq!(slices[0].devices[0].name, "gpu-0");
         assert!(store.record_not_served(), "served, then gone again: news");
         assert!(store.values().is_empty(), "a removed API holds no objects");
+    }
+
+    /// docs/behaviour.md LOOP-123: a 403 on a dispensable kind leaves it synced and empty, named
+    /// as a missing permission until it can be read again; the kinds the engine cannot act
+    /// without are not dispensable, so a 403 on them is an ordinary failure that holds start-up.
+    #[test]
+    fn a_dispensable_kind_the_identity_may_not_read_is_synced_empty_and_named() {
+        let forbidden = |code| watcher::Error::InitialListFailed(api_error(code));
+        assert!(is_forbidden(&forbidden(403)));
+        assert!(!is_forbidden(&forbidden(404)));
+        assert!(!is_forbidden(&forbidden(500)));
+        assert!(is_forbidden(&watcher::Error::WatchStartFailed(api_error(
+            403
+        ))));
+
+        let stores = Stores::new(String::new(), CapacityWatches::default());
+        assert!(stores.nodes.dispensable.is_none());
+        assert!(stores.pods.dispensable.is_none());
+        assert!(stores.pdbs.dispensable.is_none());
+        assert!(
+            stores.quotas.dispensable.is_none(),
+            "an unread quota is not enforced"
+        );
+        let store = &stores.priority_class_objects;
+        assert!(!store.progress().synced);
+        assert!(
+            store.record_forbidden(),
+            "the first refusal is warned about"
+        );
+        assert!(!store.record_forbidden(), "later ones are not");
+        assert!(store.progress().synced);
+        let missing = stores.missing_permissions();
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        assert_eq!(missing[0].resource, "priorityclasses.scheduling.k8s.io");
+        assert!(
+            missing[0]
+                .to_string()
+                .starts_with("list/watch priorityclasses.scheduling.k8s.io: "),
+            "{}",
+            missing[0]
+        );
+        stores.rebuild_priority_classes();
+        assert!(stores.priority_classes().is_incomplete());
+        // The watcher's next attempt announces a list; the empty kind is still not behind, or
+        // scale-down would never run under such an identity.
+        let convert = |c: &scheduling::PriorityClass| priority_class_from_k8s(c);
+        store.apply(Event::Init, convert);
+        assert!(
+            stores.progress().behind().is_empty(),
+            "{:?}",
+            stores.progress()
+        );
+
+        // Granted later: the next answer puts it back.
+        store.record_success();
+        assert!(stores.missing_permissions().is_empty());
+        stores.rebuild_priority_classes();
+        assert!(!stores.priority_classes().is_incomplete());
     }
 
     /// docs/behaviour.md LOOP-121: a synced cache is behind while its watch fails and while it

@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::jiff;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use tokio::time::Instant;
 
@@ -509,33 +509,61 @@ impl ClusterApi for KubeCluster {
     }
 
     async fn write_status(&self, status: &StatusConfigMap) -> Result<(), ClusterError> {
-        // Server-side apply creates the ConfigMap or updates our fields of it in one call, with no
-        // read-modify-write race against anyone else's fields.
-        let configmap = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": status.name,
-                "namespace": status.namespace,
-                "annotations": { STATUS_LAST_UPDATED_ANNOTATION: status.last_updated },
-            },
-            "data": { "status": status.status_yaml },
-        });
+        // Read, then replace (or create): the verbs upstream's Helm chart grants on this one
+        // ConfigMap (get and update by name, create), so Ferroscale runs under that Role as it
+        // is. The replace carries the resourceVersion read; a conflict (someone wrote in between)
+        // is retried with a fresh read.
         let api: Api<core::ConfigMap> = Api::namespaced(self.client.clone(), &status.namespace);
-        api.patch(
-            &status.name,
-            &PatchParams::apply(COMPONENT).force(),
-            &Patch::Apply(&configmap),
-        )
-        .await
-        .map_err(|e| {
-            cluster_error(
-                "ConfigMap",
-                &format!("{}/{}", status.namespace, status.name),
-                e,
-            )
-        })?;
-        Ok(())
+        let key = format!("{}/{}", status.namespace, status.name);
+        let error = |e| cluster_error("ConfigMap", &key, e);
+        let started = Instant::now();
+        loop {
+            let written = match api.get_opt(&status.name).await.map_err(error)? {
+                Some(mut configmap) => {
+                    configmap
+                        .metadata
+                        .annotations
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(
+                            STATUS_LAST_UPDATED_ANNOTATION.to_string(),
+                            status.last_updated.clone(),
+                        );
+                    configmap
+                        .data
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert("status".to_string(), status.status_yaml.clone());
+                    api.replace(&status.name, &PostParams::default(), &configmap)
+                        .await
+                }
+                None => {
+                    let configmap = core::ConfigMap {
+                        metadata: meta::ObjectMeta {
+                            name: Some(status.name.clone()),
+                            namespace: Some(status.namespace.clone()),
+                            annotations: Some(BTreeMap::from([(
+                                STATUS_LAST_UPDATED_ANNOTATION.to_string(),
+                                status.last_updated.clone(),
+                            )])),
+                            ..meta::ObjectMeta::default()
+                        },
+                        data: Some(BTreeMap::from([(
+                            "status".to_string(),
+                            status.status_yaml.clone(),
+                        )])),
+                        ..core::ConfigMap::default()
+                    };
+                    api.create(&PostParams::default(), &configmap).await
+                }
+            };
+            match written.map_err(error) {
+                Ok(_) => return Ok(()),
+                // Written (or created) by someone else between the read and the write.
+                Err(ClusterError::Conflict { .. }) if started.elapsed() < CONFLICT_RETRY_LIMIT => {
+                    tokio::time::sleep(CONFLICT_RETRY_INTERVAL).await;
+                }
+                Err(other) => return Err(other),
+            }
+        }
     }
 
     async fn delete_status(&self, namespace: &str, name: &str) -> Result<(), ClusterError> {

@@ -35,8 +35,8 @@ pub mod repeated;
 
 pub use api_access::{ApiAccess, ApiAccessError, ApiServer, ContentType, MasterUrl};
 pub use caches::{
-    CacheConfig, CacheProgress, CapacityWatches, ClusterCaches, NotSynced, SyncProgress,
-    UnschedulableArrivals,
+    CacheConfig, CacheProgress, CapacityWatches, ClusterCaches, MissingPermission, NotSynced,
+    SyncProgress, UnschedulableArrivals,
 };
 pub use cluster::{COMPONENT, KubeCluster, KubeClusterConfig};
 pub use leader::{LeaderElectionConfig, LeaderElectionError, LeaderElector};

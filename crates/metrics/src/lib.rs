@@ -7,6 +7,7 @@
 //! - [`HealthCheck`]: a pure state machine; time is passed in.
 //! - [`serve`]: `/metrics` and `/health-check` on a TCP listener.
 
+mod ferroscale;
 pub mod health;
 pub mod registry;
 pub mod server;

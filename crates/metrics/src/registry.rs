@@ -78,6 +78,8 @@ pub enum MetricsError {
 #[derive(Clone)]
 pub struct AutoscalerMetrics {
     registry: Registry,
+    /// Ferroscale's own series (`ferroscale_*`).
+    ferroscale: crate::ferroscale::FerroscaleMetrics,
     pub cluster_safe_to_autoscale: IntGauge,
     pub nodes_count: IntGaugeVec,
     pub node_groups_count: IntGaugeVec,
@@ -385,6 +387,7 @@ impl AutoscalerMetrics {
             )?,
             node_removal_latency_seconds,
             per_node_group: Arc::new(OnceLock::new()),
+            ferroscale: crate::ferroscale::FerroscaleMetrics::register(&registry)?,
             registry,
         };
         metrics.initialise_standard_series();
@@ -491,6 +494,7 @@ impl AutoscalerMetrics {
             // The iteration stopped before the cluster state was computed: keep the last values.
             return;
         }
+        self.ferroscale.record(outcome);
         // A view that may be behind the API server is an API failure too: the iteration went
         // on without scale-down (docs/behaviour.md LOOP-121), and it is not a successful one.
         if !outcome.caches_behind.is_empty() {

@@ -102,6 +102,9 @@ impl ObjectContext {
 pub struct PriorityClasses {
     by_name: BTreeMap<String, i32>,
     global_default: Option<(String, i32)>,
+    /// The classes could not be read (the identity may not list them): a name not known is not
+    /// an error, it takes the global default or none.
+    incomplete: bool,
 }
 
 /// The two classes every cluster has without anyone creating them.
@@ -118,6 +121,7 @@ impl Default for PriorityClasses {
                 .map(|(n, v)| (n.to_string(), *v))
                 .collect(),
             global_default: None,
+            incomplete: false,
         }
     }
 }
@@ -145,6 +149,17 @@ impl PriorityClasses {
                 self.global_default = Some((class.name.clone(), class.value));
             }
         }
+    }
+
+    /// The same classes, marked as not all the cluster has (see [`PriorityClasses::is_incomplete`]).
+    pub fn incomplete(mut self) -> PriorityClasses {
+        self.incomplete = true;
+        self
+    }
+
+    /// Whether these are not all the classes the cluster has, so a name not found is no error.
+    pub fn is_incomplete(&self) -> bool {
+        self.incomplete
     }
 
     pub fn get(&self, name: &str) -> Option<i32> {
@@ -552,6 +567,9 @@ fn priority(
         return Ok(Some(value));
     }
     match spec.priority_class_name.as_deref() {
+        Some(name) if !name.is_empty() && priorities.is_incomplete() => {
+            Ok(priorities.get(name).or_else(|| priorities.global_default()))
+        }
         Some(name) if !name.is_empty() => priorities.get(name).map(Some).ok_or_else(|| {
             ctx.error(
                 "spec.priorityClassName",

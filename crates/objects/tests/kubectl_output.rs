@@ -556,3 +556,25 @@ fn unknown_fields_are_refused_as_kubectl_validate_strict_does() {
     );
     assert_eq!(e.field, "spec.minAvailabel");
 }
+
+/// When the priority classes cannot be read (docs/behaviour.md LOOP-123), a class name not known
+/// is no error: the pod takes the global default, or no priority.
+#[test]
+fn an_unknown_priority_class_is_no_error_when_the_classes_cannot_be_read() {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+        "spec": {"priorityClassName": "team-high", "containers": []}
+    }))
+    .unwrap();
+    let known = ferroscale_objects::PriorityClasses::default();
+    assert!(ferroscale_objects::pod_from_k8s(&pod, &known).is_err());
+    let unreadable = known.incomplete();
+    let converted = ferroscale_objects::pod_from_k8s(&pod, &unreadable).unwrap();
+    assert_eq!(converted.priority, None);
+    // The built-in classes are still known.
+    let mut critical = pod.clone();
+    critical.spec.as_mut().unwrap().priority_class_name = Some("system-node-critical".into());
+    let converted = ferroscale_objects::pod_from_k8s(&critical, &unreadable).unwrap();
+    assert_eq!(converted.priority, Some(2_000_001_000));
+}

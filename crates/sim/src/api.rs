@@ -104,8 +104,9 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
         volumes: cluster.storage().objects().clone(),
         dra: cluster.dra().objects().clone(),
         capacity: capacity_objects(cluster),
-        // The simulated cluster is read directly: never behind.
+        // The simulated cluster is read directly: never behind, everything readable.
         behind: Vec::new(),
+        missing_permissions: Vec::new(),
     }
 }
 

@@ -76,7 +76,7 @@ impl Cluster {
             dir.disable_cleanup(true);
             eprintln!("keeping the test's logs in {}", dir.path().display());
         }
-        let token = service_account_token(&client).await;
+        let token = service_account_token(&client, "ferroscale").await;
         let service_account_kubeconfig = dir.path().join("ferroscale.kubeconfig");
         write_token_kubeconfig(
             &control_plane.server_url(),
@@ -188,16 +188,25 @@ impl Cluster {
         arguments: &[&str],
         env: &[(&str, &str)],
     ) -> Autoscaler {
+        self.start_as_upstream_image_as(name, arguments, env, self.control_plane.kubeconfig_path())
+    }
+
+    /// [`Cluster::start_as_upstream_image`] authenticating with `kubeconfig` (another identity
+    /// than the admin's, such as the ServiceAccount upstream's chart creates).
+    pub fn start_as_upstream_image_as(
+        &self,
+        name: &str,
+        arguments: &[&str],
+        env: &[(&str, &str)],
+        kubeconfig: &Path,
+    ) -> Autoscaler {
         let root = self.dir.path().join(format!("{name}-image-root"));
         std::fs::create_dir_all(&root).expect("image root directory");
         let program = root.join("cluster-autoscaler");
         std::fs::copy(env!("CARGO_BIN_EXE_ferroscale"), &program).expect("copy the binary");
         let port = free_port();
         let mut all: Vec<String> = arguments.iter().map(|a| a.to_string()).collect();
-        all.push(format!(
-            "--kubeconfig={}",
-            self.control_plane.kubeconfig_path().display()
-        ));
+        all.push(format!("--kubeconfig={}", kubeconfig.display()));
         all.push(format!("--address=127.0.0.1:{port}"));
         let log_path = self.dir.path().join(format!("{name}.log"));
         let log = File::create(&log_path).expect("log file");
@@ -234,6 +243,21 @@ impl Cluster {
             server,
             &self.control_plane,
             &self.service_account_token,
+            &path,
+        );
+        path
+    }
+
+    /// A kubeconfig that authenticates as the ServiceAccount `name` of [`NAMESPACE`] (created
+    /// beforehand), written into the scratch directory as `<name>.kubeconfig`.
+    #[allow(dead_code)] // the upstream RBAC test uses it
+    pub async fn service_account_kubeconfig_of(&self, name: &str) -> PathBuf {
+        let token = service_account_token(&self.client, name).await;
+        let path = self.dir.path().join(format!("{name}.kubeconfig"));
+        write_token_kubeconfig(
+            &self.control_plane.server_url(),
+            &self.control_plane,
+            &token,
             &path,
         );
         path
@@ -746,11 +770,16 @@ pub async fn admin_client(kubeconfig: &Path) -> Client {
 
 /// Creates every object of a shipped manifest, as `kubectl apply` would on an empty cluster.
 pub async fn apply_manifest(client: &Client, path: &Path) {
-    use serde::Deserialize;
     let text = std::fs::read_to_string(path).expect("read manifest");
-    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+    apply_manifest_text(client, &text, &path.display().to_string()).await;
+}
+
+/// [`apply_manifest`] of a manifest held in memory; `origin` names it in failures.
+pub async fn apply_manifest_text(client: &Client, text: &str, origin: &str) {
+    use serde::Deserialize;
+    for document in serde_yaml_ng::Deserializer::from_str(text) {
         let value = serde_json::Value::deserialize(document)
-            .unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()));
+            .unwrap_or_else(|e| panic!("{origin} does not parse: {e}"));
         let Some(kind) = value
             .get("kind")
             .and_then(|k| k.as_str())
@@ -766,7 +795,7 @@ pub async fn apply_manifest(client: &Client, path: &Path) {
             "Deployment" => create_namespaced::<Deployment>(client, value).await,
             "ClusterRole" => create_cluster_wide::<ClusterRole>(client, value).await,
             "ClusterRoleBinding" => create_cluster_wide::<ClusterRoleBinding>(client, value).await,
-            other => panic!("{}: no test support for kind {other}", path.display()),
+            other => panic!("{origin}: no test support for kind {other}"),
         }
     }
 }
@@ -806,7 +835,7 @@ where
         .expect("create manifest object");
 }
 
-async fn service_account_token(client: &Client) -> String {
+async fn service_account_token(client: &Client, name: &str) -> String {
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(3600),
@@ -815,9 +844,9 @@ async fn service_account_token(client: &Client) -> String {
         ..TokenRequest::default()
     };
     Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
-        .create_token_request("ferroscale", &PostParams::default(), &request)
+        .create_token_request(name, &PostParams::default(), &request)
         .await
-        .expect("token for the ferroscale ServiceAccount")
+        .unwrap_or_else(|e| panic!("token for the {name} ServiceAccount: {e}"))
         .status
         .and_then(|status| status.token)
         .expect("a token in the token request's status")

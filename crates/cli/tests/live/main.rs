@@ -20,6 +20,7 @@ mod shutdown;
 #[path = "../support/mod.rs"]
 mod support;
 mod unreachable;
+mod upstream_rbac;
 mod volumes;
 
 use std::time::Duration;

@@ -170,6 +170,8 @@ pub struct LoopOutcome {
     /// The kinds Gather read from a view that may be behind the cluster, with why: scale-down
     /// did not act this loop (docs/behaviour.md LOOP-121).
     pub caches_behind: Vec<String>,
+    /// The kinds left out of the view for want of permission (docs/behaviour.md LOOP-123).
+    pub missing_permissions: Vec<String>,
     /// Mutating calls made (or, in dry-run mode, that would have been made), in order.
     pub planned_actions: Vec<PlannedAction>,
     /// Cloud calls that failed outside scale-up and actuation, with the provider's error (a group
@@ -531,6 +533,7 @@ impl Autoscaler {
                 backoff: &self.backoff,
                 scale_down_candidates: &candidates,
                 initializing,
+                missing_permissions: &outcome.missing_permissions,
                 previous: self.previous_status.as_ref(),
             })
         });
@@ -624,6 +627,7 @@ impl Autoscaler {
         // Gather the cluster and the groups.
         let objects = cluster.gather().await.map_err(LoopError::Gather)?;
         outcome.caches_behind = objects.behind.clone();
+        outcome.missing_permissions = objects.missing_permissions.clone();
         // Cluster resource metrics (docs/behaviour.md LOOP-110): capacity of the nodes not being deleted.
         outcome.cluster_resources = Some(cluster_resources(&objects.nodes, now));
         let mut gathered = gather::gather_groups(

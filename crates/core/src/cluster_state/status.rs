@@ -177,6 +177,10 @@ pub struct ClusterWideStatus {
     pub health: ClusterHealth,
     pub scale_up: ScaleUpCondition,
     pub scale_down: ScaleDownCondition,
+    /// Ferroscale's addition: the kinds it runs without because its identity may not read them,
+    /// and what it does without each (docs/behaviour.md LOOP-123). Absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_permissions: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
@@ -211,6 +215,8 @@ pub struct StatusInput<'a> {
     /// `Initializing` with this message when the cluster is not actionable (docs/behaviour.md
     /// LOOP-108).
     pub initializing: Option<String>,
+    /// The kinds left out for want of permission (docs/behaviour.md LOOP-123).
+    pub missing_permissions: &'a [String],
     /// The report written by the previous loop, for transition times.
     pub previous: Option<&'a StatusReport>,
 }
@@ -274,6 +280,7 @@ impl StatusReport {
                     old_wide.map(|w| (&w.scale_down.status, w.scale_down.times)),
                 ),
             },
+            missing_permissions: input.missing_permissions.to_vec(),
         };
         StatusReport {
             time: now,
@@ -445,6 +452,37 @@ fn date_of_day_number(days: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Kinds the identity may not read are listed under clusterWide (docs/behaviour.md
+    /// LOOP-123); the field is absent when there are none, so upstream's readers see upstream's
+    /// document.
+    #[test]
+    fn missing_permissions_are_listed_cluster_wide_only_when_there_are_some() {
+        let state = crate::cluster_state::ClusterStateReport::default();
+        let backoff = crate::backoff::NodeGroupBackoff::default();
+        let candidates = BTreeMap::new();
+        let missing =
+            vec!["list/watch priorityclasses.scheduling.k8s.io: pods count with ...".to_string()];
+        let build = |missing_permissions: &[String]| {
+            render_status_yaml(&StatusReport::build(StatusInput {
+                now: Timestamp::from_secs(1_795_238_494),
+                cluster_state: &state,
+                backoff: &backoff,
+                scale_down_candidates: &candidates,
+                initializing: None,
+                missing_permissions,
+                previous: None,
+            }))
+        };
+        let with = build(&missing);
+        let parsed: serde_yaml_ng::Value = serde_yaml_ng::from_str(&with).unwrap();
+        assert_eq!(
+            parsed["clusterWide"]["missingPermissions"][0].as_str(),
+            Some(missing[0].as_str()),
+            "{with}"
+        );
+        assert!(!build(&[]).contains("missingPermissions"));
+    }
 
     #[test]
     fn times_print_in_go_and_rfc3339_layouts() {
