@@ -35,7 +35,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
-// Values files in upstream's schema.
+// Values files in upstream's schema, and the monitoring objects.
+#[path = "helm_chart/monitoring.rs"]
+mod monitoring;
 #[path = "helm_chart/upstream_values.rs"]
 mod upstream_values;
 

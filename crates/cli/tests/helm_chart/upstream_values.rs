@@ -317,6 +317,7 @@ prometheusRule:
   additionalLabels: {release: kube-prometheus}
   namespace: observability
   interval: 1m
+  defaultRules: false
   rules:
     - alert: AutoscalerDown
       expr: 'absent(up{service="{{ include "ferroscale.fullname" . }}"})'
@@ -1088,7 +1089,8 @@ fn the_service_monitor_and_prometheus_rule_follow_upstreams_keys() {
         Some("kube-prometheus")
     );
     let groups = rule["spec"]["groups"].as_sequence().expect("groups");
-    // Upstream's group, named after the release's objects, its rules run through tpl.
+    // defaultRules: false, so only upstream's group, named after the release's objects, its rules
+    // run through tpl.
     assert_eq!(groups.len(), 1, "{groups:?}");
     assert_eq!(groups[0]["name"].as_str(), Some("scaler"));
     assert_eq!(groups[0]["interval"].as_str(), Some("1m"));

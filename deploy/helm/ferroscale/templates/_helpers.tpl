@@ -131,3 +131,6 @@ namespace, then each label, comma-separated. */ -}}
 {{- join "," $parts -}}
 {{- end -}}
 
+{{- /* The dashboard and alert files the chart ships (written beside the metrics; README.md says their format). */ -}}
+{{- define "ferroscale.dashboardFile" -}}files/grafana-dashboard.json{{- end -}}
+{{- define "ferroscale.rulesFile" -}}files/prometheus-rules.yaml{{- end -}}
