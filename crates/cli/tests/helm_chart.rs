@@ -35,6 +35,12 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
 
+// Values files in upstream's schema, and the monitoring objects.
+#[path = "helm_chart/monitoring.rs"]
+mod monitoring;
+#[path = "helm_chart/upstream_values.rs"]
+mod upstream_values;
+
 const RELEASE: &str = "autoscaler";
 const NAMESPACE: &str = "cluster-tools";
 
@@ -99,9 +105,19 @@ fn deploy_dir() -> PathBuf {
         .join("../../deploy")
 }
 
+fn chart_dir() -> PathBuf {
+    deploy_dir().join("helm/ferroscale")
+}
+
 /// `helm template` of the chart in [`NAMESPACE`], with a values file when given: the rendered text,
 /// or helm's error output when it refuses.
 fn helm_template(values: Option<&str>) -> Result<String, String> {
+    helm_template_in(&chart_dir(), values.as_slice())
+}
+
+/// `helm template` of the chart at `chart` in [`NAMESPACE`] with these values files, each
+/// overriding the ones before it (as several `--values` do).
+fn helm_template_in(chart: &Path, values_files: &[&str]) -> Result<String, String> {
     let helm = locate_helm().expect("helm for rendering the chart");
     // helm's own configuration, cache and plugins of whoever runs the tests must not matter.
     let helm_home = tempfile::tempdir().expect("temporary helm home");
@@ -109,14 +125,14 @@ fn helm_template(values: Option<&str>) -> Result<String, String> {
     command
         .arg("template")
         .arg(RELEASE)
-        .arg(deploy_dir().join("helm/ferroscale"))
+        .arg(chart)
         .args(["--namespace", NAMESPACE])
         .env("HELM_CACHE_HOME", helm_home.path().join("cache"))
         .env("HELM_CONFIG_HOME", helm_home.path().join("config"))
         .env("HELM_DATA_HOME", helm_home.path().join("data"))
         .env_remove("KUBECONFIG");
-    if let Some(values) = values {
-        let file = helm_home.path().join("values.yaml");
+    for (index, values) in values_files.iter().enumerate() {
+        let file = helm_home.path().join(format!("values-{index}.yaml"));
         std::fs::write(&file, values).expect("write the values file");
         command.arg("--values").arg(file);
     }
@@ -153,13 +169,26 @@ struct Rendered {
 
 impl Rendered {
     fn of(values: Option<&str>) -> Self {
-        let text = helm_template(values).unwrap_or_else(|e| panic!("helm template failed: {e}"));
+        Self::of_chart(&chart_dir(), values.as_slice())
+    }
+
+    /// The chart at `chart` rendered with these values files, the later ones overriding.
+    fn of_chart(chart: &Path, values_files: &[&str]) -> Self {
+        let text = helm_template_in(chart, values_files)
+            .unwrap_or_else(|e| panic!("helm template failed: {e}"));
         Rendered {
             objects: documents(&text, "helm template's output"),
         }
     }
 
-    /// The only object of this kind, as its typed Kubernetes API object.
+    /// The objects of one kind, as JSON-like values (for kinds k8s-openapi has no type for).
+    fn all(&self, kind: &str) -> Vec<&Value> {
+        self.objects
+            .iter()
+            .filter(|object| kind_of(object) == kind)
+            .collect()
+    }
+
     /// The object of this kind with this name, if the chart renders one.
     fn named<T: DeserializeOwned>(&self, kind: &str, name: &str) -> Option<T> {
         let object = self.objects.iter().find(|object| {
@@ -172,6 +201,7 @@ impl Rendered {
         )
     }
 
+    /// The only object of this kind, as its typed Kubernetes API object.
     fn one<T: DeserializeOwned>(&self, kind: &str) -> T {
         let mut matching = self.objects.iter().filter(|object| kind_of(object) == kind);
         let object = matching
@@ -213,10 +243,17 @@ impl Rendered {
                 name: config_map.name,
                 key,
             }),
-            (None, Some(secret)) => Some(MountedFile::Secret {
-                name: secret.secret_name?,
-                key,
-            }),
+            (None, Some(secret)) => {
+                // A Secret volume with items holds each item's key under the item's path.
+                let key = match &secret.items {
+                    Some(items) => items.iter().find(|item| item.path == key)?.key.clone(),
+                    None => key,
+                };
+                Some(MountedFile::Secret {
+                    name: secret.secret_name?,
+                    key,
+                })
+            }
             _ => None,
         }
     }
@@ -549,7 +586,20 @@ fn the_deployment_runs_as_the_service_account_that_the_rbac_binds() {
 
 #[test]
 fn the_service_and_the_disruption_budget_select_the_autoscaler_pods_on_its_port() {
-    for (values, port) in [(None, 8085), (Some(USER_VALUES), 9090)] {
+    // The binary's own default address when the chart passes none, as upstream's chart does.
+    let default_address = ferroscale_core::flag_catalogue::lookup("address")
+        .expect("--address is a flag")
+        .default;
+    for (values, address, container_port, service_port) in [
+        (None, None, 8085, 8085),
+        (Some(USER_VALUES), Some(":9090"), 9090, 8085),
+        (
+            Some("port: 9191\nservice: {servicePort: 80}\n"),
+            Some(":9191"),
+            9191,
+            80,
+        ),
+    ] {
         let rendered = Rendered::of(values);
         let deployment: Deployment = rendered.one("Deployment");
         let spec = deployment.spec.expect("Deployment spec");
@@ -578,8 +628,10 @@ fn the_service_and_the_disruption_budget_select_the_autoscaler_pods_on_its_port(
         ));
 
         // /metrics and /health-check: the address the binary listens on is the container port
-        // the probes and the Service use.
-        assert_eq!(rendered.flag("--address"), Some(format!(":{port}")));
+        // the probes and the Service's target use.
+        assert_eq!(rendered.flag("--address").as_deref(), address);
+        let listens_on = address.unwrap_or(default_address);
+        assert_eq!(listens_on, format!(":{container_port}"));
         let container = rendered.container();
         let ports = container.ports.unwrap_or_default();
         assert_eq!(
@@ -587,11 +639,11 @@ fn the_service_and_the_disruption_budget_select_the_autoscaler_pods_on_its_port(
                 .iter()
                 .map(|p| (p.name.as_deref(), p.container_port))
                 .collect::<Vec<_>>(),
-            [(Some("http"), port)]
+            [(Some("http"), container_port)]
         );
         let service_ports = service_spec.ports.unwrap_or_default();
         assert_eq!(service_ports.len(), 1, "{service_ports:?}");
-        assert_eq!(service_ports[0].port, port);
+        assert_eq!(service_ports[0].port, service_port);
         assert_eq!(
             service_ports[0].target_port,
             Some(IntOrString::String("http".to_owned()))
@@ -845,8 +897,9 @@ fn the_clusterapi_values_reach_the_provider_as_flags_and_environment() {
     // No other provider's settings.
     let env = rendered.env();
     assert!(
-        env.iter()
-            .all(|var| var.name == "POD_NAMESPACE" || var.name.starts_with("CAPI_")),
+        env.iter().all(|var| var.name == "POD_NAMESPACE"
+            || var.name == "SERVICE_ACCOUNT"
+            || var.name.starts_with("CAPI_")),
         "{env:?}"
     );
 
