@@ -1,8 +1,9 @@
 //! The Grafana dashboard and the Prometheus alert rules Ferroscale ships (docs/operations.md,
-//! "Dashboard and alerts"): every query is valid PromQL (parsed by `promql-parser`), every series
-//! it reads is one `/metrics` serves, with labels that series has and label values Ferroscale
-//! sets; the rules are a well-formed Prometheus rules file whose alerts carry what the docs
-//! promise; and the Helm chart's copies are the plain files' content.
+//! "Dashboard and alerts"): Prometheus' own `promtool check rules` accepts the rules; every query
+//! is valid PromQL (parsed by `promql-parser`, which also names what the query reads), every
+//! series it reads is one `/metrics` serves, with labels that series has and label values
+//! Ferroscale sets; the rules' alerts carry what the docs promise; and the Helm chart's copies are
+//! the plain files' content.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -436,6 +437,34 @@ fn the_alert_rules_are_valid_and_read_only_series_ferroscale_serves() {
         problems.push(format!("an alert name is used twice: {alerts:?}"));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// `promtool check rules` (built by `scripts/control-plane/build.sh promtool`; without it this
+/// test fails and says how to build it): the file loads as Prometheus loads a rules file, every
+/// expression parses, every annotation template compiles, and no rule is defined twice.
+#[test]
+fn promtool_accepts_the_rules() {
+    let promtool = ferroscale_testing_control_plane::locate_promtool()
+        .unwrap_or_else(|error| panic!("{error}"));
+    let rules = deploy_dir().join("monitoring/prometheus-rules.yaml");
+    let output = std::process::Command::new(&promtool)
+        .args(["check", "rules", "--lint=all", "--lint-fatal"])
+        .arg(&rules)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", promtool.display()));
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "promtool check rules failed:\n{report}"
+    );
+    assert!(
+        report.contains(&format!("SUCCESS: {} rules found", ALERTS.len())),
+        "{report}"
+    );
 }
 
 #[test]
