@@ -467,6 +467,27 @@ fn promtool_accepts_the_rules() {
     );
 }
 
+/// `promtool test rules tests/alert_rules/alerts_test.yaml`: on synthetic series, the alerts
+/// fire when docs/operations.md says and not before, a standby replica's initial gauges fire
+/// nothing, and the annotations read as written.
+#[test]
+fn promtool_runs_the_alerts_unit_tests() {
+    let promtool = ferroscale_testing_control_plane::locate_promtool()
+        .unwrap_or_else(|error| panic!("{error}"));
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/alert_rules/alerts_test.yaml");
+    let output = std::process::Command::new(&promtool)
+        .args(["test", "rules"])
+        .arg(&tests)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", promtool.display()));
+    assert!(
+        output.status.success(),
+        "promtool test rules failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[test]
 fn the_plain_rules_file_holds_the_charts_groups() {
     assert_eq!(plain_rules().groups, helm_rules());
