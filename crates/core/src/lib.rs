@@ -7,6 +7,7 @@
 //! scale-up plan), `actuation` (scale-down deletions as state machines) and `autoscaler` (the
 //! loop: gather, decide, act).
 
+pub mod accelerators;
 pub mod act;
 pub mod actuation;
 pub mod autoscaler;

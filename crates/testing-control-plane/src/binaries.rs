@@ -1,7 +1,8 @@
 //! Where the control-plane binaries are: the versioned cache that `scripts/control-plane/build.sh`
 //! fills, or a directory named by `FERROSCALE_CONTROL_PLANE_BIN`. The same script builds helm for the
-//! Helm chart's tests, found the same way by [`locate_helm`], and the Go peer of the externalgrpc
-//! interop tests, found by [`locate_externalgrpc_interop`]; a control plane needs neither.
+//! Helm chart's tests, found the same way by [`locate_helm`], promtool for the alert rules' test,
+//! found by [`locate_promtool`], and the Go peer of the externalgrpc interop tests, found by
+//! [`locate_externalgrpc_interop`]; a control plane needs none of them.
 //!
 //! The pinned versions come from the same `versions.env` file the build script sources, embedded at
 //! compile time, so the tests always look where the script put the binaries.
@@ -32,6 +33,8 @@ pub struct PinnedVersions {
     pub helm: String,
     /// Cluster API release whose CRD manifests the Cluster API tests install (`v1.14.2`).
     pub cluster_api: String,
+    /// Go module version of Prometheus whose promtool checks the alert rules (`v0.316.0`).
+    pub prometheus: String,
 }
 
 impl PinnedVersions {
@@ -61,6 +64,7 @@ fn parse_versions(text: &str) -> Result<PinnedVersions, Error> {
         kwok: value_of("KWOK_VERSION")?,
         helm: value_of("HELM_VERSION")?,
         cluster_api: value_of("CLUSTER_API_VERSION")?,
+        prometheus: value_of("PROMETHEUS_VERSION")?,
     })
 }
 
@@ -98,6 +102,45 @@ fn check_helm_present(
         Err(Error::MissingHelm {
             path: helm,
             version: versions.helm.clone(),
+            looked_in: looked_in.to_owned(),
+        })
+    }
+}
+
+/// Finds promtool in `FERROSCALE_CONTROL_PLANE_BIN`, else in the versioned cache. Fails, naming the
+/// missing file and the command that builds it, when it is absent: the alert rules' test must not
+/// pass without Prometheus having read the rules.
+pub fn locate_promtool() -> Result<PathBuf, Error> {
+    let versions = PinnedVersions::pinned()?;
+    let (promtool, looked_in) = match env::var_os(BIN_DIR_ENV).filter(|dir| !dir.is_empty()) {
+        Some(dir) => (
+            Path::new(&dir).join("promtool"),
+            format!("{BIN_DIR_ENV} is set, so only that directory was searched"),
+        ),
+        None => {
+            let root = cache_root()?;
+            let looked_in = format!("searched the cache {}", root.display());
+            (promtool_in_cache(&root, &versions), looked_in)
+        }
+    };
+    check_promtool_present(promtool, &versions, &looked_in)
+}
+
+fn promtool_in_cache(root: &Path, versions: &PinnedVersions) -> PathBuf {
+    root.join(format!("promtool-{}/bin/promtool", versions.prometheus))
+}
+
+fn check_promtool_present(
+    promtool: PathBuf,
+    versions: &PinnedVersions,
+    looked_in: &str,
+) -> Result<PathBuf, Error> {
+    if promtool.is_file() {
+        Ok(promtool)
+    } else {
+        Err(Error::MissingPromtool {
+            path: promtool,
+            version: versions.prometheus.clone(),
             looked_in: looked_in.to_owned(),
         })
     }
@@ -285,6 +328,7 @@ mod tests {
         assert!(versions.cluster_api.starts_with("v1."), "{versions:?}");
         assert!(versions.kwok.starts_with('v'), "{versions:?}");
         assert!(versions.helm.starts_with("v3."), "{versions:?}");
+        assert!(versions.prometheus.starts_with("v0.3"), "{versions:?}");
     }
 
     #[test]
@@ -304,11 +348,17 @@ mod tests {
             Err(Error::Versions { name }) => assert_eq!(name, "CLUSTER_API_VERSION"),
             other => panic!("expected a missing CLUSTER_API_VERSION, got {other:?}"),
         }
+        let text = format!("{text}CLUSTER_API_VERSION=v1.10.11\n");
+        match parse_versions(&text) {
+            Err(Error::Versions { name }) => assert_eq!(name, "PROMETHEUS_VERSION"),
+            other => panic!("expected a missing PROMETHEUS_VERSION, got {other:?}"),
+        }
         let versions =
-            parse_versions(&format!("{text}CLUSTER_API_VERSION=v1.10.11\n")).expect("complete");
+            parse_versions(&format!("{text}PROMETHEUS_VERSION=v0.316.0\n")).expect("complete");
         assert_eq!(versions.kubernetes, "v1.2.3");
         assert_eq!(versions.helm, "v3.9.8");
         assert_eq!(versions.cluster_api, "v1.10.11");
+        assert_eq!(versions.prometheus, "v0.316.0");
     }
 
     #[test]
@@ -319,6 +369,7 @@ mod tests {
             kwok: "v0.6.7".into(),
             helm: "v3.8.9".into(),
             cluster_api: "v1.10.11".into(),
+            prometheus: "v0.316.0".into(),
         };
         let binaries = Binaries::in_cache(Path::new("/cache"), &versions);
         assert_eq!(
@@ -334,6 +385,10 @@ mod tests {
         assert_eq!(
             cluster_api_crds_in_cache(Path::new("/cache"), &versions),
             Path::new("/cache/cluster-api-v1.10.11/crds")
+        );
+        assert_eq!(
+            promtool_in_cache(Path::new("/cache"), &versions),
+            Path::new("/cache/promtool-v0.316.0/bin/promtool")
         );
     }
 
@@ -368,6 +423,20 @@ mod tests {
             message.contains(&*empty.path().to_string_lossy()),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_missing_promtool_fails_with_the_build_command_and_its_version() {
+        let empty = tempfile::tempdir().expect("temp dir");
+        let versions = PinnedVersions::pinned().expect("versions.env parses");
+        let error = check_promtool_present(empty.path().join("promtool"), &versions, "test")
+            .expect_err("no promtool in an empty directory");
+        let message = error.to_string();
+        assert!(
+            message.contains("scripts/control-plane/build.sh promtool"),
+            "{message}"
+        );
+        assert!(message.contains(&versions.prometheus), "{message}");
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //!
 //! A missing binary is an error that says how to build it, never a skipped test: a test that needs a
 //! control plane cannot pass without one. [`locate_helm`] finds, the same way, the helm that the same
-//! script builds for the Helm chart's tests, and [`locate_externalgrpc_interop`] the Go peer of the
-//! externalgrpc interop tests.
+//! script builds for the Helm chart's tests, [`locate_promtool`] the promtool that checks the shipped
+//! alert rules, and [`locate_externalgrpc_interop`] the Go peer of the externalgrpc interop tests.
 //!
 //! ```no_run
 //! use ferroscale_testing_control_plane::ControlPlane;
@@ -35,6 +35,7 @@ use std::time::Duration;
 pub use binaries::{
     BIN_DIR_ENV, Binaries, CACHE_DIR_ENV, CLUSTER_API_CRD_FILES, EXTERNALGRPC_INTEROP,
     PinnedVersions, locate_cluster_api_crds, locate_externalgrpc_interop, locate_helm,
+    locate_promtool,
 };
 pub use capacity_apis::{CAPACITY_CRD_FILES, install_capacity_crds};
 pub use cluster_api::{
@@ -71,6 +72,18 @@ pub enum Error {
          binary in FERROSCALE_CONTROL_PLANE_BIN"
     )]
     MissingHelm {
+        path: PathBuf,
+        version: String,
+        /// Which directory was searched and why: the cache, or FERROSCALE_CONTROL_PLANE_BIN.
+        looked_in: String,
+    },
+
+    #[error(
+        "promtool {path} is missing ({looked_in}): run scripts/control-plane/build.sh promtool to \
+         build Prometheus {version}'s promtool into the cache (about 3.5 minutes cold on 2 cores), \
+         or put a promtool binary in FERROSCALE_CONTROL_PLANE_BIN"
+    )]
+    MissingPromtool {
         path: PathBuf,
         version: String,
         /// Which directory was searched and why: the cache, or FERROSCALE_CONTROL_PLANE_BIN.

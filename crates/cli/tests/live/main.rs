@@ -14,6 +14,7 @@ mod clusterapi;
 mod dra;
 mod exoscale;
 mod harness;
+mod metrics;
 mod replay;
 mod scheduler_paused;
 mod shutdown;

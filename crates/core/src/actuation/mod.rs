@@ -546,6 +546,11 @@ impl DeletionTracker {
     }
 
     /// Nodes being deleted now, in the order they were started.
+    /// How many deletions are in progress (started, neither finished nor rolled back).
+    pub fn pending_count(&self) -> usize {
+        self.active.len()
+    }
+
     pub fn in_progress(&self) -> Vec<InProgressDeletion> {
         self.active
             .iter()

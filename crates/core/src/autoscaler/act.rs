@@ -7,8 +7,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use ferroscale_model::dra::{DeviceScope, ResourceSlice};
 use ferroscale_model::{Node, Timestamp};
 
+use crate::accelerators::AcceleratorLabels;
 use crate::actuation::{
     ActuationProgress, NodeDeletion, RemovalKind, apply_soft_taints, remove_leftover_taints,
 };
@@ -199,8 +201,10 @@ impl Autoscaler {
 
     /// Starts the deletions the scale-down plan chose (taint, then drain or delete), and, with
     /// no post-taint delay, moves them on at once.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn start_deletions(
         &mut self,
+        cloud: &dyn CloudProvider,
         cluster: &dyn ClusterApi,
         step: &ScaleDownStep<'_>,
         plan: &ScaleDownPlan,
@@ -252,6 +256,7 @@ impl Autoscaler {
                 });
         }
         if !self.options.dry_run && !requests.is_empty() {
+            self.remember_accelerators(cloud, step, &requests);
             let started_groups: Vec<String> = requests.iter().map(|r| r.group_id.clone()).collect();
             let progress = self
                 .deletions
@@ -282,6 +287,45 @@ impl Autoscaler {
                 self.absorb(&progress, now);
                 record_progress(outcome, events, progress);
             }
+        }
+    }
+
+    /// The accelerator labels of the nodes whose deletion starts, for the scale-down counters of
+    /// the iteration that sees them go (docs/behaviour.md OBS-123): the node, its group's
+    /// template and its own ResourceSlices, as they are now.
+    fn remember_accelerators(
+        &mut self,
+        cloud: &dyn CloudProvider,
+        step: &ScaleDownStep<'_>,
+        requests: &[NodeDeletion],
+    ) {
+        let available = cloud.available_gpu_types();
+        let local_slices: Vec<&ResourceSlice> = step
+            .gathered
+            .objects
+            .dra
+            .slices
+            .iter()
+            .filter(|slice| matches!(slice.scope, DeviceScope::Node(_)))
+            .map(|slice| slice.as_ref())
+            .collect();
+        for request in requests {
+            let template = step
+                .views
+                .iter()
+                .find(|view| view.id == request.group_id)
+                .and_then(|view| view.template.as_ref())
+                .map(|template| &template.node);
+            let gpu = cloud.node_gpu_config(&request.node);
+            let labels = AcceleratorLabels::of(
+                &request.node,
+                gpu.as_ref(),
+                &available,
+                template,
+                &local_slices,
+            );
+            self.deletion_accelerators
+                .insert(request.node.name.clone(), labels);
         }
     }
 

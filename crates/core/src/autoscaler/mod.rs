@@ -29,6 +29,7 @@ use std::sync::Arc;
 use ferroscale_model::{Node, Pod, Timestamp};
 use ferroscale_scheduling::Snapshot;
 
+use crate::accelerators::AcceleratorLabels;
 use crate::actuation::{
     ActuationProgress, ActuationReport, ActuationStep, CompletedDeletion, DeletionTracker,
     EmptinessRecheck, FailedDeletion, RecheckRefusal, RemovalKind, RemovalRecheck, SoftTaintUpdate,
@@ -37,7 +38,7 @@ use crate::backoff::NodeGroupBackoff;
 use crate::cloud::{CloudError, CloudProvider};
 use crate::cluster_state::status::{StatusInput, format_go_time};
 use crate::cluster_state::{
-    ClusterStateRegistry, ClusterStateReport, StatusReport, render_status_yaml,
+    ClusterStateRegistry, ClusterStateReport, ReadinessRules, StatusReport, render_status_yaml,
 };
 use crate::events::{Event, EventObject, reasons};
 use crate::kubernetes::{
@@ -205,6 +206,19 @@ pub struct LoopOutcome {
     /// Groups backed off from scale-up at the end of the iteration, with the backoff's error code
     /// (for `node_group_backoff_status`, docs/behaviour.md OBS-122).
     pub node_group_backoffs: BTreeMap<String, String>,
+    /// The accelerator labels of each group's template node, by group id, for the scale-up
+    /// counters (docs/behaviour.md OBS-123); groups without a template are absent.
+    pub group_accelerators: BTreeMap<String, AcceleratorLabels>,
+    /// The accelerator labels of the nodes in `deleted_nodes`, by node name, as they were when
+    /// their deletion started (docs/behaviour.md OBS-123).
+    pub deleted_node_accelerators: BTreeMap<String, AcceleratorLabels>,
+    /// The taints of every node gathered, by the type `node_taints_count` reports them under,
+    /// every type present (docs/behaviour.md OBS-124); empty when the iteration stopped before
+    /// reading the nodes.
+    pub node_taints: BTreeMap<&'static str, usize>,
+    /// Node deletions started and neither finished nor rolled back when the iteration ended
+    /// (`pending_node_deletions`, docs/behaviour.md OBS-125).
+    pub pending_node_deletions: usize,
     /// What the iteration gathered, when [`Autoscaler::capture_next_loop`] asked for it and the
     /// iteration got as far as gathering.
     pub capture: Option<Arc<LoopCapture>>,
@@ -269,6 +283,26 @@ fn cluster_resources(nodes: &[Arc<Node>], now: Timestamp) -> ClusterResources {
         })
 }
 
+/// The accelerator labels of every group's template node (docs/behaviour.md OBS-123).
+fn group_accelerators(
+    cloud: &dyn CloudProvider,
+    views: &[NodeGroupView],
+) -> BTreeMap<String, AcceleratorLabels> {
+    let available = cloud.available_gpu_types();
+    views
+        .iter()
+        .filter_map(|view| {
+            let template = view.template.as_ref()?;
+            let slices: Vec<&ferroscale_model::dra::ResourceSlice> =
+                template.resource_slices.iter().collect();
+            let gpu = cloud.node_gpu_config(&template.node);
+            let labels =
+                AcceleratorLabels::of(&template.node, gpu.as_ref(), &available, None, &slices);
+            Some((view.id.clone(), labels))
+        })
+        .collect()
+}
+
 /// The autoscaler's memory across iterations.
 pub struct Autoscaler {
     options: AutoscalingOptions,
@@ -298,6 +332,9 @@ pub struct Autoscaler {
     external_expander: Option<Arc<dyn ExternalExpander>>,
     /// Decide's worker threads, started once (`--predicate-parallelism`, at most the cores).
     workers: Workers,
+    /// The accelerator labels of the nodes being deleted, taken when their deletion started, for
+    /// the scale-down counters of the iteration that sees them go.
+    deletion_accelerators: HashMap<String, AcceleratorLabels>,
 }
 
 /// What the scale-down steps read besides the snapshot.
@@ -362,6 +399,7 @@ impl Autoscaler {
             capturing: false,
             external_expander: None,
             workers: Workers::for_machine(options_parallelism),
+            deletion_accelerators: HashMap::new(),
         }
     }
 
@@ -570,8 +608,25 @@ impl Autoscaler {
         outcome.events = events;
         outcome.decide_millis = timer.total;
         outcome.function_millis = timer.by_function;
+        self.report_deletions(&mut outcome);
         self.iterations += 1;
         outcome
+    }
+
+    /// The deletions' part of the outcome's observations: how many are still pending, and the
+    /// accelerator labels of those that finished (docs/behaviour.md OBS-123, OBS-125).
+    fn report_deletions(&mut self, outcome: &mut LoopOutcome) {
+        outcome.pending_node_deletions = self.deletions.pending_count();
+        for deleted in &outcome.deleted_nodes {
+            if let Some(labels) = self.deletion_accelerators.remove(&deleted.node) {
+                outcome
+                    .deleted_node_accelerators
+                    .insert(deleted.node.clone(), labels);
+            }
+        }
+        let deletions = &self.deletions;
+        self.deletion_accelerators
+            .retain(|node, _| deletions.is_deleting(node));
     }
 
     /// The iteration up to (not including) the status report.
@@ -641,6 +696,9 @@ impl Autoscaler {
         .await;
         outcome.node_groups = gathered.views.clone();
         outcome.gather_failures = gathered.failures.clone();
+        outcome.group_accelerators = group_accelerators(cloud, &gathered.views);
+        outcome.node_taints = ReadinessRules::from_options(&self.options, cloud.gpu_label())
+            .count_taints(gathered.objects.nodes.iter().map(|node| node.as_ref()));
         if self.capturing {
             outcome.capture = Some(Arc::new(gathered.capture(now, &self.options)));
         }
@@ -919,7 +977,7 @@ impl Autoscaler {
                 provider,
                 now,
             };
-            self.scale_down(cluster, step, &mut base, timer, outcome, events)
+            self.scale_down(cloud, cluster, step, &mut base, timer, outcome, events)
                 .await;
         }
 
@@ -963,8 +1021,10 @@ impl Autoscaler {
 
     /// Scale-down (docs/behaviour.md LOOP-113 and the Scale-down section): decide, then start the chosen deletions and apply the
     /// soft taints.
+    #[allow(clippy::too_many_arguments)]
     async fn scale_down(
         &mut self,
+        cloud: &dyn CloudProvider,
         cluster: &dyn ClusterApi,
         step: ScaleDownStep<'_>,
         snapshot: &mut Snapshot,
@@ -975,7 +1035,7 @@ impl Autoscaler {
         let plan = self.decide_scale_down(&step, snapshot, timer);
         events.extend(plan.events.iter().cloned());
         let clock = timer.stopwatch;
-        self.start_deletions(cluster, &step, &plan, clock, outcome, events)
+        self.start_deletions(cloud, cluster, &step, &plan, clock, outcome, events)
             .await;
         self.apply_soft_taints(cluster, &step, &plan, outcome).await;
         outcome.scale_down = Some(plan);

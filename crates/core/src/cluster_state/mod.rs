@@ -10,6 +10,7 @@
 //! instances, publish events). Backoffs caused by timeouts and creation errors are applied to the
 //! caller's [`NodeGroupBackoff`] directly, because the scale-up later in the same loop must see them.
 
+mod device_mismatch;
 mod readiness;
 pub mod status;
 
@@ -27,6 +28,7 @@ use crate::events::{Event, EventObject, reasons};
 use crate::options::{AutoscalingOptions, UnreadyNodesScope};
 use crate::scale_up::NodeGroupView;
 
+pub use device_mismatch::DeviceMismatch;
 pub use readiness::{DevicePools, NodeReadiness, ReadinessRules};
 pub use status::{StatusInput, StatusReport, render_status_yaml};
 
@@ -177,6 +179,9 @@ pub struct ClusterStateReport {
     pub failed_instances_to_delete: Vec<InstanceToDelete>,
     pub incorrect_sizes_to_fix: Vec<SizeFix>,
     pub events: Vec<Event>,
+    /// How the DRA devices of ready nodes differ from what their group's template promised, by
+    /// driver (docs/behaviour.md OBS-129).
+    pub device_mismatches: BTreeMap<String, DeviceMismatch>,
 }
 
 impl ClusterStateReport {
@@ -383,6 +388,10 @@ impl ClusterStateRegistry {
             .map(|n| n.provider_id.as_str())
             .filter(|id| !id.is_empty())
             .collect();
+
+        for observation in observations {
+            observation.count_device_mismatches(&mut report.device_mismatches);
+        }
 
         // 4.3: classify registered nodes and instances of every group.
         let mut groups: Vec<GroupWork> = observations

@@ -9,7 +9,10 @@ use std::collections::BTreeMap;
 
 use ferroscale_model::Node;
 use ferroscale_model::resources::NVIDIA_GPU;
-use ferroscale_model::taints::{IGNORE_TAINT_PREFIX, STARTUP_TAINT_PREFIX, STATUS_TAINT_PREFIX};
+use ferroscale_model::taints::{
+    CONDITION_TAINTS, DELETION_CANDIDATE, IGNORE_TAINT_PREFIX, STARTUP_TAINT_PREFIX,
+    STATUS_TAINT_PREFIX, TO_BE_DELETED,
+};
 
 use crate::options::AutoscalingOptions;
 
@@ -100,6 +103,64 @@ impl ReadinessRules {
         !self.gpu_label.is_empty()
             && node.labels.contains_key(&self.gpu_label)
             && node.allocatable.get(NVIDIA_GPU) <= 0
+    }
+}
+
+/// `node_taints_count{type}` for a startup taint (other than the deprecated `ignore-taint` ones).
+pub const STARTUP_TAINT_TYPE: &str = "startup-taint";
+/// `node_taints_count{type}` for a status taint.
+pub const STATUS_TAINT_TYPE: &str = "status-taint";
+/// `node_taints_count{type}` for every taint reported under no name of its own.
+pub const OTHER_TAINT_TYPE: &str = "other";
+
+impl ReadinessRules {
+    /// The `type` a taint is counted under in `node_taints_count` (docs/behaviour.md OBS-124):
+    /// the prefix of the deprecated `ignore-taint` taints, the key itself for the autoscaler's
+    /// own taints and the condition taints, then `startup-taint`, `status-taint` or `other`.
+    pub fn taint_type(&self, key: &str) -> &'static str {
+        if key.starts_with(IGNORE_TAINT_PREFIX) {
+            return IGNORE_TAINT_PREFIX;
+        }
+        if let Some(own) = [TO_BE_DELETED, DELETION_CANDIDATE]
+            .into_iter()
+            .chain(CONDITION_TAINTS.iter().copied())
+            .find(|reported| *reported == key)
+        {
+            return own;
+        }
+        if self.is_startup_taint(key) {
+            STARTUP_TAINT_TYPE
+        } else if self.is_status_taint(key) {
+            STATUS_TAINT_TYPE
+        } else {
+            OTHER_TAINT_TYPE
+        }
+    }
+
+    /// Every taint of `nodes` counted by [`ReadinessRules::taint_type`]; each type appears,
+    /// at zero when no node has such a taint, so a count that drops to zero is seen to.
+    pub fn count_taints<'n>(
+        &self,
+        nodes: impl IntoIterator<Item = &'n Node>,
+    ) -> BTreeMap<&'static str, usize> {
+        let mut counts: BTreeMap<&'static str, usize> = [
+            IGNORE_TAINT_PREFIX,
+            TO_BE_DELETED,
+            DELETION_CANDIDATE,
+            STARTUP_TAINT_TYPE,
+            STATUS_TAINT_TYPE,
+            OTHER_TAINT_TYPE,
+        ]
+        .into_iter()
+        .chain(CONDITION_TAINTS.iter().copied())
+        .map(|kind| (kind, 0))
+        .collect();
+        for node in nodes {
+            for taint in &node.taints {
+                *counts.entry(self.taint_type(&taint.key)).or_default() += 1;
+            }
+        }
+        counts
     }
 }
 
@@ -299,5 +360,37 @@ mod tests {
             ),
             NodeReadiness::NotReady
         );
+    }
+
+    /// docs/behaviour.md OBS-124.
+    #[test]
+    fn taints_are_counted_by_the_type_upstream_reports() {
+        let rules = ReadinessRules {
+            startup_taints: vec!["example.com/booting".into()],
+            status_taints: vec!["example.com/degraded".into()],
+            ..ReadinessRules::default()
+        };
+        let nodes = [
+            tainted(TO_BE_DELETED),
+            tainted("node.kubernetes.io/not-ready"),
+            tainted("ignore-taint.cluster-autoscaler.kubernetes.io/old"),
+            tainted("startup-taint.cluster-autoscaler.kubernetes.io/cni"),
+            tainted("example.com/booting"),
+            tainted("example.com/degraded"),
+            tainted("dedicated"),
+            tainted("dedicated"),
+        ];
+        let counts = rules.count_taints(&nodes);
+        assert_eq!(counts[TO_BE_DELETED], 1);
+        assert_eq!(counts["node.kubernetes.io/not-ready"], 1);
+        assert_eq!(counts[IGNORE_TAINT_PREFIX], 1);
+        assert_eq!(counts[STARTUP_TAINT_TYPE], 2);
+        assert_eq!(counts[STATUS_TAINT_TYPE], 1);
+        assert_eq!(counts[OTHER_TAINT_TYPE], 2);
+        assert_eq!(
+            counts[DELETION_CANDIDATE], 0,
+            "every type is there, at zero too"
+        );
+        assert_eq!(counts.len(), 6 + CONDITION_TAINTS.len());
     }
 }

@@ -65,6 +65,13 @@ pub(super) fn same_shape(a: &Pod, b: &Pod) -> bool {
 /// Splits `pods` into equivalence groups, each a list of indices into `pods` in input order;
 /// groups are ordered by their first pod.
 pub(super) fn group_pods(pods: &[Arc<Pod>]) -> Vec<Vec<usize>> {
+    group_pods_counting_overflow(pods).0
+}
+
+/// [`group_pods`], and how many controllers own more shapes than [`MAX_GROUPS_PER_CONTROLLER`]:
+/// upstream's `overflowing_controllers_count` (docs/behaviour.md OBS-126).
+pub(super) fn group_pods_counting_overflow(pods: &[Arc<Pod>]) -> (Vec<Vec<usize>>, usize) {
+    let mut overflowing: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     // (controller uid, none for controller-less pods; shape hash) -> groups with that hash.
     let mut by_key: HashMap<(Option<&str>, u64), Vec<usize>> = HashMap::new();
@@ -101,13 +108,14 @@ pub(super) fn group_pods(pods: &[Arc<Pod>]) -> Vec<Vec<usize>> {
         if let Some(controller) = controller {
             let count = per_controller.entry(controller).or_insert(0);
             if *count >= MAX_GROUPS_PER_CONTROLLER {
+                overflowing.insert(controller);
                 continue;
             }
             *count += 1;
         }
         by_key.entry(key).or_default().push(groups.len() - 1);
     }
-    groups
+    (groups, overflowing.len())
 }
 
 #[cfg(test)]
@@ -253,9 +261,17 @@ mod tests {
                 ]
             })
             .collect();
-        let groups = group_pods(&pods);
+        let (groups, overflowing) = group_pods_counting_overflow(&pods);
         // Ten shapes are remembered (pairs); the last two shapes give four singletons.
         assert_eq!(groups.len(), 10 + 4);
         assert!(groups[..10].iter().all(|g| g.len() == 2));
+        assert_eq!(
+            overflowing, 1,
+            "one controller had more shapes than remembered"
+        );
+        let mut with_other = pods.clone();
+        with_other.push(owned("b-1", "b", 100));
+        assert_eq!(group_pods_counting_overflow(&with_other).1, 1);
+        assert_eq!(group_pods_counting_overflow(&pods[..20]).1, 0);
     }
 }

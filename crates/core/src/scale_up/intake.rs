@@ -12,7 +12,7 @@ use ferroscale_scheduling::{NodeId, Snapshot, find_node};
 
 use crate::options::AutoscalingOptions;
 
-use super::equivalence::group_pods;
+use super::equivalence::group_pods_counting_overflow;
 
 /// The same window for GPU pods, which tend to arrive in slower batches.
 pub(super) const NEW_GPU_POD_WINDOW: Duration = Duration::from_secs(30);
@@ -79,16 +79,20 @@ pub(super) fn collect_candidates(
 
 /// Packs candidates, highest priority first, into the snapshot's existing and upcoming nodes. Pods
 /// that fit stay placed. Once a pod of an equivalence group fits nowhere, its equal siblings are
-/// not simulated again (the similar-pod memo). Returns the pods that still need room and the keys
-/// of the placed ones.
+/// not simulated again (the similar-pod memo). Returns the pods that still need room, the keys
+/// of the placed ones, and how many controllers had too many shapes for the memo (upstream's
+/// `overflowing_controllers_count`, docs/behaviour.md OBS-126).
 pub(super) fn filter_out_schedulable(
     snapshot: &mut Snapshot,
     candidates: Vec<Arc<Pod>>,
-) -> (Vec<Arc<Pod>>, Vec<String>) {
-    if snapshot.node_count() == 0 || candidates.is_empty() {
-        return (candidates, Vec::new());
+) -> (Vec<Arc<Pod>>, Vec<String>, usize) {
+    if candidates.is_empty() {
+        return (candidates, Vec::new(), 0);
     }
-    let groups = group_pods(&candidates);
+    let (groups, overflowing) = group_pods_counting_overflow(&candidates);
+    if snapshot.node_count() == 0 {
+        return (candidates, Vec::new(), overflowing);
+    }
     let mut group_of = vec![0usize; candidates.len()];
     for (g, members) in groups.iter().enumerate() {
         for &m in members {
@@ -123,7 +127,7 @@ pub(super) fn filter_out_schedulable(
             remaining.push(pod);
         }
     }
-    (remaining, schedulable)
+    (remaining, schedulable, overflowing)
 }
 
 /// The delay a pod must wait before it may trigger a scale-up: the global delay, or the pod's

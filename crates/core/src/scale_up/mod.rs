@@ -242,6 +242,27 @@ pub struct ScaleUpPlan {
     /// Set only by a plan made with [`ExternalExpanderStep::Ask`] whose chain reached `grpc`: the
     /// options to ask the external expander about. Such a plan is not to be executed.
     pub external_query: Option<ExpanderQuery>,
+    /// Controllers among the pending pods with more pod shapes than the equivalence groups keep
+    /// apart (`overflowing_controllers_count`, docs/behaviour.md OBS-126).
+    pub overflowing_controllers: usize,
+    /// One entry per node group estimated, in group order (`binpacking_heterogeneity`,
+    /// docs/behaviour.md OBS-127).
+    pub binpacking_estimates: Vec<BinpackingEstimate>,
+}
+
+/// What one node group's binpacking estimate worked on: how varied the pods were, and on what
+/// kind of node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BinpackingEstimate {
+    pub group_id: String,
+    /// The template's `node.kubernetes.io/instance-type` label; empty without one.
+    pub instance_type: String,
+    /// The template node's CPU capacity, in millicores.
+    pub cpu_capacity_milli: i64,
+    /// Distinct namespaces among the equivalence groups estimated.
+    pub namespaces: usize,
+    /// Equivalence groups estimated.
+    pub equivalence_groups: usize,
 }
 
 impl ScaleUpPlan {
@@ -258,6 +279,8 @@ impl ScaleUpPlan {
             chosen: None,
             skipped_scale_events: Vec::new(),
             external_query: None,
+            overflowing_controllers: 0,
+            binpacking_estimates: Vec::new(),
         }
     }
 }

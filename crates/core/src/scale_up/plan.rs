@@ -25,8 +25,8 @@ use super::limits::{Headroom, NodeUsage, quota_skip_reason, skipped_event_reason
 use super::quota::CAPACITY_QUOTA_LIMITED;
 use super::template::{add_template_copy, is_upcoming_node, sanitize_template};
 use super::{
-    ExpansionSummary, GroupIncrease, NodeGroupView, PodVerdict, ScaleUpInput, ScaleUpPlan,
-    ScaleUpStatus, skip_reasons,
+    BinpackingEstimate, ExpansionSummary, GroupIncrease, NodeGroupView, PodVerdict, ScaleUpInput,
+    ScaleUpPlan, ScaleUpStatus, skip_reasons,
 };
 
 /// What the plan learnt about one node group.
@@ -165,6 +165,32 @@ struct EstimateJob<'s, 'g> {
     limits: Vec<i64>,
 }
 
+/// What `job`'s estimate works on, for `binpacking_heterogeneity` (docs/behaviour.md OBS-127).
+fn binpacking_estimate(
+    group_id: &str,
+    job: &EstimateJob<'_, '_>,
+    pods: &[Arc<Pod>],
+) -> BinpackingEstimate {
+    let node = &job.template.node;
+    let namespaces: std::collections::HashSet<&str> = job
+        .fitting
+        .iter()
+        .filter_map(|members| members.first())
+        .map(|&first| pods[first].namespace.as_str())
+        .collect();
+    BinpackingEstimate {
+        group_id: group_id.to_string(),
+        instance_type: node
+            .labels
+            .get(ferroscale_model::labels::INSTANCE_TYPE)
+            .cloned()
+            .unwrap_or_default(),
+        cpu_capacity_milli: node.capacity.cpu_milli,
+        namespaces: namespaces.len(),
+        equivalence_groups: job.fitting.len(),
+    }
+}
+
 /// Inputs shared by the steps of one plan.
 struct PlanContext<'a> {
     now: ferroscale_model::Timestamp,
@@ -264,8 +290,9 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
 
     // 2.1: intake.
     let candidates = collect_candidates(snapshot, pending_pods, draining_pods, options);
-    let (remaining, schedulable) = filter_out_schedulable(snapshot, candidates);
+    let (remaining, schedulable, overflowing) = filter_out_schedulable(snapshot, candidates);
     plan.pods_schedulable_on_existing = schedulable;
+    plan.overflowing_controllers = overflowing;
     let pods = drop_daemonset_and_young(remaining, now, options);
     if pods.is_empty() {
         return plan;
@@ -432,6 +459,10 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             limits,
         });
     }
+    plan.binpacking_estimates = jobs
+        .iter()
+        .map(|job| binpacking_estimate(&states[job.state_index].view.id, job, &pods))
+        .collect();
     let placements = jobs
         .iter()
         .flat_map(|job| &job.fitting)

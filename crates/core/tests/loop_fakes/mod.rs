@@ -203,18 +203,30 @@ impl FakeCloud {
 
     /// A group of 4-core, 16 GiB nodes.
     pub fn add_group(&mut self, id: &str, min: usize, max: usize) -> Arc<FakeGroup> {
+        let template = NodeTemplate {
+            node: node(&format!("{id}-template"), 4000, 16 << 30),
+            pods: Vec::new(),
+            csi_node: None,
+            resource_slices: Vec::new(),
+        };
+        self.add_group_with_template(id, min, max, template)
+    }
+
+    /// A group whose new nodes look like `template`.
+    pub fn add_group_with_template(
+        &mut self,
+        id: &str,
+        min: usize,
+        max: usize,
+        template: NodeTemplate,
+    ) -> Arc<FakeGroup> {
         let group = Arc::new(FakeGroup {
             id: id.to_string(),
             min,
             max,
             target: Mutex::new(0),
             instances: Mutex::new(Vec::new()),
-            template: NodeTemplate {
-                node: node(&format!("{id}-template"), 4000, 16 << 30),
-                pods: Vec::new(),
-                csi_node: None,
-                resource_slices: Vec::new(),
-            },
+            template,
             fail_delete: Mutex::new(false),
             failing: Mutex::default(),
             log: self.log.clone(),
