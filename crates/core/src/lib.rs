@@ -12,13 +12,10 @@ pub mod act;
 pub mod actuation;
 pub mod autoscaler;
 pub mod backoff;
-#[cfg(feature = "bench-fixtures")]
-pub mod bench_fixtures;
 pub mod buffers;
 pub mod cloud;
 pub mod cluster_state;
 pub mod events;
-pub mod flag_catalogue;
 pub mod kubernetes;
 pub mod options;
 pub mod parallel;

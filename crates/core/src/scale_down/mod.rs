@@ -18,8 +18,6 @@ mod choose;
 mod drainability;
 pub(crate) mod eligibility;
 mod evictions;
-#[cfg(feature = "bench-fixtures")]
-pub mod fixtures;
 mod plan;
 mod simulation;
 mod soft_taints;
