@@ -445,8 +445,8 @@ fn a_huge_initial_size_exits_two() {
         "simulate",
         "huge-initial-size",
         &text,
-        "maxSize",
-        &["nodeGroups[0].maxSize", "100,000 nodes"],
+        "initialSize",
+        &["nodeGroups[0].initialSize", "100,000 nodes"],
     );
 }
 

@@ -364,29 +364,26 @@ impl<M> KindStore<M> {
     /// objects and counts as synced. Returns whether this is news (the kind was served, or not
     /// known to be missing, until now), for logging it once.
     fn record_not_served(&self) -> bool {
-        let mut state = self.write();
-        let news = !state.not_served;
-        state.objects.clear();
-        state.rejected.clear();
-        state.relisting = None;
-        state.failing = None;
-        state.synced = true;
-        state.not_served = true;
-        news
+        self.record_empty_by_design(|state| &mut state.not_served)
     }
 
     /// The API server forbids this identity to read this dispensable kind: like a kind not
     /// served, the cache holds no objects and counts as synced. Returns whether this is news, for
     /// warning once.
     fn record_forbidden(&self) -> bool {
+        self.record_empty_by_design(|state| &mut state.forbidden)
+    }
+
+    /// Empties the cache and counts it as synced, setting the flag `why` selects; returns whether
+    /// the flag was not set yet.
+    fn record_empty_by_design(&self, why: fn(&mut StoreState<M>) -> &mut bool) -> bool {
         let mut state = self.write();
-        let news = !state.forbidden;
+        let news = !std::mem::replace(why(&mut state), true);
         state.objects.clear();
         state.rejected.clear();
         state.relisting = None;
         state.failing = None;
         state.synced = true;
-        state.forbidden = true;
         news
     }
 

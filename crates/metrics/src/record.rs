@@ -12,6 +12,7 @@ use ferroscale_core::autoscaler::{
 };
 use ferroscale_core::scale_up::{BinpackingEstimate, ScaleUpExecution};
 use ferroscale_model::{ConditionStatus, Quantity};
+use prometheus::IntCounterVec;
 
 use crate::registry::{
     AutoscalerMetrics, NODE_STATES, PerNodeGroupMetrics, SKIPPED_PODS_REQUESTOR,
@@ -217,20 +218,12 @@ impl AutoscalerMetrics {
         labels_of: &dyn Fn(&str) -> AcceleratorLabels,
     ) {
         for increase in &execution.succeeded {
-            let labels = labels_of(&increase.group_id);
-            let nodes = increase.delta() as u64;
-            self.scaled_up_nodes_total
-                .with_label_values(&[
-                    &labels.gpu_resource_name,
-                    &labels.gpu_name,
-                    &labels.dra_drivers,
-                ])
-                .inc_by(nodes);
-            if labels.has_gpu() {
-                self.scaled_up_gpu_nodes_total
-                    .with_label_values(&[&labels.gpu_resource_name, &labels.gpu_name])
-                    .inc_by(nodes);
-            }
+            count_by_accelerator(
+                (&self.scaled_up_nodes_total, &self.scaled_up_gpu_nodes_total),
+                &[],
+                &labels_of(&increase.group_id),
+                increase.delta() as u64,
+            );
         }
         for (index, (increase, _)) in execution.failed.iter().enumerate() {
             let reason = execution
@@ -246,19 +239,15 @@ impl AutoscalerMetrics {
     }
 
     fn count_failed_scale_up(&self, reason: &str, labels: &AcceleratorLabels) {
-        self.failed_scale_ups_total
-            .with_label_values(&[
-                reason,
-                &labels.gpu_resource_name,
-                &labels.gpu_name,
-                &labels.dra_drivers,
-            ])
-            .inc();
-        if labels.has_gpu() {
-            self.failed_gpu_scale_ups_total
-                .with_label_values(&[reason, &labels.gpu_resource_name, &labels.gpu_name])
-                .inc();
-        }
+        count_by_accelerator(
+            (
+                &self.failed_scale_ups_total,
+                &self.failed_gpu_scale_ups_total,
+            ),
+            &[reason],
+            labels,
+            1,
+        );
     }
 
     /// `binpacking_heterogeneity`: the template's instance type and CPU count as a Kubernetes
@@ -320,19 +309,15 @@ impl AutoscalerMetrics {
                 .get(&deleted.node)
                 .cloned()
                 .unwrap_or_default();
-            self.scaled_down_nodes_total
-                .with_label_values(&[
-                    reason,
-                    &labels.gpu_resource_name,
-                    &labels.gpu_name,
-                    &labels.dra_drivers,
-                ])
-                .inc();
-            if labels.has_gpu() {
-                self.scaled_down_gpu_nodes_total
-                    .with_label_values(&[reason, &labels.gpu_resource_name, &labels.gpu_name])
-                    .inc();
-            }
+            count_by_accelerator(
+                (
+                    &self.scaled_down_nodes_total,
+                    &self.scaled_down_gpu_nodes_total,
+                ),
+                &[reason],
+                &labels,
+                1,
+            );
         }
         for report in &outcome.actuation {
             match &report.step {
@@ -454,5 +439,28 @@ fn log_gather_failures(failures: &[GatherFailure]) {
             error = %first.error,
             "provider call failed while gathering; the nodes stay outside every group this iteration"
         );
+    }
+}
+
+/// Adds `count` to a counter labelled `leading` then by accelerator (`gpu_resource_name`,
+/// `gpu_name`, `dra_drivers`) and, for a GPU node, to its GPU-only twin labelled `leading` then
+/// `gpu_resource_name`, `gpu_name`: upstream counts a GPU node's scale-up, failed scale-up or
+/// scale-down in both.
+fn count_by_accelerator(
+    (all, gpu_only): (&IntCounterVec, &IntCounterVec),
+    leading: &[&str],
+    labels: &AcceleratorLabels,
+    count: u64,
+) {
+    let mut values = leading.to_vec();
+    values.extend([
+        labels.gpu_resource_name.as_str(),
+        labels.gpu_name.as_str(),
+        labels.dra_drivers.as_str(),
+    ]);
+    all.with_label_values(&values).inc_by(count);
+    if labels.has_gpu() {
+        values.truncate(leading.len() + 2);
+        gpu_only.with_label_values(&values).inc_by(count);
     }
 }

@@ -700,12 +700,23 @@ async fn delays_hold_requests_back_and_cut_after_ends_watches_by_itself() {
     fixture.create_directly("before-the-cut", "1").await;
     assert!(sees_config_map(&mut watch, "before-the-cut", WAIT).await);
     assert!(ends_or_fails(&mut watch, WAIT).await, "the watch went on");
-    let log = fixture.proxy.log();
-    let entry = log
-        .iter()
-        .find(|entry| entry.rule == Some(cut_after))
-        .expect("the watch is logged");
-    assert_eq!(entry.outcome, Outcome::Cut { status: 200 });
+    // The proxy records the cut just after closing the stream, so the client can see the end
+    // first: wait for the record rather than read it at once.
+    let started = std::time::Instant::now();
+    let outcome = loop {
+        let outcome = fixture
+            .proxy
+            .log()
+            .iter()
+            .find(|entry| entry.rule == Some(cut_after))
+            .map(|entry| entry.outcome.clone())
+            .expect("the watch is logged");
+        if outcome == (Outcome::Cut { status: 200 }) || started.elapsed() > WAIT {
+            break outcome;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(outcome, Outcome::Cut { status: 200 });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -525,6 +525,23 @@ impl Cluster {
         running
     }
 
+    /// Waits until the kwok group has no node left, and returns the nodes seen carrying
+    /// [`TO_BE_DELETED`] on the way (a scale-down taints before it deletes).
+    pub async fn wait_pool_removed(&self) -> BTreeSet<String> {
+        let mut tainted = BTreeSet::new();
+        wait_until("the idle pool to be removed", async || {
+            let nodes = self.pool_nodes().await;
+            for node in &nodes {
+                if has_taint(node, TO_BE_DELETED) {
+                    tainted.extend(node.metadata.name.clone());
+                }
+            }
+            nodes.is_empty()
+        })
+        .await;
+        tainted
+    }
+
     /// Waits until the kwok group has exactly `count` nodes, every one Ready.
     pub async fn wait_pool_ready(&self, count: usize) -> Vec<String> {
         wait_until(&format!("{count} Ready nodes in the pool"), async || {

@@ -109,17 +109,7 @@ async fn pending_pods_grow_the_group_and_idle_nodes_are_removed() {
 
     // The pods go: after the unneeded time every node is tainted, then deleted.
     cluster.scale_app("demo", 0).await;
-    let mut tainted = std::collections::BTreeSet::new();
-    wait_until("the idle pool to be removed", async || {
-        let nodes = cluster.pool_nodes().await;
-        for node in &nodes {
-            if has_taint(node, TO_BE_DELETED) {
-                tainted.extend(node.metadata.name.clone());
-            }
-        }
-        nodes.is_empty()
-    })
-    .await;
+    let tainted = cluster.wait_pool_removed().await;
     assert!(
         !tainted.is_empty(),
         "nodes carry {TO_BE_DELETED} before they go (seen on {tainted:?} of {nodes:?})"

@@ -13,7 +13,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 
 use crate::harness::{
-    Autoscaler, Cluster, NAMESPACE, TO_BE_DELETED, apply_manifest_text, has_taint, wait_until,
+    Autoscaler, Cluster, NAMESPACE, TO_BE_DELETED, apply_manifest_text, wait_until,
 };
 
 /// The chart's ServiceAccount (its full name for a release called `upstream`).
@@ -137,17 +137,7 @@ async fn under_upstream_charts_rbac_pods_get_nodes_and_idle_nodes_go() {
 
     // Scale-down: the pods go, the nodes are tainted, then deleted.
     cluster.scale_app("demo", 0).await;
-    let mut tainted = BTreeSet::new();
-    wait_until("the idle nodes to be removed", async || {
-        let pool = cluster.pool_nodes().await;
-        for node in &pool {
-            if has_taint(node, TO_BE_DELETED) {
-                tainted.extend(node.metadata.name.clone());
-            }
-        }
-        pool.is_empty()
-    })
-    .await;
+    let tainted = cluster.wait_pool_removed().await;
     assert!(
         !tainted.is_empty(),
         "nodes carry {TO_BE_DELETED} before they go ({nodes:?})\n{}",
