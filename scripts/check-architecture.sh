@@ -53,6 +53,8 @@ forbid ferroscale-core "the engine holds only the engine: the flag catalogue is 
 forbid ferroscale-flags "the flag catalogue is plain data beside the command line, not the engine" \
   "${io_crates[@]}" ferroscale-core ferroscale-scheduling ferroscale-model \
   "${upper_workspace_crates[@]}"
+forbid ferroscale-capacity "the capacity APIs' rules are pure and sit below the engine" \
+  "${io_crates[@]}" ferroscale-core ferroscale-objects k8s-openapi "${upper_workspace_crates[@]}"
 forbid ferroscale-objects "converting objects is pure" "${io_crates[@]}" \
   ferroscale-core "${upper_workspace_crates[@]}"
 forbid ferroscale-sim "the simulator never waits on a wall clock or the network" "${io_crates[@]}" \
@@ -87,6 +89,32 @@ fi
 if grep -nE '^\[features\]' crates/core/Cargo.toml >/dev/null &&
   grep -nE '^bench-fixtures' crates/core/Cargo.toml >&2; then
   echo "check-architecture: crates/core has a bench-fixtures feature; fixtures are crates/engine-fixtures" >&2
+  failures=$((failures + 1))
+fi
+
+# Inside the engine crate: acting has one home (`act`), the decide modules never import it or the
+# loop, and `act` never imports the loop (ARCHITECTURE.md, Code map). Comments may name them.
+code_lines_naming() {
+  local pattern=$1
+  shift
+  grep -rnE "$pattern" "$@" | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' || true
+}
+decide_modules=(crates/core/src/scale_up crates/core/src/scale_down crates/core/src/cluster_state
+  crates/core/src/backoff.rs crates/core/src/accelerators.rs)
+offending=$(code_lines_naming '\bcrate::(act|autoscaler)\b' "${decide_modules[@]}")
+if [ -n "$offending" ]; then
+  echo "$offending" >&2
+  echo "check-architecture: a decide module imports act or the loop, but deciding is pure" >&2
+  failures=$((failures + 1))
+fi
+offending=$(code_lines_naming '\bcrate::autoscaler\b|super::super::autoscaler' crates/core/src/act)
+if [ -n "$offending" ]; then
+  echo "$offending" >&2
+  echo "check-architecture: act imports the loop, but the loop calls act and keeps its own books" >&2
+  failures=$((failures + 1))
+fi
+if [ -d crates/core/src/act/deletions ] || [ -f crates/core/src/autoscaler/act.rs ]; then
+  echo "check-architecture: acting is back outside crates/core/src/act" >&2
   failures=$((failures + 1))
 fi
 

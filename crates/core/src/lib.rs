@@ -9,19 +9,17 @@
 
 pub mod accelerators;
 pub mod act;
-pub mod actuation;
 pub mod autoscaler;
 pub mod backoff;
-pub mod buffers;
 pub mod cloud;
 pub mod cluster_state;
 pub mod events;
 pub mod kubernetes;
 pub mod options;
 pub mod parallel;
-pub mod provisioning;
 pub mod scale_down;
 pub mod scale_up;
+pub mod stopwatch;
 
 pub use backoff::NodeGroupBackoff;
 pub use options::{AutoscalingOptions, DrainPriorityBand, OptionError};

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferroscale_core::act::scale_up::ScaleUpExecution;
 use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, Stopwatch};
 use ferroscale_core::cloud::NodeGroup;
 use ferroscale_core::cluster_state::InstanceToDelete;
@@ -20,7 +21,7 @@ use ferroscale_core::options::{AutoscalingOptions, ExpanderName, OptionError};
 use ferroscale_core::scale_down::{
     ScaleDownPlan, UnneededNode, UnremovableNode, UnremovableReason,
 };
-use ferroscale_core::scale_up::{NodeGroupView, ScaleUpExecution, ScaleUpPlan, ScaleUpStatus};
+use ferroscale_core::scale_up::{NodeGroupView, ScaleUpPlan, ScaleUpStatus};
 use ferroscale_flags::{Scope, Support};
 use ferroscale_model::taints::TO_BE_DELETED;
 use ferroscale_model::time::format_duration;
