@@ -316,8 +316,8 @@ impl NotHelpedReasons<'_, '_> {
 /// Decides whether and how to scale up (docs/behaviour.md, Scale-up). Pure: no clock, no I/O;
 /// randomness only from `input.seed`. See [`ScaleUpInput`] for what stays placed in the snapshot.
 ///
-/// The stages, in order: intake (2.1), equivalence groups and the node groups' verdicts (2.3,
-/// 2.5), similar groups, estimation (2.6), expanders (2.7), capping (2.8), balancing (2.9).
+/// The stages, in order: intake, equivalence groups and the node groups' verdicts, similar
+/// groups, estimation, expanders, capping, balancing.
 pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
     let ScaleUpInput {
         now,
