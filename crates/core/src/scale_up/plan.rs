@@ -384,9 +384,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         group_of: &equivalence.group_of,
     };
     if expansion_options.is_empty() {
-        plan.status = ScaleUpStatus::NoOptionsAvailable;
-        finish(&mut plan, &pods, &[], |pod| reasons.of(pod));
-        return plan;
+        return refuse(plan, ScaleUpStatus::NoOptionsAvailable, &pods, &reasons);
     }
     let expander_ctx = ExpanderContext {
         pods: &pods,
@@ -406,25 +404,36 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
     let new_nodes = cap_new_nodes(&chosen, best_state, &headroom, &ctx, &mut plan.events);
     let atomic = best_state.view.zero_or_max();
     if new_nodes == 0 || ((atomic || all_or_nothing) && new_nodes < chosen.option.node_count) {
-        plan.status = ScaleUpStatus::Error(format!(
-            "cannot scale up node group {}: the cluster node limit or resource limits leave no room",
-            chosen.option.group_id
-        ));
-        finish(&mut plan, &pods, &[], |pod| reasons.of(pod));
-        return plan;
+        let why = "the cluster node limit or resource limits leave no room";
+        return refuse(plan, no_room(&chosen, why), &pods, &reasons);
     }
     let participants = balancing_participants(&chosen, &states, &similar, &equivalence, options);
     plan.increases = balance(new_nodes, &participants, &states, &mut headroom, atomic);
     if plan.increases.is_empty() {
-        plan.status = ScaleUpStatus::Error(format!(
-            "cannot scale up node group {}: no group has room",
-            chosen.option.group_id
-        ));
-        finish(&mut plan, &pods, &[], |pod| reasons.of(pod));
-        return plan;
+        return refuse(plan, no_room(&chosen, "no group has room"), &pods, &reasons);
     }
     succeed(&mut plan, &chosen, &participants, &states, &pods, &reasons);
     plan
+}
+
+/// A final plan that helps no pod: `status` says why, and every pod its reasons.
+fn refuse(
+    mut plan: ScaleUpPlan,
+    status: ScaleUpStatus,
+    pods: &[Arc<Pod>],
+    reasons: &NotHelpedReasons<'_, '_>,
+) -> ScaleUpPlan {
+    plan.status = status;
+    finish(&mut plan, pods, &[], |pod| reasons.of(pod));
+    plan
+}
+
+/// The error of a chosen option the limits leave no room for.
+fn no_room(chosen: &Chosen<'_>, why: &str) -> ScaleUpStatus {
+    ScaleUpStatus::Error(format!(
+        "cannot scale up node group {}: {why}",
+        chosen.option.group_id
+    ))
 }
 
 /// What intake reads besides the snapshot.
