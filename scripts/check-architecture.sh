@@ -113,7 +113,7 @@ if [ -n "$offending" ]; then
   echo "check-architecture: act imports the loop, but the loop calls act and keeps its own books" >&2
   failures=$((failures + 1))
 fi
-if [ -d crates/core/src/act/deletions ] || [ -f crates/core/src/autoscaler/act.rs ]; then
+if [ -d crates/core/src/actuation ] || [ -f crates/core/src/autoscaler/act.rs ]; then
   echo "check-architecture: acting is back outside crates/core/src/act" >&2
   failures=$((failures + 1))
 fi
