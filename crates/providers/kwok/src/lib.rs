@@ -36,7 +36,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use rand::RngExt;
 use thiserror::Error;
 
@@ -481,9 +481,12 @@ impl Shared {
 }
 
 /// The machines of `names` are gone but, with no cloud-controller-manager to delete them, their
-/// Node objects stay: each loses kwok's annotation (kwok stops playing its kubelet, so the
-/// control plane soon marks it not Ready) and is marked [`MACHINE_DELETED_ANNOTATION`].
-/// [`API_CONCURRENCY`] at a time; calls `gone` for each machine deleted; returns the failures.
+/// Node objects stay, as a kubelet's Node outlives its machine. kwok lets go of a Node it plays
+/// only when the Node is deleted (it keeps renewing the Node's Lease otherwise), so each Node is
+/// replaced by a copy that kwok does not play — kwok's annotation removed,
+/// [`MACHINE_DELETED_ANNOTATION`] added, labels, taints and status kept — which the control
+/// plane then marks not Ready as it would a kubelet that stopped. [`API_CONCURRENCY`] at a time;
+/// calls `gone` for each machine deleted; returns the failures.
 async fn leave_node_objects(
     nodes_api: &Api<Node>,
     names: Vec<String>,
@@ -506,27 +509,45 @@ async fn leave_node_objects(
         .await
 }
 
-/// Read, change, replace; a concurrent change (kwok's status updates) is read again.
+/// Replaces one Node by its copy without kwok (see [`leave_node_objects`]).
 async fn leave_node_object(nodes_api: &Api<Node>, name: &str) -> Result<(), kube::Error> {
-    const ATTEMPTS: usize = 5;
+    const CREATE_ATTEMPTS: usize = 20;
+    let node = match nodes_api.get(name).await {
+        Ok(node) => node,
+        Err(error) if is_not_found(&error) => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    let mut copy = node.clone();
+    let meta = &mut copy.metadata;
+    meta.uid = None;
+    meta.resource_version = None;
+    meta.creation_timestamp = None;
+    meta.managed_fields = None;
+    meta.generation = None;
+    let annotations = meta.annotations.get_or_insert_with(Default::default);
+    annotations.remove(KWOK_NODE_ANNOTATION);
+    annotations.insert(MACHINE_DELETED_ANNOTATION.to_string(), "true".to_string());
+    let delete = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: node.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match nodes_api.delete(name, &delete).await {
+        Ok(_) => {}
+        Err(error) if is_not_found(&error) => return Ok(()),
+        Err(error) => return Err(error),
+    }
+    // A Node has no finalizers of its own: it is gone at once, or after a moment.
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let mut node = match nodes_api.get(name).await {
-            Ok(node) => node,
-            Err(error) if is_not_found(&error) => return Ok(()),
-            Err(error) => return Err(error),
-        };
-        let annotations = node
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default);
-        annotations.remove(KWOK_NODE_ANNOTATION);
-        annotations.insert(MACHINE_DELETED_ANNOTATION.to_string(), "true".to_string());
-        match nodes_api.replace(name, &PostParams::default(), &node).await {
+        match nodes_api.create(&PostParams::default(), &copy).await {
             Ok(_) => return Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 409 && attempt < ATTEMPTS => continue,
-            Err(error) if is_not_found(&error) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < CREATE_ATTEMPTS => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
             Err(error) => return Err(error),
         }
     }
