@@ -18,6 +18,7 @@ use ferroscale_core::cloud_node_controller::{
     ActionOutcome, CloudNodeController, CloudNodeOutcome, LiveNode, NodeInitializationWrite,
     NodeObjectApi, WatchedRefresh,
 };
+use ferroscale_core::cluster_state::{NodeReadiness, ReadinessRules};
 use ferroscale_core::kubernetes::ClusterError;
 use ferroscale_model::labels::{INSTANCE_TYPE, ZONE};
 use ferroscale_model::{ConditionStatus, Node, Taint, TaintEffect, Timestamp};
@@ -557,5 +558,25 @@ fn the_watched_refresh_records_each_refresh() {
             .map(|g| g.id().to_string())
             .collect::<HashSet<_>>(),
         HashSet::from(["metal".to_string()])
+    );
+}
+
+/// CNC-111: with the controller on, a registered node waiting for its initialization counts as
+/// still starting (a startup taint, docs/behaviour.md CS-102), so the loop does not ask for its
+/// pods' capacity again; with it off, readiness is as before.
+#[test]
+fn with_the_controller_on_an_uninitialized_node_is_still_starting() {
+    let fresh = uninitialized(node("fresh", 4000, 16 << 30));
+    let on = AutoscalingOptions {
+        cloud_node_controller: true,
+        ..AutoscalingOptions::default()
+    };
+    assert_eq!(
+        ReadinessRules::from_options(&on, "").readiness(&fresh),
+        NodeReadiness::StartupTainted
+    );
+    assert_eq!(
+        ReadinessRules::from_options(&AutoscalingOptions::default(), "").readiness(&fresh),
+        NodeReadiness::Ready
     );
 }
