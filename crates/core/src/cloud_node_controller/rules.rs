@@ -110,7 +110,7 @@ impl ProviderAnswers {
         }
     }
 
-    /// Whether every call answered: only then may a Node be deleted (CNC-107).
+    /// Whether every call answered: only then may a Node be deleted (CNC-108).
     pub fn complete(&self) -> bool {
         self.failures.is_empty()
     }
@@ -315,7 +315,7 @@ pub fn decide(input: DecideInput<'_>, memory: &mut Memory) -> Plan {
     let index = InstanceIndex::new(&answers.groups);
     let mut plan = Plan::default();
     if !answers.complete() {
-        // docs/cloud-node-controller.md CNC-107: nothing is deleted on a pass with failed
+        // docs/cloud-node-controller.md CNC-108: nothing is deleted on a pass with failed
         // answers, and the passes before it no longer count.
         memory.forget_streaks();
         plan.deletions_held = Some(
@@ -403,7 +403,7 @@ fn initialization_rule(
     }
 }
 
-/// docs/cloud-node-controller.md CNC-105–CNC-109. Only called on a pass where every provider
+/// docs/cloud-node-controller.md CNC-105–CNC-107. Only called on a pass where every provider
 /// call answered.
 fn lifecycle_rule(
     node: &Node,

@@ -46,6 +46,8 @@ async fn model_node(nodes: &Api<Node>, name: &str) -> ferroscale_model::Node {
     ferroscale_objects::node_from_k8s(&node).expect("convert node")
 }
 
+/// docs/behaviour.md KWOK-102, KWOK-109: groups grow and shrink through Node objects within their
+/// bounds, and `HasInstance` says which machines exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
     let control_plane = start_control_plane().await;
@@ -174,7 +176,7 @@ async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
     assert_eq!(group.target_size().await.unwrap(), 0);
 }
 
-/// docs/behaviour.md KWOK-108: a group whose template says it has no cloud-controller-manager
+/// docs/behaviour.md KWOK-108, KWOK-109: a group whose template says it has no cloud-controller-manager
 /// creates Nodes as a kubelet with `--cloud-provider=external` registers them (uninitialized
 /// taint, no zone or instance-type label), and deleting a machine leaves its Node object behind,
 /// no longer played by kwok, still placed in its group by `NodeGroupForNode` but no longer one of

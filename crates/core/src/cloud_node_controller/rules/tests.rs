@@ -486,7 +486,7 @@ fn only_possible_candidates_are_looked_up_and_only_needed_templates_read() {
     );
 }
 
-/// CNC-104, CNC-108: the last look at the Node read back from the API server.
+/// CNC-104, CNC-109: the last look at the Node read back from the API server.
 #[test]
 fn the_node_read_back_must_still_be_the_one_decided_about() {
     let planned = Deletion {
