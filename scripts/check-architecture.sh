@@ -40,7 +40,7 @@ upper_workspace_crates=(ferroscale ferroscale-sim ferroscale-kube ferroscale-met
   ferroscale-externalgrpc-sdk ferroscale-externalgrpc-proto ferroscale-provider-kwok
   ferroscale-provider-externalgrpc ferroscale-provider-clusterapi ferroscale-provider-exoscale
   ferroscale-testing-control-plane ferroscale-testing-exoscale ferroscale-testing-faults
-  ferroscale-scheduler-differential)
+  ferroscale-scheduler-differential ferroscale-engine-fixtures)
 
 forbid ferroscale-model "the model is pure (thiserror only)" "${io_crates[@]}" \
   ferroscale-scheduling ferroscale-core ferroscale-objects k8s-openapi serde_yaml_ng
@@ -48,6 +48,13 @@ forbid ferroscale-scheduling "scheduling is pure and knows no node groups" "${io
   ferroscale-core ferroscale-objects "${upper_workspace_crates[@]}"
 forbid ferroscale-core "Decide never performs I/O (core knows only its two async contracts)" \
   "${io_crates[@]}" k8s-openapi ferroscale-objects "${upper_workspace_crates[@]}"
+forbid ferroscale-core "the engine holds only the engine: the flag catalogue is the command line's" \
+  ferroscale-flags
+forbid ferroscale-flags "the flag catalogue is plain data beside the command line, not the engine" \
+  "${io_crates[@]}" ferroscale-core ferroscale-scheduling ferroscale-model \
+  "${upper_workspace_crates[@]}"
+forbid ferroscale-capacity "the capacity APIs' rules are pure and sit below the engine" \
+  "${io_crates[@]}" ferroscale-core ferroscale-objects k8s-openapi "${upper_workspace_crates[@]}"
 forbid ferroscale-objects "converting objects is pure" "${io_crates[@]}" \
   ferroscale-core "${upper_workspace_crates[@]}"
 forbid ferroscale-sim "the simulator never waits on a wall clock or the network" "${io_crates[@]}" \
@@ -66,7 +73,50 @@ for provider in ferroscale-provider-kwok ferroscale-provider-externalgrpc \
 done
 
 forbid ferroscale "fault injection and the other test support never ship in the binary" \
-  ferroscale-testing-faults ferroscale-testing-control-plane ferroscale-testing-exoscale
+  ferroscale-testing-faults ferroscale-testing-control-plane ferroscale-testing-exoscale \
+  ferroscale-engine-fixtures
+
+# What serves the engine but is not the engine stays out of core's sources: the flag catalogue is
+# `crates/flags`, the benchmark fixtures are `crates/engine-fixtures` (a dev-dependency). A cargo
+# feature or a module could bring them back without any new dependency, so the sources are read.
+# (A private `#[cfg(test)] mod fixtures` for core's own unit tests is fine; an exported one is not.)
+if grep -rnE '^[[:space:]]*(pub(\([a-z]+\))?[[:space:]]+)?mod[[:space:]]+(flag_catalogue|bench_fixtures)\b|^[[:space:]]*pub[[:space:]]+mod[[:space:]]+fixtures\b' \
+  crates/core/src >&2; then
+  echo "check-architecture: crates/core declares a flag catalogue or fixtures module, but the engine" \
+    "holds only the engine (crates/flags, crates/engine-fixtures)" >&2
+  failures=$((failures + 1))
+fi
+if grep -nE '^\[features\]' crates/core/Cargo.toml >/dev/null &&
+  grep -nE '^bench-fixtures' crates/core/Cargo.toml >&2; then
+  echo "check-architecture: crates/core has a bench-fixtures feature; fixtures are crates/engine-fixtures" >&2
+  failures=$((failures + 1))
+fi
+
+# Inside the engine crate: acting has one home (`act`), the decide modules never import it or the
+# loop, and `act` never imports the loop (ARCHITECTURE.md, Code map). Comments may name them.
+code_lines_naming() {
+  local pattern=$1
+  shift
+  grep -rnE "$pattern" "$@" | grep -vE '^[^:]+:[0-9]+:[[:space:]]*//' || true
+}
+decide_modules=(crates/core/src/scale_up crates/core/src/scale_down crates/core/src/cluster_state
+  crates/core/src/backoff.rs crates/core/src/accelerators.rs)
+offending=$(code_lines_naming '\bcrate::(act|autoscaler)\b' "${decide_modules[@]}")
+if [ -n "$offending" ]; then
+  echo "$offending" >&2
+  echo "check-architecture: a decide module imports act or the loop, but deciding is pure" >&2
+  failures=$((failures + 1))
+fi
+offending=$(code_lines_naming '\bcrate::autoscaler\b|super::super::autoscaler' crates/core/src/act)
+if [ -n "$offending" ]; then
+  echo "$offending" >&2
+  echo "check-architecture: act imports the loop, but the loop calls act and keeps its own books" >&2
+  failures=$((failures + 1))
+fi
+if [ -d crates/core/src/act/deletions ] || [ -f crates/core/src/autoscaler/act.rs ]; then
+  echo "check-architecture: acting is back outside crates/core/src/act" >&2
+  failures=$((failures + 1))
+fi
 
 if [ "$failures" -gt 0 ]; then
   echo "check-architecture: $failures rule(s) broken; see ARCHITECTURE.md (Code map)" >&2

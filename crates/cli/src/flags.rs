@@ -2,7 +2,7 @@
 //! too, bare `--flag` for booleans, repeated flags for lists. Engine flags go through
 //! `AutoscalingOptions::set`; the flags of the process itself (provider, API access, HTTP address,
 //! leader election, logging, liveness) are parsed here. Which names exist, their types and who
-//! applies them come from the one catalogue, `ferroscale_core::flag_catalogue`. Upstream flags of
+//! applies them come from the one catalogue, `ferroscale_flags`. Upstream flags of
 //! features Ferroscale does not have yet, and unknown flags, are refused all at once, by name;
 //! flags of cloud providers Ferroscale does not build are accepted and reported, so `run` can warn.
 
@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ferroscale_core::flag_catalogue::{self, Scope, Support, ValueType};
+use ferroscale_flags::{Scope, Support, ValueType};
 
 use crate::batching::BatchingWindows;
 use crate::logging::LoggingFlags;
@@ -263,11 +263,11 @@ pub enum RunCommand {
 
 /// Whether a flag is a boolean (a bare `--flag` means true and never takes the next argument).
 fn is_boolean(flag: &str) -> bool {
-    flag_catalogue::lookup(flag).is_some_and(|spec| spec.value == ValueType::Bool)
+    ferroscale_flags::lookup(flag).is_some_and(|spec| spec.value == ValueType::Bool)
 }
 
 fn known_flag(flag: &str) -> bool {
-    flag_catalogue::lookup(flag).is_some()
+    ferroscale_flags::lookup(flag).is_some()
 }
 
 /// Checks a value against its flag's type, for flags whose value is not used.
@@ -361,12 +361,12 @@ pub fn split_upstream_flags(
         // Upstream's command line treats `_` in a name as `-` (`--log_dir` is `--log-dir`).
         if let Some((flag, value)) = stripped.split_once('=') {
             pairs.push((
-                flag_catalogue::normalise(flag).into_owned(),
+                ferroscale_flags::normalise(flag).into_owned(),
                 value.to_string(),
             ));
             continue;
         }
-        let stripped = flag_catalogue::normalise(stripped).into_owned();
+        let stripped = ferroscale_flags::normalise(stripped).into_owned();
         let stripped = stripped.as_str();
         if matches!(stripped, "help" | "h") || is_bool(stripped) || !known(stripped) {
             // Unknown flags are reported later by name; do not swallow the next argument for them.
@@ -418,7 +418,7 @@ pub fn parse_run_flags(args: &[String]) -> Result<RunCommand, String> {
     let mut engine_flags = Vec::new();
 
     for (flag, value) in &pairs {
-        let Some(spec) = flag_catalogue::lookup(flag) else {
+        let Some(spec) = ferroscale_flags::lookup(flag) else {
             unknown.push(format!("--{flag}"));
             continue;
         };
@@ -912,7 +912,7 @@ mod tests {
             format!("{flags:?}")
         };
         let baseline = meaning(parse(&["--cloud-provider=kwok"]).unwrap());
-        for flag in flag_catalogue::FLAGS
+        for flag in ferroscale_flags::FLAGS
             .iter()
             .filter(|f| matches!(f.support, Support::Upstream | Support::Ferroscale))
         {

@@ -32,8 +32,6 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
-use ferroscale_core::flag_catalogue;
-
 use crate::flags::{duration, parse_bool};
 
 /// klog's severities, lowest first.
@@ -264,9 +262,10 @@ pub fn canonical_flag(flag: &str) -> Option<&'static str> {
     logging_spec(flag).map(|spec| spec.name)
 }
 
-fn logging_spec(flag: &str) -> Option<&'static flag_catalogue::Flag> {
-    flag_catalogue::lookup(flag).filter(|spec| {
-        spec.group == flag_catalogue::Group::Logging && spec.scope == flag_catalogue::Scope::Process
+fn logging_spec(flag: &str) -> Option<&'static ferroscale_flags::Flag> {
+    ferroscale_flags::lookup(flag).filter(|spec| {
+        spec.group == ferroscale_flags::Group::Logging
+            && spec.scope == ferroscale_flags::Scope::Process
     })
 }
 
@@ -277,7 +276,7 @@ pub fn is_flag(flag: &str) -> bool {
 
 /// Whether `flag` is a boolean logging flag (a bare `--flag` means true).
 pub fn is_boolean(flag: &str) -> bool {
-    logging_spec(flag).is_some_and(|spec| spec.value == flag_catalogue::ValueType::Bool)
+    logging_spec(flag).is_some_and(|spec| spec.value == ferroscale_flags::ValueType::Bool)
 }
 
 impl LoggingFlags {

@@ -630,7 +630,7 @@ fn the_deployment_runs_as_the_service_account_that_the_rbac_binds() {
 #[test]
 fn the_service_and_the_disruption_budget_select_the_autoscaler_pods_on_its_port() {
     // The binary's own default address when the chart passes none, as upstream's chart does.
-    let default_address = ferroscale_core::flag_catalogue::lookup("address")
+    let default_address = ferroscale_flags::lookup("address")
         .expect("--address is a flag")
         .default;
     for (values, address, container_port, service_port) in [

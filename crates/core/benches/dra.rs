@@ -1,5 +1,5 @@
 //! Decide speed on upstream's two Dynamic Resource Allocation workloads (see
-//! `ferroscale_core::bench_fixtures::{dra_scale_up, dra_scale_down}`, every parameter from
+//! `ferroscale_engine_fixtures::{dra_scale_up, dra_scale_down}`, every parameter from
 //! upstream's `pkg/core/bench/benchmark_runonce_test.go`): (a) scale-up of 500 nodes for 4,000
 //! pending pods that each claim one of the template's 8 devices; (b) scale-down of 800 nodes with
 //! 10 devices each at 40 % device utilization, of which 480 can go.
@@ -10,7 +10,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ferroscale_core::bench_fixtures::{dra_scale_down, dra_scale_up};
+use ferroscale_engine_fixtures::{dra_scale_down, dra_scale_up};
 
 fn scenarios(c: &mut Criterion) {
     let mut group = c.benchmark_group("dra");

@@ -1,12 +1,12 @@
-//! Resident memory of upstream's two DRA workloads (`ferroscale_core::bench_fixtures`): the
+//! Resident memory of upstream's two DRA workloads (`ferroscale_engine_fixtures`): the
 //! 500-node scale-up (4,000 claim pods, one template with 8 devices) and the 800-node scale-down
 //! (3,200 pods holding one of 10 devices per node), each built and planned once. Prints the
 //! process's resident set, read from /proc/self/status, after each step.
 //!
 //! Run with `cargo bench -p ferroscale-core --bench dra_memory`.
 
-use ferroscale_core::bench_fixtures::{dra_scale_down, dra_scale_up};
 use ferroscale_core::scale_up::plan_scale_up;
+use ferroscale_engine_fixtures::{dra_scale_down, dra_scale_up};
 
 #[path = "support/rss.rs"]
 mod rss;

@@ -14,11 +14,11 @@ mod rss;
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use ferroscale_core::bench_fixtures::{
+use ferroscale_core::parallel::Workers;
+use ferroscale_engine_fixtures::scale_down::{ClusterShape, underutilized_cluster};
+use ferroscale_engine_fixtures::{
     ScaleUpFixture, busy_cluster, constrained_cluster, karpenter_mix,
 };
-use ferroscale_core::parallel::Workers;
-use ferroscale_core::scale_down::fixtures::{ClusterShape, underutilized_cluster};
 
 const THREADS: [usize; 2] = [1, 2];
 

@@ -1,4 +1,4 @@
-//! Scale-down decision speed on synthetic clusters (see `ferroscale_core::scale_down::fixtures`):
+//! Scale-down decision speed on synthetic clusters (see `ferroscale_engine_fixtures::scale_down`):
 //! (a) upstream scenario 4 — 1,000 nodes, ~52,000 pods, 700 nodes ~70 % and 300 ~30 % full,
 //! group min 970; (b) 5,000 nodes, 150,000 pods, 20 % underutilized; (c) how (a)-like decisions
 //! scale with cluster size; (d) upstream's RunOnce scale-down workload (2,000 nodes × 40 pods of
@@ -13,8 +13,8 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use ferroscale_core::bench_fixtures::upstream_scale_down;
-use ferroscale_core::scale_down::fixtures::{ClusterShape, underutilized_cluster};
+use ferroscale_engine_fixtures::scale_down::{ClusterShape, underutilized_cluster};
+use ferroscale_engine_fixtures::upstream_scale_down;
 
 fn scenarios(c: &mut Criterion) {
     let mut group = c.benchmark_group("plan_scale_down");

@@ -1,4 +1,4 @@
-//! Scale-up planning speed on synthetic clusters (see `ferroscale_core::bench_fixtures`):
+//! Scale-up planning speed on synthetic clusters (see `ferroscale_engine_fixtures`):
 //! (a) 1,000 busy nodes and 30,000 pending pods of three shapes; (b) 5,000 nodes, 150,000 running
 //! pods, 5,000 pending pods with hostname anti-affinity and zone spread; (c) Karpenter's mix of
 //! 20,000 constrained pods onto an empty cluster; (d) how (a)-like plans scale with cluster size;
@@ -11,7 +11,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use ferroscale_core::bench_fixtures::{
+use ferroscale_engine_fixtures::{
     ScaleUpFixture, busy_cluster, constrained_cluster, karpenter_mix, upstream_scale_up,
 };
 

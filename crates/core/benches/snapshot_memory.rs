@@ -4,8 +4,8 @@
 //!
 //! Run with `cargo bench -p ferroscale-core --bench snapshot_memory`.
 
-use ferroscale_core::bench_fixtures::constrained_cluster;
 use ferroscale_core::scale_up::plan_scale_up;
+use ferroscale_engine_fixtures::constrained_cluster;
 
 #[path = "support/rss.rs"]
 mod rss;

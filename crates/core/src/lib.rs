@@ -11,23 +11,18 @@
 
 pub mod accelerators;
 pub mod act;
-pub mod actuation;
 pub mod autoscaler;
 pub mod backoff;
-#[cfg(feature = "bench-fixtures")]
-pub mod bench_fixtures;
-pub mod buffers;
 pub mod cloud;
 pub mod cloud_node_controller;
 pub mod cluster_state;
 pub mod events;
-pub mod flag_catalogue;
 pub mod kubernetes;
 pub mod options;
 pub mod parallel;
-pub mod provisioning;
 pub mod scale_down;
 pub mod scale_up;
+pub mod stopwatch;
 
 pub use backoff::NodeGroupBackoff;
 pub use options::{AutoscalingOptions, DrainPriorityBand, OptionError};

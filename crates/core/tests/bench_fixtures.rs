@@ -1,11 +1,11 @@
 //! The benchmark fixtures must describe real work: small versions of each scenario produce a
 //! scale-up, and repeating a plan on a reverted branch gives the same answer.
 
-use ferroscale_core::bench_fixtures::{
+use ferroscale_core::scale_up::{ScaleUpStatus, plan_scale_up};
+use ferroscale_engine_fixtures::{
     busy_cluster, constrained_cluster, dra_scale_down, dra_scale_up, karpenter_mix,
     upstream_scale_down, upstream_scale_up,
 };
-use ferroscale_core::scale_up::{ScaleUpStatus, plan_scale_up};
 
 #[test]
 fn busy_cluster_needs_new_nodes_for_every_pending_pod() {

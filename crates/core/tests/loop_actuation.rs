@@ -7,7 +7,9 @@ mod loop_fakes;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferroscale_core::actuation::{ActuationProgress, DeletionFailure, RecheckRefusal, RemovalKind};
+use ferroscale_core::act::deletions::{
+    ActuationProgress, DeletionFailure, RecheckRefusal, RemovalKind,
+};
 use ferroscale_core::cloud::NodeGroup;
 use ferroscale_core::events::{EventObject, reasons};
 use ferroscale_model::TaintEffect;

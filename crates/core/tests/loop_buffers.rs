@@ -7,8 +7,8 @@ mod loop_fakes;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferroscale_capacity::buffers::{PROVISIONING, READY_FOR_PROVISIONING};
 use ferroscale_core::autoscaler::{Autoscaler, PlannedAction};
-use ferroscale_core::buffers::{PROVISIONING, READY_FOR_PROVISIONING};
 use ferroscale_core::events::EventObject;
 use ferroscale_core::options::AutoscalingOptions;
 use ferroscale_model::capacity::{

@@ -5,7 +5,7 @@ mod loop_fakes;
 
 use std::time::Duration;
 
-use ferroscale_core::actuation::ActuationStep;
+use ferroscale_core::act::deletions::ActuationStep;
 use ferroscale_core::autoscaler::Autoscaler;
 use ferroscale_core::events::reasons;
 use ferroscale_core::options::AutoscalingOptions;

@@ -5,15 +5,15 @@
 //! a piece of parallel work), inter-pod constraints (anti-affinity, topology spread, affinity),
 //! DRA claims, and scale-down clusters with hundreds of candidates.
 
-use ferroscale_core::bench_fixtures::{
-    ScaleUpFixture, busy_cluster, constrained_cluster, dra_scale_down, dra_scale_up, karpenter_mix,
-};
 use ferroscale_core::parallel::Workers;
 use ferroscale_core::scale_down::ScaleDownPlan;
-use ferroscale_core::scale_down::fixtures::{
+use ferroscale_core::scale_up::{ScaleUpPlan, ScaleUpStatus};
+use ferroscale_engine_fixtures::scale_down::{
     ClusterShape, ScaleDownFixture, underutilized_cluster,
 };
-use ferroscale_core::scale_up::{ScaleUpPlan, ScaleUpStatus};
+use ferroscale_engine_fixtures::{
+    ScaleUpFixture, busy_cluster, constrained_cluster, dra_scale_down, dra_scale_up, karpenter_mix,
+};
 use proptest::prelude::*;
 
 const THREAD_COUNTS: [usize; 2] = [2, 4];

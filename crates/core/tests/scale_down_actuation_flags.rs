@@ -7,7 +7,7 @@ mod loop_fakes;
 use std::cell::Cell;
 use std::time::Duration;
 
-use ferroscale_core::actuation::{DeletionFailure, RemovalKind};
+use ferroscale_core::act::deletions::{DeletionFailure, RemovalKind};
 use ferroscale_core::autoscaler::Stopwatch;
 use ferroscale_core::options::{AutoscalingOptions, OptionError};
 use ferroscale_model::Timestamp;

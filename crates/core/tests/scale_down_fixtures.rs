@@ -2,7 +2,7 @@
 //! nodes are all found unneeded and its group min size stops removals after 30 nodes.
 
 use ferroscale_core::scale_down::UnremovableReason;
-use ferroscale_core::scale_down::fixtures::{ClusterShape, underutilized_cluster};
+use ferroscale_engine_fixtures::scale_down::{ClusterShape, underutilized_cluster};
 
 #[test]
 fn scenario_4_finds_every_underutilized_node_and_stops_at_min_size() {

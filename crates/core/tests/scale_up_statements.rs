@@ -10,14 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use ferroscale_core::act::scale_up::execute_scale_up;
 use ferroscale_core::backoff::{BackoffReason, NodeGroupBackoff};
 use ferroscale_core::cloud::{CloudError, ErrorClass, Instance, NodeGroup, NodeTemplate};
 use ferroscale_core::events::{EventObject, reasons};
 use ferroscale_core::options::AutoscalingOptions;
 use ferroscale_core::scale_up::{
     ExternalExpanderStep, GroupIncrease, NodeGroupView, PriorityConfig, ProviderFacts,
-    ScaleUpInput, ScaleUpPlan, ScaleUpStatus, execute_scale_up, inject_upcoming_nodes,
-    plan_scale_up,
+    ScaleUpInput, ScaleUpPlan, ScaleUpStatus, inject_upcoming_nodes, plan_scale_up,
 };
 use ferroscale_model::labels::ZONE;
 use ferroscale_model::node::ConditionStatus;

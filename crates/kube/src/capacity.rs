@@ -375,7 +375,7 @@ pub(crate) async fn ensure_buffer_pod_template(
             scalable.reference.name
         )));
     };
-    let name = ferroscale_core::buffers::managed_pod_template_name(&buffer.name);
+    let name = ferroscale_capacity::buffers::managed_pod_template_name(&buffer.name);
     let object = core::PodTemplate {
         metadata: meta::ObjectMeta {
             name: Some(name.clone()),

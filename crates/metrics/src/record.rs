@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use ferroscale_core::AutoscalingOptions;
 use ferroscale_core::accelerators::AcceleratorLabels;
-use ferroscale_core::actuation::{ActuationStep, RemovalKind};
+use ferroscale_core::act::deletions::{ActuationStep, RemovalKind};
+use ferroscale_core::act::scale_up::ScaleUpExecution;
 use ferroscale_core::autoscaler::{
     GatherCall, GatherFailure, LoopError, LoopOutcome, PlannedAction,
 };
-use ferroscale_core::scale_up::{BinpackingEstimate, ScaleUpExecution};
+use ferroscale_core::scale_up::BinpackingEstimate;
 use ferroscale_model::{ConditionStatus, Quantity};
 use prometheus::IntCounterVec;
 

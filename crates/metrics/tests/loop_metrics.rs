@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use ferroscale_core::AutoscalingOptions;
 use ferroscale_core::accelerators::AcceleratorLabels;
-use ferroscale_core::actuation::{ActuationReport, ActuationStep, CompletedDeletion, RemovalKind};
+use ferroscale_core::act::deletions::{
+    ActuationReport, ActuationStep, CompletedDeletion, RemovalKind,
+};
+use ferroscale_core::act::scale_up::ScaleUpExecution;
 use ferroscale_core::autoscaler::{
     ClusterResources, GatherCall, GatherFailure, GatherSubject, LoopError, LoopOutcome,
 };
@@ -16,7 +19,6 @@ use ferroscale_core::cluster_state::{DeviceMismatch, TimedOutScaleUp};
 use ferroscale_core::scale_down::{
     ScaleDownPlan, ScaleDownState, ScaleDownStatus, UnremovableNode, UnremovableReason,
 };
-use ferroscale_core::scale_up::ScaleUpExecution;
 use ferroscale_core::scale_up::{BinpackingEstimate, GroupIncrease, ScaleUpPlan, ScaleUpStatus};
 use ferroscale_metrics::registry::ERROR_TYPES;
 use ferroscale_metrics::{AutoscalerMetrics, Kind};

@@ -88,6 +88,17 @@ impl Node {
     }
 }
 
+/// Annotation on the placeholders the autoscaler puts in its snapshot for requested-but-not-ready
+/// nodes.
+pub const UPCOMING_NODE_ANNOTATION: &str = "cluster-autoscaler.k8s.io/upcoming-node";
+
+/// Whether a snapshot node is such a placeholder.
+pub fn is_upcoming_node(node: &Node) -> bool {
+    node.annotations
+        .get(UPCOMING_NODE_ANNOTATION)
+        .is_some_and(|v| v == "true")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -221,7 +221,7 @@ impl ClusterCapacity {
         buffer: &CapacityBuffer,
         pod: &Arc<Pod>,
     ) -> (String, i64) {
-        let name = ferroscale_core::buffers::managed_pod_template_name(&buffer.name);
+        let name = ferroscale_capacity::buffers::managed_pod_template_name(&buffer.name);
         let templates = &mut self.objects.pod_templates;
         let existing = templates
             .iter()

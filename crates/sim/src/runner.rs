@@ -12,17 +12,18 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferroscale_core::act::scale_up::ScaleUpExecution;
 use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, Stopwatch};
 use ferroscale_core::cloud::{CloudProvider, NodeGroup};
 use ferroscale_core::cloud_node_controller::CloudNodeOutcome;
 use ferroscale_core::cluster_state::InstanceToDelete;
 use ferroscale_core::events::{EventObject, reasons};
-use ferroscale_core::flag_catalogue::{self, Scope, Support};
 use ferroscale_core::options::{AutoscalingOptions, ExpanderName, OptionError};
 use ferroscale_core::scale_down::{
     ScaleDownPlan, UnneededNode, UnremovableNode, UnremovableReason,
 };
-use ferroscale_core::scale_up::{NodeGroupView, ScaleUpExecution, ScaleUpPlan, ScaleUpStatus};
+use ferroscale_core::scale_up::{NodeGroupView, ScaleUpPlan, ScaleUpStatus};
+use ferroscale_flags::{Scope, Support};
 use ferroscale_model::taints::TO_BE_DELETED;
 use ferroscale_model::time::format_duration;
 use ferroscale_model::{LabelSelector, Timestamp};
@@ -238,7 +239,7 @@ fn set_for_simulation(
 ) -> Result<(), OptionError> {
     // The names of `ferroscale run`: engine flags apply; the process's own flags (logging, API
     // access, ...) and other providers' flags change nothing in a simulation and are accepted.
-    let Some(spec) = flag_catalogue::lookup(flag) else {
+    let Some(spec) = ferroscale_flags::lookup(flag) else {
         return Err(OptionError::UnknownFlag {
             flag: flag.to_string(),
         });

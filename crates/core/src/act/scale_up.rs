@@ -18,6 +18,8 @@ use crate::options::AutoscalingOptions;
 
 use crate::scale_up::{GroupIncrease, ScaleUpPlan, ScaleUpStatus};
 
+use super::{ActRecord, PlannedAction};
+
 /// Backoff code and `failed_scale_ups_total` reason for a failed resize.
 pub const CLOUD_PROVIDER_ERROR: &str = "cloudProviderError";
 
@@ -82,6 +84,31 @@ fn confirm(increase: &GroupIncrease) -> Event {
             increase.group_id, increase.new_target, increase.current_target, increase.max_size
         ),
     )
+}
+
+/// Acts on a plan of group increases (a scale-up or min-size enforcement): lists each resize,
+/// then, unless in dry-run mode, executes them ([`execute_scale_up`]). The execution's events
+/// move into the record. `None`: dry-run mode, nothing executed.
+pub async fn increase_sizes(
+    plan: &ScaleUpPlan,
+    groups: &[Arc<dyn NodeGroup>],
+    backoff: &mut NodeGroupBackoff,
+    now: Timestamp,
+    options: &AutoscalingOptions,
+) -> (ActRecord, Option<ScaleUpExecution>) {
+    let mut record = ActRecord::default();
+    for increase in plan.increases.iter().filter(|i| i.delta() > 0) {
+        record.plan(PlannedAction::IncreaseSize {
+            group_id: increase.group_id.clone(),
+            delta: increase.delta(),
+        });
+    }
+    if options.dry_run {
+        return (record, None);
+    }
+    let mut execution = execute_scale_up(plan, groups, backoff, now, options).await;
+    record.events.append(&mut execution.events);
+    (record, Some(execution))
 }
 
 /// Applies `plan` through `groups` (looked up by id). Failed groups are backed off at `now` with

@@ -1,7 +1,7 @@
 //! The loop's CapacityBuffer steps (docs/capacity-buffers.md): the controller, which writes the
 //! buffers' statuses and the managed PodTemplates of `scalableRef` buffers; injection of the
 //! virtual pods into scale-up; and, once scale-up has placed them, `readyReplicas`. The pure
-//! decisions are in [`crate::buffers`]; these steps only read and write through the
+//! decisions are in [`ferroscale_capacity::buffers`]; these steps only read and write through the
 //! [`ClusterApi`]. Every write happens only when something changed, and never with `--dry-run`.
 
 use std::collections::HashSet;
@@ -13,12 +13,12 @@ use ferroscale_model::capacity::{
 use ferroscale_model::{Pod, Timestamp};
 use ferroscale_scheduling::Snapshot;
 
-use crate::buffers::{
+use crate::events::{Event, EventObject};
+use crate::kubernetes::ClusterApi;
+use ferroscale_capacity::buffers::{
     BufferSource, Injection, Resolved, buffer_source, handles_strategy, inject,
     managed_pod_template_name, ready_replicas, reasons, resolve_status,
 };
-use crate::events::{Event, EventObject};
-use crate::kubernetes::ClusterApi;
 
 use super::Autoscaler;
 

@@ -13,74 +13,47 @@
 //! no mutating cloud or cluster method is called (events and the status ConfigMap are returned,
 //! not written).
 
-mod act;
 mod buffers;
 mod external_expander;
 mod gather;
+mod iteration;
 mod provisioning;
 mod recorder;
 mod salvo;
 mod snapshot;
 mod templates;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use ferroscale_model::{Node, Pod, Timestamp};
-use ferroscale_scheduling::Snapshot;
 
 use crate::accelerators::AcceleratorLabels;
-use crate::actuation::{
+use crate::act::deletions::{
     ActuationProgress, ActuationReport, ActuationStep, CompletedDeletion, DeletionTracker,
-    EmptinessRecheck, FailedDeletion, RecheckRefusal, RemovalKind, RemovalRecheck, SoftTaintUpdate,
+    FailedDeletion, LiveRecheck, SoftTaintUpdate,
 };
+use crate::act::scale_up::ScaleUpExecution;
 use crate::backoff::NodeGroupBackoff;
 use crate::cloud::{CloudError, CloudProvider};
 use crate::cluster_state::status::{StatusInput, format_go_time};
 use crate::cluster_state::{
-    ClusterStateRegistry, ClusterStateReport, ReadinessRules, StatusReport, render_status_yaml,
+    ClusterStateRegistry, ClusterStateReport, StatusReport, render_status_yaml,
 };
-use crate::events::{Event, EventObject, reasons};
-use crate::kubernetes::{
-    ClusterApi, ClusterError, ClusterObjects, StatusConfigMap, WorkloadController,
-};
+use crate::events::Event;
+use crate::kubernetes::{ClusterApi, ClusterError, ClusterObjects, StatusConfigMap};
 use crate::options::AutoscalingOptions;
 use crate::parallel::Workers;
-use crate::scale_down::{
-    ControllerIndex, ControllerReplicas, DeletionInProgress, DeletionsInProgress, ScaleDownInput,
-    ScaleDownPlan, ScaleDownState, first_blocking_pod, plan_scale_down,
-};
-use crate::scale_up::{
-    ExternalExpander, ExternalExpanderStep, FakePods, INJECTION_BACKOFF, NodeGroupView,
-    ProviderFacts, ScaleUpExecution, ScaleUpInput, ScaleUpPlan, plan_min_size_enforcement,
-    plan_scale_up, proactive_fake_pods,
-};
+use crate::scale_down::{ScaleDownPlan, ScaleDownState};
+use crate::scale_up::{ExternalExpander, NodeGroupView, ScaleUpPlan};
 
-use act::record_progress;
+pub use crate::act::PlannedAction;
+pub use crate::stopwatch::{NoStopwatch, Stopwatch};
 pub use external_expander::EXTERNAL_EXPANDER_FAILED;
-use gather::Gathered;
 pub use gather::{GatherCall, GatherFailure, GatherSubject};
 pub use provisioning::RequestUpdate;
-use provisioning::RequestsInput;
 pub use recorder::{EVENT_REPEAT_INTERVAL, EventRecorder};
-use snapshot::{LoopSnapshot, SnapshotInput, build_snapshot};
 pub use templates::{TemplateCache, TemplateSource, daemonset_runs_on};
-
-/// Measures elapsed time for the caller; the core has no clock of its own.
-pub trait Stopwatch {
-    /// Milliseconds since an origin fixed by the implementation.
-    fn elapsed_millis(&self) -> f64;
-}
-
-/// A stopwatch that never advances, for callers that do not measure.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoStopwatch;
-
-impl Stopwatch for NoStopwatch {
-    fn elapsed_millis(&self) -> f64 {
-        0.0
-    }
-}
 
 /// Why an iteration stopped on an error (upstream counts these in `errors_total`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,40 +76,6 @@ pub enum EarlyEnd {
     ClusterUnhealthy,
     /// docs/behaviour.md CS-47: a node-group target size was corrected.
     SizesFixed,
-}
-
-/// A mutating call the iteration made — or, in dry-run mode, would have made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PlannedAction {
-    IncreaseSize {
-        group_id: String,
-        delta: usize,
-    },
-    DecreaseTargetSize {
-        group_id: String,
-        delta: i64,
-    },
-    /// `DeleteNodes` (or `ForceDeleteNodes`) of instances without a usable node.
-    DeleteInstances {
-        group_id: String,
-        instance_ids: Vec<String>,
-        force: bool,
-    },
-    /// Start a scale-down deletion (taint, then drain or delete).
-    StartNodeDeletion {
-        node: String,
-        group_id: String,
-        kind: RemovalKind,
-    },
-    AddSoftTaint {
-        node: String,
-    },
-    RemoveSoftTaint {
-        node: String,
-    },
-    RemoveLeftoverTaint {
-        node: String,
-    },
 }
 
 /// Everything one iteration decided and did.
@@ -239,14 +178,6 @@ pub struct LoopCapture {
 }
 
 impl LoopOutcome {
-    /// Records an action the loop took (or, in dry-run, would have taken) and its error, if any.
-    pub(crate) fn record_action(&mut self, action: PlannedAction, result: Result<(), CloudError>) {
-        if let Err(error) = result {
-            self.action_errors.push((action.clone(), error));
-        }
-        self.planned_actions.push(action);
-    }
-
     /// The iteration scaled a group up or began removing a node: with `--frequent-loops-enabled`
     /// the next iteration starts at once rather than after `--scan-interval` (docs/behaviour.md
     /// LOOP-104).
@@ -335,18 +266,6 @@ pub struct Autoscaler {
     /// The accelerator labels of the nodes being deleted, taken when their deletion started, for
     /// the scale-down counters of the iteration that sees them go.
     deletion_accelerators: HashMap<String, AcceleratorLabels>,
-}
-
-/// What the scale-down steps read besides the snapshot.
-#[derive(Clone, Copy)]
-struct ScaleDownStep<'a> {
-    gathered: &'a Gathered,
-    /// The node groups with this iteration's health.
-    views: &'a [NodeGroupView],
-    /// Scale-up asked to skip scale-down this loop.
-    skip_this_loop: bool,
-    provider: ProviderFacts<'a>,
-    now: Timestamp,
 }
 
 /// Measures the pure calls of one iteration.
@@ -627,543 +546,6 @@ impl Autoscaler {
         let deletions = &self.deletions;
         self.deletion_accelerators
             .retain(|node, _| deletions.is_deleting(node));
-    }
-
-    /// The iteration up to (not including) the status report.
-    async fn iterate(
-        &mut self,
-        cloud: &dyn CloudProvider,
-        cluster: &dyn ClusterApi,
-        now: Timestamp,
-        timer: &mut DecideTimer<'_>,
-        outcome: &mut LoopOutcome,
-        events: &mut Vec<Event>,
-    ) -> Result<(), LoopError> {
-        let dry_run = self.options.dry_run;
-        let seed = self.seed.wrapping_add(self.iterations);
-
-        // Taints that an earlier rollback or clean-up could not remove (docs/behaviour.md
-        // SD-120).
-        if !dry_run && !self.deletions.owed_untaints().is_empty() {
-            let settled = self.deletions.settle_owed_untaints(cluster).await;
-            events.extend(settled.events);
-        }
-        // First-iteration clean-up of taints an earlier process left behind; until the nodes
-        // can be read it is tried again every iteration (docs/behaviour.md LOOP-91).
-        if !self.first_loop_done {
-            self.clean_up_leftover_taints(cloud, cluster, now, outcome, events)
-                .await?;
-            self.first_loop_done = true;
-        }
-        outcome.untaints_owed = self.deletions.owed_untaints().nodes();
-
-        // Refresh the cloud's view, then move running deletions forward so the snapshot
-        // gathered below sees their effects.
-        cloud.refresh().await.map_err(LoopError::Refresh)?;
-        let groups = cloud.node_groups().await.map_err(LoopError::NodeGroups)?;
-        if !dry_run && !self.deletions.is_idle() {
-            // Fresh objects for the drainability re-check (docs/behaviour.md SD-110). If they
-            // cannot be read, the deletions wait: when in doubt, no node is removed.
-            // A view that may be behind the cluster counts as unreadable (docs/behaviour.md
-            // LOOP-121).
-            if let Ok(fresh) = cluster.gather().await
-                && fresh.behind.is_empty()
-            {
-                let recheck = LiveRecheck::new(&fresh, now, &self.options);
-                let progress = self
-                    .deletions
-                    .advance(&groups, cluster, &recheck, now, &self.options)
-                    .await;
-                self.absorb(&progress, now);
-                record_progress(outcome, events, progress);
-            }
-        }
-
-        // Gather the cluster and the groups.
-        let objects = cluster.gather().await.map_err(LoopError::Gather)?;
-        outcome.caches_behind = objects.behind.clone();
-        outcome.missing_permissions = objects.missing_permissions.clone();
-        // Cluster resource metrics (docs/behaviour.md LOOP-110): capacity of the nodes not being deleted.
-        outcome.cluster_resources = Some(cluster_resources(&objects.nodes, now));
-        let mut gathered = gather::gather_groups(
-            cloud,
-            groups,
-            objects,
-            &mut self.templates,
-            now,
-            &self.options,
-        )
-        .await;
-        outcome.node_groups = gathered.views.clone();
-        outcome.gather_failures = gathered.failures.clone();
-        outcome.group_accelerators = group_accelerators(cloud, &gathered.views);
-        outcome.node_taints = ReadinessRules::from_options(&self.options, cloud.gpu_label())
-            .count_taints(gathered.objects.nodes.iter().map(|node| node.as_ref()));
-        if self.capturing {
-            outcome.capture = Some(Arc::new(gathered.capture(now, &self.options)));
-        }
-        // The CapacityBuffer controller (docs/capacity-buffers.md CB-101).
-        self.reconcile_buffers(cluster, &mut gathered.objects.capacity, now, events)
-            .await;
-
-        // Actionable-cluster check (docs/behaviour.md LOOP-108) (only without scale-up from zero).
-        if !self.options.scale_up_from_zero {
-            let ready = gathered
-                .objects
-                .nodes
-                .iter()
-                .filter(|n| n.is_ready() && !n.unschedulable)
-                .count();
-            let problem = if gathered.objects.nodes.is_empty() {
-                Some("Cluster has no nodes".to_string())
-            } else if ready == 0 {
-                Some("Cluster has no ready nodes".to_string())
-            } else {
-                None
-            };
-            if let Some(message) = problem {
-                self.scale_down_state.clear_unneeded();
-                let grace = std::time::Duration::from_secs(600);
-                let started = self.started_at.unwrap_or(now);
-                if gathered.objects.nodes.is_empty() || now.since(started) >= grace {
-                    events.push(Event::warning(
-                        EventObject::StatusConfigMap,
-                        reasons::CLUSTER_UNHEALTHY,
-                        message.clone(),
-                    ));
-                }
-                outcome.ended_early = Some(EarlyEnd::NotActionable(message));
-                return Ok(());
-            }
-        }
-
-        // Cluster-state update.
-        let observations = gathered.observations();
-        // GPU nodes whose GPUs have not appeared in allocatable yet are not ready
-        // (docs/behaviour.md CS-102).
-        self.registry.set_gpu_label(cloud.gpu_label());
-        self.registry
-            .set_lookup_failed_nodes(gathered.lookup_failed_nodes());
-        let report = timer.time("updateClusterState", || {
-            self.registry.update(
-                now,
-                &observations,
-                &gathered.objects.nodes,
-                &mut self.backoff,
-                &self.options,
-            )
-        });
-        events.extend(report.events.iter().cloned());
-        outcome.cluster_state = report.clone();
-        let mut views = gathered.views.clone();
-        for view in &mut views {
-            if view.exists {
-                view.healthy = view.healthy && report.group(&view.id).is_none_or(|g| g.healthy);
-            }
-        }
-
-        // Revert timed-out scale-ups, delete long-unregistered instances (docs/behaviour.md CS-45, CS-46).
-        self.revert_timed_out_scale_ups(&gathered.groups, &report, outcome, events)
-            .await;
-        self.delete_long_unregistered(&gathered.groups, &report, outcome, events)
-            .await;
-
-        // Health gate (docs/behaviour.md CS-64).
-        if !report.cluster_healthy {
-            self.scale_down_state.clear_unneeded();
-            events.extend(report.cluster_unhealthy_event());
-            outcome.ended_early = Some(EarlyEnd::ClusterUnhealthy);
-            return Ok(());
-        }
-
-        // Instances that failed to be created.
-        self.delete_failed_instances(&gathered.groups, &report, outcome)
-            .await;
-
-        // Incorrect sizes: fix and end the iteration (docs/behaviour.md CS-47).
-        if self
-            .fix_incorrect_sizes(&gathered.groups, &report, outcome)
-            .await
-        {
-            outcome.ended_early = Some(EarlyEnd::SizesFixed);
-            return Ok(());
-        }
-
-        // The snapshot with upcoming placeholders, the pending pods and the pods of nodes being
-        // drained (docs/behaviour.md LOOP-111, LOOP-112, SU-15).
-        let draining: HashSet<String> = self
-            .deletions
-            .in_progress()
-            .into_iter()
-            .filter(|d| d.kind == RemovalKind::Drain)
-            .map(|d| d.node)
-            .collect();
-        let LoopSnapshot {
-            snapshot: mut base,
-            mut pending,
-            draining_pods,
-        } = build_snapshot(SnapshotInput {
-            objects: &gathered.objects,
-            report: &report,
-            views: &views,
-            draining: &draining,
-            options: &self.options,
-        });
-
-        // Scale-up.
-        let gpu_label = cloud.gpu_label().to_string();
-        let provider = ProviderFacts {
-            gpu_label: &gpu_label,
-            resource_limits: gathered.resource_limits.as_ref(),
-            capacity_quotas: &gathered.objects.capacity.quotas,
-        };
-        // The upcoming placeholders, and the pods the plan places (nominated pods, and pods that
-        // fit existing or upcoming nodes), stay in the snapshot for the rest of the loop, as
-        // upstream keeps them: scale-down then counts a node that pending pods will land on as
-        // used, even while the scheduler has not bound them (stopped, slow or behind a burst).
-        // ProvisioningRequests (docs/provisioning-requests.md): bookings, consumer pods, and on a
-        // request turn the plan executed in place of the ordinary one.
-        let requests = RequestsInput {
-            gathered: &gathered,
-            views: &views,
-            provider,
-            now,
-            seed,
-        };
-        let mut requests = self
-            .provisioning_requests(
-                cluster,
-                requests,
-                &mut base,
-                &mut pending,
-                timer,
-                outcome,
-                events,
-            )
-            .await;
-        // Proactive scale-up (docs/behaviour.md SU-110): fake pods for the replicas controllers
-        // have not created yet join the pending pods of this plan only, and their own copies of
-        // their sample's claims join the snapshot for the rest of the loop (docs/dra.md
-        // DRA-134), like the fakes placed on nodes.
-        // A controller whose fake pods could not be helped gets none for a while, as upstream.
-        self.injection_backoff.retain(|_, until| *until > now);
-        let FakePods {
-            pods: fakes,
-            claims: fake_claims,
-        } = if self.options.enable_proactive_scaleup && requests.is_none() {
-            let controllers: Vec<WorkloadController> = gathered
-                .objects
-                .controllers
-                .iter()
-                .filter(|c| !self.injection_backoff.contains_key(&c.uid))
-                .cloned()
-                .collect();
-            proactive_fake_pods(
-                &controllers,
-                &gathered.objects.pods,
-                &pending,
-                &gathered.objects.dra.claims,
-                self.options.pod_injection_limit,
-            )
-        } else {
-            FakePods::default()
-        };
-        if !fake_claims.is_empty() {
-            base.add_resource_claims(fake_claims);
-        }
-        // CapacityBuffers' virtual pods join them too (docs/capacity-buffers.md CB-108).
-        let buffer_pods = self
-            .inject_buffer_pods(cluster, &gathered.objects.capacity, now, events)
-            .await;
-        let planned_pods: std::borrow::Cow<'_, [Arc<Pod>]> =
-            if fakes.is_empty() && buffer_pods.pods.is_empty() {
-                std::borrow::Cow::Borrowed(&pending)
-            } else {
-                let extra = buffer_pods.pods.iter().chain(&fakes);
-                pending.iter().chain(extra).cloned().collect()
-            };
-        let scale_up_input =
-            |snapshot: &mut Snapshot, external_expander: ExternalExpanderStep<'_>| {
-                plan_scale_up(ScaleUpInput {
-                    now,
-                    snapshot,
-                    pending_pods: &planned_pods,
-                    draining_pods: &draining_pods,
-                    node_groups: &views,
-                    backoff: &self.backoff,
-                    options: &self.options,
-                    priority_config: gathered.objects.priority_expander_config.as_deref(),
-                    provider,
-                    seed,
-                    external_expander,
-                    all_or_nothing: false,
-                    workers: &self.workers,
-                })
-            };
-        let plan = match &mut requests {
-            Some(turn) => turn.take_plan(),
-            None => {
-                // With `grpc` in the chain, a first plan on a throw-away branch finds what to
-                // ask the external expander (docs/grpc-expander.md GX-101).
-                let query = if self.external_expander_wanted() {
-                    timer.time("scaleUp", || {
-                        scale_up_input(&mut base.branch(), ExternalExpanderStep::Ask).external_query
-                    })
-                } else {
-                    None
-                };
-                let external_answer = self.external_expander_answer(query, events).await;
-                let external_step = external_answer
-                    .as_ref()
-                    .map_or(ExternalExpanderStep::Skip, ExternalExpanderStep::Answer);
-                timer.time("scaleUp", || scale_up_input(&mut base, external_step))
-            }
-        };
-        events.extend(plan.events.iter().cloned());
-        outcome.scale_up_execution = self
-            .execute_increases(&plan, &gathered.groups, now, outcome, events)
-            .await;
-        if let Some(turn) = requests.take() {
-            let execution = outcome.scale_up_execution.clone();
-            self.finish_requests_turn(cluster, turn, execution.as_ref(), now, outcome, events)
-                .await;
-        } else if self.options.salvo_scale_up {
-            let start = salvo::SalvoStart {
-                now,
-                gathered: &gathered,
-                views: &views,
-                pending: &planned_pods,
-                draining: &draining_pods,
-                provider,
-                seed,
-            };
-            self.salvo_scale_ups(start, &plan, &mut base, timer, outcome, events)
-                .await;
-        }
-        if !fakes.is_empty() {
-            // The controllers of fake pods the last round could not help are backed off.
-            let owner_of: HashMap<String, String> = fakes
-                .iter()
-                .filter_map(|p| p.controller().map(|o| (p.key(), o.uid.clone())))
-                .collect();
-            let last = outcome.salvo_rounds.last().unwrap_or(&plan);
-            for verdict in &last.pods_not_helped {
-                if let Some(uid) = owner_of.get(&verdict.pod) {
-                    self.injection_backoff
-                        .insert(uid.clone(), now + INJECTION_BACKOFF);
-                }
-            }
-            // Fake pods exist only in this plan: no event names them.
-            let fake_keys: HashSet<String> = fakes.iter().map(|p| p.key()).collect();
-            events
-                .retain(|e| !matches!(&e.object, EventObject::Pod(key) if fake_keys.contains(key)));
-        }
-        self.report_buffer_pods(cluster, &buffer_pods, &base, events)
-            .await;
-        let skip_scale_down = plan.skip_scale_down_this_loop;
-        outcome.scale_up = Some(plan);
-        outcome.pending_pods = pending;
-
-        // Scale-down, never on a view that may be behind the cluster (docs/behaviour.md
-        // LOOP-121): what made a node look unneeded may be old news, so its timer starts over
-        // once the view is current again.
-        if self.options.scale_down_enabled && !outcome.caches_behind.is_empty() {
-            self.scale_down_state.clear_unneeded();
-        } else if self.options.scale_down_enabled {
-            let step = ScaleDownStep {
-                gathered: &gathered,
-                views: &views,
-                skip_this_loop: skip_scale_down,
-                provider,
-                now,
-            };
-            self.scale_down(cloud, cluster, step, &mut base, timer, outcome, events)
-                .await;
-        }
-
-        // Min-size enforcement (the snapshot holds the upcoming placeholders already).
-        if self.options.enforce_node_group_min_size {
-            let targets: Vec<NodeGroupView> = views
-                .iter()
-                .map(|v| {
-                    let mut v = v.clone();
-                    // Salvo rounds may have grown a group more than once: the last target wins.
-                    if let Some(execution) = &outcome.scale_up_execution
-                        && let Some(target) = execution
-                            .succeeded
-                            .iter()
-                            .filter(|i| i.group_id == v.id)
-                            .map(|i| i.new_target)
-                            .max()
-                    {
-                        v.target_size = target;
-                    }
-                    v
-                })
-                .collect();
-            let min_plan = timer.time("scaleUp", || {
-                plan_min_size_enforcement(
-                    &base,
-                    &targets,
-                    &self.backoff,
-                    now,
-                    &self.options,
-                    provider,
-                )
-            });
-            outcome.min_size_execution = self
-                .execute_increases(&min_plan, &gathered.groups, now, outcome, events)
-                .await;
-            outcome.min_size_enforcement = Some(min_plan);
-        }
-        Ok(())
-    }
-
-    /// Scale-down (docs/behaviour.md LOOP-113 and the Scale-down section): decide, then start the chosen deletions and apply the
-    /// soft taints.
-    #[allow(clippy::too_many_arguments)]
-    async fn scale_down(
-        &mut self,
-        cloud: &dyn CloudProvider,
-        cluster: &dyn ClusterApi,
-        step: ScaleDownStep<'_>,
-        snapshot: &mut Snapshot,
-        timer: &mut DecideTimer<'_>,
-        outcome: &mut LoopOutcome,
-        events: &mut Vec<Event>,
-    ) {
-        let plan = self.decide_scale_down(&step, snapshot, timer);
-        events.extend(plan.events.iter().cloned());
-        let clock = timer.stopwatch;
-        self.start_deletions(cloud, cluster, &step, &plan, clock, outcome, events)
-            .await;
-        self.apply_soft_taints(cluster, &step, &plan, outcome).await;
-        outcome.scale_down = Some(plan);
-    }
-
-    /// Decide: this loop's scale-down plan, on the snapshot as scale-up left it (pending pods
-    /// placed where they fit). Keeps the plan's next scale-down state.
-    fn decide_scale_down(
-        &mut self,
-        step: &ScaleDownStep<'_>,
-        snapshot: &mut Snapshot,
-        timer: &mut DecideTimer<'_>,
-    ) -> ScaleDownPlan {
-        // Nominated pods already count where they are going (docs/behaviour.md LOOP-111): the
-        // scale-up intake placed them in the snapshot.
-        let ScaleDownStep {
-            gathered,
-            views,
-            provider,
-            now,
-            ..
-        } = *step;
-        let controllers = controller_index(&gathered.objects);
-        let in_progress = self.deletions.in_progress();
-        let deletions = DeletionsInProgress {
-            nodes: in_progress
-                .iter()
-                .map(|d| DeletionInProgress {
-                    node: d.node.clone(),
-                    group_id: d.group_id.clone(),
-                    drain: d.kind == RemovalKind::Drain,
-                })
-                .collect(),
-            recently_evicted: self.deletions.evicted_pods(),
-        };
-        let index: HashMap<&str, usize> = views
-            .iter()
-            .enumerate()
-            .map(|(i, v)| (v.id.as_str(), i))
-            .collect();
-        // A node the provider vetoed is not a scale-down candidate this loop: like a node outside
-        // every group, it is neither unneeded nor removed.
-        let node_group_of = |node: &str| -> Option<usize> {
-            if gathered.scale_down_vetoed.contains(node) {
-                return None;
-            }
-            let group = gathered.group_of_node.get(node)?;
-            let id = gathered.groups.get(*group)?.id();
-            index.get(id).copied()
-        };
-        let plan = timer.time("findUnneeded", || {
-            plan_scale_down(ScaleDownInput {
-                now,
-                snapshot,
-                node_groups: views,
-                node_group_of: &node_group_of,
-                pdbs: &gathered.objects.pdbs,
-                controllers: &controllers,
-                deletions_in_progress: &deletions,
-                state: &self.scale_down_state,
-                options: &self.options,
-                provider: &provider,
-                scale_down_disabled_this_loop: step.skip_this_loop,
-                workers: &self.workers,
-            })
-        });
-        self.scale_down_state = plan.next_state.clone();
-        plan
-    }
-}
-
-/// The owners that exist, with their replicas, for drainability rule 3.
-fn controller_index(objects: &ClusterObjects) -> ControllerIndex {
-    let mut controllers = ControllerIndex::new();
-    for c in &objects.controllers {
-        let replicas = c.replicas.unwrap_or(0);
-        controllers.insert(
-            c.kind.clone(),
-            c.namespace.clone(),
-            c.name.clone(),
-            ControllerReplicas {
-                desired: replicas,
-                current: replicas,
-            },
-        );
-    }
-    controllers
-}
-
-/// docs/behaviour.md SD-89, SD-110 against live objects: an empty node must still be empty, and no
-/// pod on any node may block its removal under the drainability rules with the PDBs and controllers
-/// as they are now.
-struct LiveRecheck<'a> {
-    now: Timestamp,
-    controllers: ControllerIndex,
-    pdbs: &'a [ferroscale_model::PodDisruptionBudget],
-    options: &'a AutoscalingOptions,
-}
-
-impl<'a> LiveRecheck<'a> {
-    fn new(objects: &'a ClusterObjects, now: Timestamp, options: &'a AutoscalingOptions) -> Self {
-        LiveRecheck {
-            now,
-            controllers: controller_index(objects),
-            pdbs: &objects.pdbs,
-            options,
-        }
-    }
-}
-
-impl RemovalRecheck for LiveRecheck<'_> {
-    fn recheck(
-        &self,
-        node: &Node,
-        kind: RemovalKind,
-        live_pods: &[Arc<Pod>],
-    ) -> Result<(), RecheckRefusal> {
-        EmptinessRecheck.recheck(node, kind, live_pods)?;
-        match first_blocking_pod(
-            live_pods,
-            self.now,
-            &self.controllers,
-            self.pdbs,
-            self.options,
-        ) {
-            None => Ok(()),
-            Some(block) => Err(block.into()),
-        }
     }
 }
 

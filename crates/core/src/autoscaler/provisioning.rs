@@ -22,17 +22,18 @@ use ferroscale_scheduling::Snapshot;
 
 use super::gather::Gathered;
 use super::{Autoscaler, DecideTimer, LoopOutcome};
+use crate::act::scale_up::ScaleUpExecution;
 use crate::events::{Event, EventObject, reasons};
 use crate::kubernetes::ClusterApi;
 use crate::options::AutoscalingOptions;
-use crate::provisioning::{
+use crate::scale_up::{
+    ExternalExpanderStep, NodeGroupView, ProviderFacts, ScaleUpInput, ScaleUpPlan, ScaleUpStatus,
+    plan_scale_up,
+};
+use ferroscale_capacity::provisioning::{
     MAX_EXPIRIES_PER_LOOP, RequestBackoff, RequestClass, RequestCondition, consumed_request,
     expiry, handled_class, is_booked, not_found_condition, place_all_or_none, place_where_they_fit,
     pods_for_request, reasons as request_reasons,
-};
-use crate::scale_up::{
-    ExternalExpanderStep, NodeGroupView, ProviderFacts, ScaleUpExecution, ScaleUpInput,
-    ScaleUpPlan, ScaleUpStatus, plan_scale_up,
 };
 
 /// What the loop remembers about requests between iterations.
@@ -126,7 +127,12 @@ impl StatusWriter<'_> {
         let (outcome, events) = (&mut *self.outcome, &mut *self.events);
         let warning = condition.is_warning();
         let (type_, reason) = (condition.type_, condition.reason);
-        crate::provisioning::set_condition(status, condition, request.generation, now);
+        ferroscale_capacity::provisioning::set_condition(
+            status,
+            condition,
+            request.generation,
+            now,
+        );
         let Some(set) = status.conditions.iter().find(|c| c.type_ == type_).cloned() else {
             return;
         };

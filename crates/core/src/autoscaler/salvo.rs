@@ -15,10 +15,11 @@ use std::sync::Arc;
 use ferroscale_model::{Pod, Timestamp};
 use ferroscale_scheduling::{Snapshot, find_node};
 
+use crate::act::scale_up::ScaleUpExecution;
 use crate::events::Event;
 use crate::scale_up::{
-    ExternalExpanderStep, GroupIncrease, NodeGroupView, ProviderFacts, ScaleUpExecution,
-    ScaleUpInput, ScaleUpPlan, ScaleUpStatus, inject_upcoming_nodes, plan_scale_up,
+    ExternalExpanderStep, GroupIncrease, NodeGroupView, ProviderFacts, ScaleUpInput, ScaleUpPlan,
+    ScaleUpStatus, inject_upcoming_nodes, plan_scale_up,
 };
 
 use super::gather::Gathered;

@@ -18,8 +18,6 @@ mod choose;
 mod drainability;
 pub(crate) mod eligibility;
 mod evictions;
-#[cfg(feature = "bench-fixtures")]
-pub mod fixtures;
 mod plan;
 mod simulation;
 mod soft_taints;
@@ -35,6 +33,7 @@ use ferroscale_model::{Pod, PodDisruptionBudget, Timestamp};
 use ferroscale_scheduling::Snapshot;
 
 use crate::events::Event;
+use crate::kubernetes::WorkloadController;
 use crate::options::AutoscalingOptions;
 use crate::parallel::Workers;
 use crate::scale_up::{NodeGroupView, ProviderFacts};
@@ -111,6 +110,24 @@ pub struct ControllerReplicas {
 impl ControllerIndex {
     pub fn new() -> ControllerIndex {
         ControllerIndex::default()
+    }
+
+    /// The owners that exist, with their replicas, for drainability rule 3.
+    pub fn of(controllers: &[WorkloadController]) -> ControllerIndex {
+        let mut index = ControllerIndex::new();
+        for c in controllers {
+            let replicas = c.replicas.unwrap_or(0);
+            index.insert(
+                c.kind.clone(),
+                c.namespace.clone(),
+                c.name.clone(),
+                ControllerReplicas {
+                    desired: replicas,
+                    current: replicas,
+                },
+            );
+        }
+        index
     }
 
     /// Records a controller that exists.

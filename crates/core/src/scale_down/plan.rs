@@ -17,11 +17,12 @@ use super::simulation::RemovalSimulator;
 use super::soft_taints::plan_soft_taints;
 use super::trackers::LatencyUpdate;
 use super::{
-    BlockingPod, ScaleDownInput, ScaleDownPlan, ScaleDownState, ScaleDownStatus, UnneededNode,
-    UnremovableNode, UnremovableReason, Utilization,
+    BlockingPod, ControllerIndex, DeletionsInProgress, PlannedMove, ScaleDownInput, ScaleDownPlan,
+    ScaleDownState, ScaleDownStatus, UnneededNode, UnremovableNode, UnremovableReason, Utilization,
 };
 use crate::options::AutoscalingOptions;
-use crate::scale_up::is_upcoming_node;
+use crate::parallel::Workers;
+use crate::scale_up::{NodeGroupView, ProviderFacts, is_upcoming_node};
 
 /// Uids of the pods the simulation placed in this loop.
 type SimulatedPods = foldhash::HashSet<String>;
@@ -36,8 +37,22 @@ struct Candidate {
     was_unneeded: bool,
 }
 
+/// The loop's inputs every stage reads.
+struct PlanContext<'a> {
+    now: Timestamp,
+    node_groups: &'a [NodeGroupView],
+    deletions_in_progress: &'a DeletionsInProgress,
+    state: &'a ScaleDownState,
+    options: &'a AutoscalingOptions,
+}
+
 /// Decides this loop's scale-down. Pure: reads the input, leaves the snapshot unchanged, returns
 /// the plan and the next state.
+///
+/// The stages, in order: the nodes and their groups, the capacity margin, the pods of ongoing
+/// deletions put back, candidates and eligibility, removal simulation (all on a branch of the
+/// snapshot that is dropped afterwards), unneeded tracking, cooldown and the choice of nodes to
+/// delete, soft taints, and the optional measurements.
 pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
     let ScaleDownInput {
         now,
@@ -61,98 +76,202 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
     }
     next_state.unremovable_until.retain(|_, until| *until > now);
     let mut plan = ScaleDownPlan::empty(ScaleDownStatus::NoCandidates, ScaleDownState::new());
+    let ctx = PlanContext {
+        now,
+        node_groups,
+        deletions_in_progress,
+        state,
+        options,
+    };
 
     // Everything up to the `drop(branch)` below runs on a branch, which the drop reverts.
     let mut branch = snapshot.branch();
     let snapshot: &mut Snapshot = &mut branch;
+    let cluster = ClusterNodes::of(snapshot, node_group_of, &ctx);
+    let margin = cluster.capacity_margin(options, provider);
+    let mut search = RemovalSearch::new(&cluster, pdbs, controllers, &ctx, loop_interval);
+    search.place_recently_evicted(snapshot, deletions_in_progress, controllers);
+    let candidates = find_candidates(
+        snapshot,
+        &cluster,
+        &ctx,
+        provider.gpu_label,
+        workers,
+        &mut plan,
+    );
+    let removables = search.run(snapshot, candidates, &ctx, &mut next_state, &mut plan);
+    drop(branch);
 
-    // Nodes: which are being deleted (no destination, no candidate, no capacity), which group
-    // each belongs to.
-    let nodes: Vec<(NodeId, Arc<Node>)> = snapshot
-        .nodes()
-        .map(|(id, info)| (id, info.node.clone()))
+    // Unneeded tracking (docs/behaviour.md SD-107): kept since-times, new ones start now, absent
+    // ones are forgotten.
+    next_state.unneeded_since = plan
+        .unneeded
+        .iter()
+        .map(|u| (u.node.clone(), u.since))
         .collect();
-    let mut group_of: HashMap<NodeId, usize> = HashMap::with_capacity(nodes.len());
-    let mut registered_per_group = vec![0usize; node_groups.len()];
-    let mut not_destinations: HashSet<NodeId> = HashSet::new();
-    for (id, node) in &nodes {
-        if let Some(g) = node_group_of(&node.name).filter(|g| *g < node_groups.len()) {
-            group_of.insert(*id, g);
-            if let Some(count) = registered_per_group.get_mut(g) {
-                *count += 1;
-            }
-        }
-        if is_upcoming_node(node)
-            || deletions_in_progress.contains(&node.name)
-            || is_being_deleted(node, now)
-        {
-            not_destinations.insert(*id);
-        }
-    }
-    let margin = CapacityMargin::new(
-        nodes
-            .iter()
-            .filter(|(id, node)| !not_destinations.contains(id) && !is_virtual_kubelet(node))
-            .map(|(_, node)| node.as_ref()),
-        options,
+    let in_cooldown = scale_down_disabled_this_loop
+        || (!options.scale_down_delay_type_local && globally_in_cooldown(state, now, options));
+    choose_deletions(
+        &mut plan,
+        in_cooldown,
+        &removables,
+        &cluster,
+        margin,
+        &ctx,
         provider,
     );
+    plan_soft_taints_of(&mut plan, &cluster, options);
+    measure(&mut plan, &mut next_state, node_groups, options, now);
+    plan.next_state = next_state;
+    plan
+}
 
-    let mut simulator = RemovalSimulator::new(now, not_destinations.clone());
-    // Pods placed by the simulation rather than really running where the snapshot shows them:
-    // they are never evicted from the node they were simulated onto. Every pod to move is
-    // looked up, hence the fast (seeded) hasher.
-    let mut simulated_pods = SimulatedPods::default();
-    place_recently_evicted(
-        snapshot,
-        &mut simulator,
+/// The snapshot's nodes, the node group of each, and the nodes no pod may move to.
+struct ClusterNodes {
+    nodes: Vec<(NodeId, Arc<Node>)>,
+    /// Index into the plan's node groups, for the nodes of a group.
+    group_of: HashMap<NodeId, usize>,
+    registered_per_group: Vec<usize>,
+    /// Upcoming nodes and nodes being deleted: no destination, no candidate, no capacity.
+    not_destinations: HashSet<NodeId>,
+}
+
+impl ClusterNodes {
+    fn of(
+        snapshot: &Snapshot,
+        node_group_of: &dyn Fn(&str) -> Option<usize>,
+        ctx: &PlanContext<'_>,
+    ) -> ClusterNodes {
+        let nodes: Vec<(NodeId, Arc<Node>)> = snapshot
+            .nodes()
+            .map(|(id, info)| (id, info.node.clone()))
+            .collect();
+        let mut group_of: HashMap<NodeId, usize> = HashMap::with_capacity(nodes.len());
+        let mut registered_per_group = vec![0usize; ctx.node_groups.len()];
+        let mut not_destinations: HashSet<NodeId> = HashSet::new();
+        for (id, node) in &nodes {
+            if let Some(g) = node_group_of(&node.name).filter(|g| *g < ctx.node_groups.len()) {
+                group_of.insert(*id, g);
+                if let Some(count) = registered_per_group.get_mut(g) {
+                    *count += 1;
+                }
+            }
+            if is_upcoming_node(node)
+                || ctx.deletions_in_progress.contains(&node.name)
+                || is_being_deleted(node, ctx.now)
+            {
+                not_destinations.insert(*id);
+            }
+        }
+        ClusterNodes {
+            nodes,
+            group_of,
+            registered_per_group,
+            not_destinations,
+        }
+    }
+
+    /// The room the resource limits leave below their minimums (docs/behaviour.md SD-83), over
+    /// the nodes that count as capacity.
+    fn capacity_margin(
+        &self,
+        options: &AutoscalingOptions,
+        provider: &ProviderFacts<'_>,
+    ) -> CapacityMargin {
+        CapacityMargin::new(
+            self.nodes
+                .iter()
+                .filter(|(id, node)| {
+                    !self.not_destinations.contains(id) && !is_virtual_kubelet(node)
+                })
+                .map(|(_, node)| node.as_ref()),
+            options,
+            provider,
+        )
+    }
+}
+
+/// Upcoming nodes and nodes being deleted are never candidates.
+fn not_a_candidate(node: &Node, deletions_in_progress: &DeletionsInProgress) -> bool {
+    is_upcoming_node(node) || deletions_in_progress.contains(&node.name)
+}
+
+/// Each node's eligibility and whether it looks empty; `None` for a node that is no candidate or
+/// whose group is at its minimum size or in local cooldown. A node's eligibility reads that node
+/// only, so the nodes are checked in parallel; the verdicts come in node order
+/// (docs/behaviour.md SU-112).
+fn eligibility_verdicts(
+    snapshot: &Snapshot,
+    cluster: &ClusterNodes,
+    ctx: &PlanContext<'_>,
+    in_local_cooldown: &HashSet<&str>,
+    gpu_label: &str,
+    workers: &Workers,
+) -> Vec<Option<(Eligibility, bool)>> {
+    let (now, options) = (ctx.now, ctx.options);
+    workers.map(&cluster.nodes, |(id, node)| {
+        if not_a_candidate(node, ctx.deletions_in_progress) {
+            return None;
+        }
+        let group = cluster
+            .group_of
+            .get(id)
+            .and_then(|&g| ctx.node_groups.get(g));
+        if group.is_some_and(|g| {
+            g.target_size <= g.min_size || in_local_cooldown.contains(g.id.as_str())
+        }) {
+            return None;
+        }
+        let info = snapshot.node(*id)?;
+        let device_pools = snapshot.device_pools(*id);
+        let eligibility = check_eligibility(
+            node,
+            &info.pods,
+            group,
+            now,
+            options,
+            gpu_label,
+            &device_pools,
+        );
+        let empty = looks_empty(&info.pods, now, options.expendable_pods_priority_cutoff);
+        Some((eligibility, empty))
+    })
+}
+
+/// Candidates (docs/behaviour.md SD-103) and eligibility (SD-50–SD-63): the nodes whose removal
+/// is simulated, empty ones first, then the ones unneeded last loop, then the rest. The nodes
+/// that cannot go are listed in the plan's unremovable nodes.
+fn find_candidates(
+    snapshot: &Snapshot,
+    cluster: &ClusterNodes,
+    ctx: &PlanContext<'_>,
+    gpu_label: &str,
+    workers: &Workers,
+    plan: &mut ScaleDownPlan,
+) -> Vec<Candidate> {
+    let PlanContext {
+        now,
+        node_groups,
         deletions_in_progress,
-        controllers,
-        &mut simulated_pods,
+        state,
+        options,
+    } = *ctx;
+    let in_local_cooldown = groups_in_local_cooldown(node_groups, state, now, options);
+    let verdicts = eligibility_verdicts(
+        snapshot,
+        cluster,
+        ctx,
+        &in_local_cooldown,
+        gpu_label,
+        workers,
     );
-
-    // Candidates (docs/behaviour.md SD-103) and eligibility (SD-50–SD-63).
-    let groups_in_local_cooldown = groups_in_local_cooldown(node_groups, state, now, options);
-    // A node's eligibility reads that node only, so the nodes are checked in parallel; the
-    // verdicts are taken in node order below (docs/behaviour.md SU-112).
-    let verdicts = {
-        let snapshot: &Snapshot = snapshot;
-        let gpu_label = provider.gpu_label;
-        workers.map(&nodes, |(id, node)| {
-            if is_upcoming_node(node) || deletions_in_progress.contains(&node.name) {
-                return None;
-            }
-            let group = group_of.get(id).and_then(|&g| node_groups.get(g));
-            if group.is_some_and(|g| {
-                g.target_size <= g.min_size || groups_in_local_cooldown.contains(g.id.as_str())
-            }) {
-                return None;
-            }
-            let info = snapshot.node(*id)?;
-            let device_pools = snapshot.device_pools(*id);
-            let eligibility = check_eligibility(
-                node,
-                &info.pods,
-                group,
-                now,
-                options,
-                gpu_label,
-                &device_pools,
-            );
-            let empty = looks_empty(&info.pods, now, options.expendable_pods_priority_cutoff);
-            Some((eligibility, empty))
-        })
-    };
     let mut candidates: Vec<Candidate> = Vec::new();
-    for ((id, node), verdict) in nodes.iter().zip(verdicts) {
-        if is_upcoming_node(node) || deletions_in_progress.contains(&node.name) {
+    for ((id, node), verdict) in cluster.nodes.iter().zip(verdicts) {
+        if not_a_candidate(node, deletions_in_progress) || snapshot.node(*id).is_none() {
             continue;
         }
-        let group_index = group_of.get(id).copied();
+        let group_index = cluster.group_of.get(id).copied();
         let group = group_index.and_then(|g| node_groups.get(g));
-        if snapshot.node(*id).is_none() {
-            continue;
-        }
         let unremovable = |reason, utilization| UnremovableNode {
             node: node.name.clone(),
             group_id: group.map(|g| g.id.clone()),
@@ -163,25 +282,21 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
         };
         if let Some(group) = group {
             if group.target_size <= group.min_size {
-                plan.unremovable.push(unremovable(
-                    UnremovableReason::NodeGroupMinSizeReached,
-                    None,
-                ));
+                let reason = UnremovableReason::NodeGroupMinSizeReached;
+                plan.unremovable.push(unremovable(reason, None));
                 continue;
             }
-            if groups_in_local_cooldown.contains(group.id.as_str()) {
+            if in_local_cooldown.contains(group.id.as_str()) {
                 continue;
             }
         }
         // Every node that got this far was checked above.
-        let Some((eligibility, empty)) = verdict else {
-            continue;
-        };
-        match eligibility {
-            Eligibility::Unremovable(reason, utilization) => {
+        match verdict {
+            None => {}
+            Some((Eligibility::Unremovable(reason, utilization), _)) => {
                 plan.unremovable.push(unremovable(reason, utilization));
             }
-            Eligibility::Eligible(utilization) => {
+            Some((Eligibility::Eligible(utilization), empty)) => {
                 let Some(group) = group_index else { continue };
                 candidates.push(Candidate {
                     id: *id,
@@ -194,186 +309,324 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
             }
         }
     }
-    // Empty nodes first, then the ones unneeded last loop, then the rest (stable).
     candidates.sort_by_key(|c| (!c.empty, !c.was_unneeded));
+    candidates
+}
 
-    // Removal simulation (docs/behaviour.md SD-104), until the search-stop rule (SD-105) or the
-    // non-empty candidate limits (SD-116) say enough.
-    let search_limit = search_limit(state.unneeded_count(), options, loop_interval);
-    let mut non_empty_limit = NonEmptyCandidateLimit::new(options, nodes.len());
-    let rules = DrainRules::from_options(now, controllers, options);
-    let mut pdb_tracker = PdbTracker::new(pdbs);
-    let mut removables: Vec<Removable> = Vec::new();
-    let mut found = 0usize;
-    let mut candidates = candidates.into_iter();
-    while let Some(candidate) = candidates.next() {
-        if found >= search_limit {
-            plan.skipped.push(candidate.node.name.clone());
-            plan.skipped.extend(candidates.map(|c| c.node.name.clone()));
-            break;
-        }
-        let group = node_groups.get(candidate.group);
-        let group_id = group.map(|g| g.id.clone());
-        let unremovable = |reason, blocking_pod, pod| UnremovableNode {
-            node: candidate.node.name.clone(),
-            group_id: group_id.clone(),
-            reason,
-            blocking_pod,
-            pod,
-            utilization: Some(candidate.utilization),
-        };
-        if next_state
-            .unremovable_until
-            .contains_key(&candidate.node.name)
-        {
-            plan.unremovable.push(unremovable(
-                UnremovableReason::RecentlyUnremovable,
-                None,
-                None,
-            ));
+/// A candidate's pods, sorted by what its removal does with them.
+#[derive(Default)]
+struct PodsOnNode {
+    /// Pods that must find a place elsewhere.
+    movable: Vec<Arc<Pod>>,
+    daemonset_pods: Vec<Arc<Pod>>,
+    /// The first pod whose completion the removal waits for.
+    on_completion_pod: Option<String>,
+}
+
+/// Sorts the pods of a node by the drainability rules; `Err` names the first pod that blocks
+/// the node's removal.
+fn classify_pods(
+    pods: &[Arc<Pod>],
+    rules: &DrainRules<'_>,
+    pdb_tracker: &PdbTracker,
+    options: &AutoscalingOptions,
+) -> Result<PodsOnNode, BlockingPod> {
+    let mut sorted = PodsOnNode::default();
+    for pod in pods {
+        if pod.is_expendable(options.expendable_pods_priority_cutoff) {
             continue;
         }
-        if !non_empty_limit.admits(&candidate) {
-            // Candidates come sorted, so every one left is an additional non-empty candidate too.
-            plan.skipped.push(candidate.node.name.clone());
-            plan.skipped.extend(candidates.map(|c| c.node.name.clone()));
-            break;
-        }
-        let Some(info) = snapshot.node(candidate.id) else {
-            continue;
-        };
-        let mut movable: Vec<Arc<Pod>> = Vec::new();
-        let mut daemonset_pods: Vec<Arc<Pod>> = Vec::new();
-        let mut on_completion_pod: Option<String> = None;
-        let mut blocked: Option<BlockingPod> = None;
-        for pod in &info.pods {
-            if pod.is_expendable(options.expendable_pods_priority_cutoff) {
-                continue;
+        match rules.classify(pod, pdb_tracker) {
+            PodDrain::Skip => {}
+            PodDrain::DaemonSet => sorted.daemonset_pods.push(pod.clone()),
+            PodDrain::Move => sorted.movable.push(pod.clone()),
+            PodDrain::WaitForCompletion => {
+                sorted.on_completion_pod.get_or_insert_with(|| pod.key());
             }
-            match rules.classify(pod, &pdb_tracker) {
-                PodDrain::Skip => {}
-                PodDrain::DaemonSet => daemonset_pods.push(pod.clone()),
-                PodDrain::Move => movable.push(pod.clone()),
-                PodDrain::WaitForCompletion => {
-                    on_completion_pod.get_or_insert_with(|| pod.key());
-                }
-                PodDrain::Block(rule) => {
-                    blocked = Some(BlockingPod {
-                        pod: pod.key(),
-                        rule,
-                    });
-                    break;
-                }
-            }
-        }
-        if let Some(blocking) = blocked {
-            plan.unremovable.push(unremovable(
-                UnremovableReason::BlockedByPod,
-                Some(blocking),
-                None,
-            ));
-            next_state.unremovable_until.insert(
-                candidate.node.name.clone(),
-                now + options.unremovable_node_recheck_timeout,
-            );
-            continue;
-        }
-        let risky = !pdb_tracker.fits_together(movable.iter().map(Arc::as_ref));
-        match simulator.remove_node(snapshot, candidate.id, &movable) {
-            Err(pod) => {
-                plan.unremovable.push(unremovable(
-                    UnremovableReason::NoPlaceToMovePods,
-                    None,
-                    Some(pod.key()),
-                ));
-                next_state.unremovable_until.insert(
-                    candidate.node.name.clone(),
-                    now + options.unremovable_node_recheck_timeout,
-                );
-            }
-            Ok(moves) => {
-                // Pods that really run on the node (not simulated arrivals) are the ones to evict.
-                let pods_to_evict: Vec<Arc<Pod>> = if movable.is_empty() {
-                    Vec::new()
-                } else {
-                    movable
-                        .iter()
-                        .filter(|p| !simulated_pods.contains(&p.uid))
-                        .cloned()
-                        .collect()
-                };
-                pdb_tracker.consume(movable.iter().map(Arc::as_ref));
-                simulated_pods.extend(moves.iter().map(|m| m.pod.uid.clone()));
-                let empty = movable.is_empty();
-                let since = state
-                    .unneeded_since
-                    .get(&candidate.node.name)
-                    .copied()
-                    .unwrap_or(now);
-                if !group.is_some_and(|g| g.zero_or_max()) {
-                    found += 1;
-                }
-                non_empty_limit.found(&candidate);
-                plan.unneeded.push(UnneededNode {
-                    node: candidate.node.name.clone(),
-                    group_id: group_id.clone().unwrap_or_default(),
-                    since,
-                    utilization: candidate.utilization,
-                    empty,
-                    ready: candidate.node.is_ready(),
-                    risky,
-                });
-                let ds_flag = if empty {
-                    options.daemonset_eviction_for_empty_nodes
-                } else {
-                    options.daemonset_eviction_for_occupied_nodes
-                };
-                removables.push(Removable {
-                    node: candidate.node.clone(),
-                    group: candidate.group,
-                    since,
-                    utilization: candidate.utilization,
-                    empty,
-                    risky,
-                    on_completion_pod,
-                    pods_to_evict: if empty { Vec::new() } else { pods_to_evict },
-                    moves,
-                    daemonset_pods: daemonset_pods
-                        .into_iter()
-                        .filter(|p| evict_daemonset_pod(p, ds_flag))
-                        .collect(),
+            PodDrain::Block(rule) => {
+                return Err(BlockingPod {
+                    pod: pod.key(),
+                    rule,
                 });
             }
         }
     }
-    drop(branch);
+    Ok(sorted)
+}
 
-    // Unneeded tracking (docs/behaviour.md SD-107): kept since-times, new ones start now, absent
-    // ones are forgotten.
-    next_state.unneeded_since = plan
-        .unneeded
-        .iter()
-        .map(|u| (u.node.clone(), u.since))
-        .collect();
+/// Removal simulation (docs/behaviour.md SD-104), until the search-stop rule (SD-105) or the
+/// non-empty candidate limits (SD-116) say enough: what it has placed so far and the budgets it
+/// counts down.
+struct RemovalSearch<'a> {
+    simulator: RemovalSimulator,
+    /// Pods placed by the simulation rather than really running where the snapshot shows them:
+    /// they are never evicted from the node they were simulated onto. Every pod to move is
+    /// looked up, hence the fast (seeded) hasher.
+    simulated_pods: SimulatedPods,
+    rules: DrainRules<'a>,
+    pdb_tracker: PdbTracker<'a>,
+    non_empty_limit: NonEmptyCandidateLimit,
+    search_limit: usize,
+    /// Unneeded nodes found, zero-or-max ones not counted.
+    found: usize,
+}
 
-    // Cooldown (docs/behaviour.md SD-58, SD-101) and the choice of nodes to delete (SD-108,
-    // SD-82, SD-83).
-    plan.in_cooldown = scale_down_disabled_this_loop
-        || (!options.scale_down_delay_type_local && globally_in_cooldown(state, now, options));
+impl<'a> RemovalSearch<'a> {
+    fn new(
+        cluster: &ClusterNodes,
+        pdbs: &'a [ferroscale_model::PodDisruptionBudget],
+        controllers: &'a ControllerIndex,
+        ctx: &PlanContext<'_>,
+        loop_interval: Duration,
+    ) -> RemovalSearch<'a> {
+        let (now, options) = (ctx.now, ctx.options);
+        RemovalSearch {
+            simulator: RemovalSimulator::new(now, cluster.not_destinations.clone()),
+            simulated_pods: SimulatedPods::default(),
+            rules: DrainRules::from_options(now, controllers, options),
+            pdb_tracker: PdbTracker::new(pdbs),
+            non_empty_limit: NonEmptyCandidateLimit::new(options, cluster.nodes.len()),
+            search_limit: search_limit(ctx.state.unneeded_count(), options, loop_interval),
+            found: 0,
+        }
+    }
+
+    /// Simulates the candidates' removals in order: the removable ones, and in the plan the
+    /// unneeded, unremovable and skipped nodes.
+    fn run(
+        &mut self,
+        snapshot: &mut Snapshot,
+        candidates: Vec<Candidate>,
+        ctx: &PlanContext<'_>,
+        next_state: &mut ScaleDownState,
+        plan: &mut ScaleDownPlan,
+    ) -> Vec<Removable> {
+        let mut removables = Vec::new();
+        let mut candidates = candidates.into_iter();
+        while let Some(candidate) = candidates.next() {
+            if self.found >= self.search_limit {
+                plan.skipped.push(candidate.node.name.clone());
+                plan.skipped.extend(candidates.map(|c| c.node.name.clone()));
+                break;
+            }
+            if next_state
+                .unremovable_until
+                .contains_key(&candidate.node.name)
+            {
+                let reason = UnremovableReason::RecentlyUnremovable;
+                plan.unremovable
+                    .push(unremovable(&candidate, ctx, reason, None, None));
+                continue;
+            }
+            if !self.non_empty_limit.admits(&candidate) {
+                // Candidates come sorted, so every one left is an additional non-empty
+                // candidate too.
+                plan.skipped.push(candidate.node.name.clone());
+                plan.skipped.extend(candidates.map(|c| c.node.name.clone()));
+                break;
+            }
+            if let Some(removable) = self.simulate(snapshot, &candidate, ctx, next_state, plan) {
+                removables.push(removable);
+            }
+        }
+        removables
+    }
+
+    /// One candidate: its pods sorted, then their moves simulated. A node whose pods block it or
+    /// cannot move waits out `--unremovable-node-recheck-timeout`.
+    fn simulate(
+        &mut self,
+        snapshot: &mut Snapshot,
+        candidate: &Candidate,
+        ctx: &PlanContext<'_>,
+        next_state: &mut ScaleDownState,
+        plan: &mut ScaleDownPlan,
+    ) -> Option<Removable> {
+        let (now, options) = (ctx.now, ctx.options);
+        let info = snapshot.node(candidate.id)?;
+        let recheck_at = now + options.unremovable_node_recheck_timeout;
+        let pods = match classify_pods(&info.pods, &self.rules, &self.pdb_tracker, options) {
+            Ok(pods) => pods,
+            Err(blocking) => {
+                let reason = UnremovableReason::BlockedByPod;
+                plan.unremovable
+                    .push(unremovable(candidate, ctx, reason, Some(blocking), None));
+                next_state
+                    .unremovable_until
+                    .insert(candidate.node.name.clone(), recheck_at);
+                return None;
+            }
+        };
+        let risky = !self
+            .pdb_tracker
+            .fits_together(pods.movable.iter().map(Arc::as_ref));
+        let moves = match self
+            .simulator
+            .remove_node(snapshot, candidate.id, &pods.movable)
+        {
+            Ok(moves) => moves,
+            Err(pod) => {
+                let reason = UnremovableReason::NoPlaceToMovePods;
+                plan.unremovable
+                    .push(unremovable(candidate, ctx, reason, None, Some(pod.key())));
+                next_state
+                    .unremovable_until
+                    .insert(candidate.node.name.clone(), recheck_at);
+                return None;
+            }
+        };
+        Some(self.removable(candidate, ctx, pods, risky, moves, plan))
+    }
+
+    /// A candidate whose removal the simulation allowed: counted, listed as unneeded, and
+    /// returned with the pods to evict and where they go.
+    fn removable(
+        &mut self,
+        candidate: &Candidate,
+        ctx: &PlanContext<'_>,
+        pods: PodsOnNode,
+        risky: bool,
+        moves: Vec<PlannedMove>,
+        plan: &mut ScaleDownPlan,
+    ) -> Removable {
+        let (now, options) = (ctx.now, ctx.options);
+        let PodsOnNode {
+            movable,
+            daemonset_pods,
+            on_completion_pod,
+        } = pods;
+        let group = ctx.node_groups.get(candidate.group);
+        // Pods that really run on the node (not simulated arrivals) are the ones to evict.
+        let pods_to_evict: Vec<Arc<Pod>> = movable
+            .iter()
+            .filter(|p| !self.simulated_pods.contains(&p.uid))
+            .cloned()
+            .collect();
+        self.pdb_tracker.consume(movable.iter().map(Arc::as_ref));
+        self.simulated_pods
+            .extend(moves.iter().map(|m| m.pod.uid.clone()));
+        let empty = movable.is_empty();
+        let since = ctx
+            .state
+            .unneeded_since
+            .get(&candidate.node.name)
+            .copied()
+            .unwrap_or(now);
+        if !group.is_some_and(|g| g.zero_or_max()) {
+            self.found += 1;
+        }
+        self.non_empty_limit.found(candidate);
+        plan.unneeded.push(UnneededNode {
+            node: candidate.node.name.clone(),
+            group_id: group.map(|g| g.id.clone()).unwrap_or_default(),
+            since,
+            utilization: candidate.utilization,
+            empty,
+            ready: candidate.node.is_ready(),
+            risky,
+        });
+        let ds_flag = if empty {
+            options.daemonset_eviction_for_empty_nodes
+        } else {
+            options.daemonset_eviction_for_occupied_nodes
+        };
+        Removable {
+            node: candidate.node.clone(),
+            group: candidate.group,
+            since,
+            utilization: candidate.utilization,
+            empty,
+            risky,
+            on_completion_pod,
+            pods_to_evict: if empty { Vec::new() } else { pods_to_evict },
+            moves,
+            daemonset_pods: daemonset_pods
+                .into_iter()
+                .filter(|p| evict_daemonset_pod(p, ds_flag))
+                .collect(),
+        }
+    }
+
+    /// 3.4: pods that ongoing deletions evicted and their controllers have not re-created yet
+    /// take their room before any removal is simulated. Known owners get at most desired −
+    /// current pods back; pods of unknown owners always.
+    fn place_recently_evicted(
+        &mut self,
+        snapshot: &mut Snapshot,
+        deletions: &DeletionsInProgress,
+        controllers: &ControllerIndex,
+    ) {
+        let mut placed_per_owner: HashMap<(String, String, String), i32> = HashMap::new();
+        for pod in &deletions.recently_evicted {
+            if let Some(owner) = pod.controller()
+                && matches!(
+                    owner.kind.as_str(),
+                    "StatefulSet" | "Job" | "ReplicaSet" | "ReplicationController"
+                )
+                && let Some(replicas) = controllers.get(&owner.kind, &pod.namespace, &owner.name)
+            {
+                let key = (
+                    owner.kind.clone(),
+                    pod.namespace.clone(),
+                    owner.name.clone(),
+                );
+                let placed = placed_per_owner.entry(key).or_default();
+                if *placed >= replicas.desired - replicas.current {
+                    continue;
+                }
+                *placed += 1;
+            }
+            if self.simulator.place(snapshot, pod).is_some() {
+                self.simulated_pods.insert(pod.uid.clone());
+            }
+        }
+    }
+}
+
+/// A candidate that cannot go, and why.
+fn unremovable(
+    candidate: &Candidate,
+    ctx: &PlanContext<'_>,
+    reason: UnremovableReason,
+    blocking_pod: Option<BlockingPod>,
+    pod: Option<String>,
+) -> UnremovableNode {
+    UnremovableNode {
+        node: candidate.node.name.clone(),
+        group_id: ctx.node_groups.get(candidate.group).map(|g| g.id.clone()),
+        reason,
+        blocking_pod,
+        pod,
+        utilization: Some(candidate.utilization),
+    }
+}
+
+/// Cooldown (docs/behaviour.md SD-58, SD-101) and the choice of nodes to delete (SD-108, SD-82,
+/// SD-83): the plan's status and its nodes to delete.
+fn choose_deletions(
+    plan: &mut ScaleDownPlan,
+    in_cooldown: bool,
+    removables: &[Removable],
+    cluster: &ClusterNodes,
+    margin: CapacityMargin,
+    ctx: &PlanContext<'_>,
+    provider: &ProviderFacts<'_>,
+) {
+    plan.in_cooldown = in_cooldown;
     plan.status = if plan.unneeded.is_empty() {
         ScaleDownStatus::NoCandidates
     } else if plan.in_cooldown {
         ScaleDownStatus::InCooldown
     } else {
         let chosen = choose_nodes_to_delete(
-            &removables,
+            removables,
             ChooseContext {
-                now,
-                options,
-                groups: node_groups,
-                deletions: deletions_in_progress,
+                now: ctx.now,
+                options: ctx.options,
+                groups: ctx.node_groups,
+                deletions: ctx.deletions_in_progress,
                 margin,
-                registered_per_group: &registered_per_group,
+                registered_per_group: &cluster.registered_per_group,
                 gpu_label: provider.gpu_label,
             },
         );
@@ -391,22 +644,37 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
     if plan.in_cooldown && plan.status == ScaleDownStatus::NoCandidates {
         plan.status = ScaleDownStatus::InCooldown;
     }
+}
 
-    // Soft taints (docs/behaviour.md SD-90), whatever the status.
+/// Soft taints (docs/behaviour.md SD-90), whatever the status.
+fn plan_soft_taints_of(
+    plan: &mut ScaleDownPlan,
+    cluster: &ClusterNodes,
+    options: &AutoscalingOptions,
+) {
     let unneeded: HashSet<&str> = plan.unneeded.iter().map(|u| u.node.as_str()).collect();
     let deleting: HashSet<&str> = plan.nodes_to_delete().map(|r| r.node.as_str()).collect();
     let soft = plan_soft_taints(
-        nodes
+        cluster
+            .nodes
             .iter()
-            .map(|(id, node)| (node.as_ref(), group_of.contains_key(id))),
+            .map(|(id, node)| (node.as_ref(), cluster.group_of.contains_key(id))),
         &unneeded,
         &deleting,
         options.max_bulk_soft_taint_count,
     );
     plan.soft_taints_to_add = soft.add;
     plan.soft_taints_to_remove = soft.remove;
+}
 
-    // The optional measurements (docs/behaviour.md OBS-120, OBS-121).
+/// The optional measurements (docs/behaviour.md OBS-120, OBS-121).
+fn measure(
+    plan: &mut ScaleDownPlan,
+    next_state: &mut ScaleDownState,
+    node_groups: &[NodeGroupView],
+    options: &AutoscalingOptions,
+    now: Timestamp,
+) {
     if options.max_node_skip_eval_time_tracker_enabled {
         plan.max_node_skip_eval = Some(next_state.skip_eval.update(&plan.skipped, now));
     }
@@ -414,16 +682,14 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
         plan.removal_latencies =
             next_state
                 .removal_latency
-                .update(latency_update(&plan, node_groups, options, now));
+                .update(latency_update(plan, node_groups, options, now));
     }
-    plan.next_state = next_state;
-    plan
 }
 
 /// What the removal-latency tracker needs from a finished plan.
 fn latency_update<'p>(
     plan: &'p ScaleDownPlan,
-    node_groups: &[crate::scale_up::NodeGroupView],
+    node_groups: &[NodeGroupView],
     options: &AutoscalingOptions,
     now: Timestamp,
 ) -> LatencyUpdate<'p> {
@@ -550,7 +816,7 @@ fn globally_in_cooldown(
 /// docs/behaviour.md SD-102, `--scale-down-delay-type-local`: groups whose nodes are not candidates
 /// this loop.
 fn groups_in_local_cooldown<'g>(
-    groups: &'g [crate::scale_up::NodeGroupView],
+    groups: &'g [NodeGroupView],
     state: &ScaleDownState,
     now: Timestamp,
     options: &AutoscalingOptions,
@@ -597,42 +863,6 @@ fn search_limit(
     previous_unneeded
         .saturating_add(p.saturating_mul(2))
         .min(by_time)
-}
-
-/// 3.4: pods that ongoing deletions evicted and their controllers have not re-created yet take
-/// their room before any removal is simulated. Known owners get at most desired − current pods
-/// back; pods of unknown owners always.
-fn place_recently_evicted(
-    snapshot: &mut Snapshot,
-    simulator: &mut RemovalSimulator,
-    deletions: &super::DeletionsInProgress,
-    controllers: &super::ControllerIndex,
-    simulated_pods: &mut SimulatedPods,
-) {
-    let mut placed_per_owner: HashMap<(String, String, String), i32> = HashMap::new();
-    for pod in &deletions.recently_evicted {
-        if let Some(owner) = pod.controller()
-            && matches!(
-                owner.kind.as_str(),
-                "StatefulSet" | "Job" | "ReplicaSet" | "ReplicationController"
-            )
-            && let Some(replicas) = controllers.get(&owner.kind, &pod.namespace, &owner.name)
-        {
-            let key = (
-                owner.kind.clone(),
-                pod.namespace.clone(),
-                owner.name.clone(),
-            );
-            let placed = placed_per_owner.entry(key).or_default();
-            if *placed >= replicas.desired - replicas.current {
-                continue;
-            }
-            *placed += 1;
-        }
-        if simulator.place(snapshot, pod).is_some() {
-            simulated_pods.insert(pod.uid.clone());
-        }
-    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,7 @@
 //!
 //! [`plan_scale_up`] is pure: it reads the snapshot, the pending pods, the node groups as Gather saw
 //! them, the backoff state and the options, and returns a [`ScaleUpPlan`]. Asking the cloud for
-//! the nodes is Act: [`execute_scale_up`] lives in [`crate::act::scale_up`] and is re-exported
-//! here.
+//! the nodes is Act (`crate::act::scale_up`), which this module never imports.
 //!
 //! The stages follow the scale-up section of docs/behaviour.md: intake (`intake`), equivalence
 //! groups (`equivalence`), templates (`template`), the binpacking estimator (`estimator`),
@@ -37,7 +36,6 @@ use crate::events::Event;
 use crate::options::AutoscalingOptions;
 use crate::parallel::Workers;
 
-pub use crate::act::scale_up::{ScaleUpExecution, execute_scale_up};
 pub use balancing::templates_similar;
 pub use external::{
     ExpanderQuery, ExpanderQueryOption, ExternalAnswer, ExternalExpander, ExternalExpanderError,

@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::cloud::NodeTemplate;
 use crate::events::{Event, EventObject, reasons};
-use crate::options::AutoscalingOptions;
+use crate::options::{AutoscalingOptions, ExpanderName};
 
 use super::balancing::{BalanceTarget, split, templates_similar};
 use super::equivalence::group_pods;
@@ -25,8 +25,8 @@ use super::limits::{Headroom, NodeUsage, quota_skip_reason, skipped_event_reason
 use super::quota::CAPACITY_QUOTA_LIMITED;
 use super::template::{add_template_copy, is_upcoming_node, sanitize_template};
 use super::{
-    BinpackingEstimate, ExpansionSummary, GroupIncrease, NodeGroupView, PodVerdict, ScaleUpInput,
-    ScaleUpPlan, ScaleUpStatus, skip_reasons,
+    BinpackingEstimate, ExpansionSummary, ExternalExpanderStep, GroupIncrease, NodeGroupView,
+    PodVerdict, ScaleUpInput, ScaleUpPlan, ScaleUpStatus, skip_reasons,
 };
 
 /// What the plan learnt about one node group.
@@ -240,13 +240,13 @@ fn not_triggered_message(verdict: &PodVerdict) -> String {
     }
 }
 
-/// Fills `pods_not_helped` (and their events when nothing is scaled up) and finishes the plan.
+/// Fills `pods_not_helped` (and their events when nothing is scaled up): the plan is final.
 fn finish(
-    mut plan: ScaleUpPlan,
+    plan: &mut ScaleUpPlan,
     pods: &[Arc<Pod>],
     helped: &[bool],
     reason_for: impl Fn(usize) -> Vec<(String, String)>,
-) -> ScaleUpPlan {
+) {
     for (i, pod) in pods.iter().enumerate() {
         if helped.get(i).copied().unwrap_or(false) {
             continue;
@@ -265,11 +265,59 @@ fn finish(
             ));
         }
     }
-    plan
+}
+
+/// The pending pods' equivalence groups (docs/behaviour.md SU-103), and each pod's group.
+struct Equivalence {
+    /// Pod indices per equivalence group.
+    groups: Vec<Vec<usize>>,
+    /// The equivalence group of each pod.
+    group_of: Vec<usize>,
+}
+
+impl Equivalence {
+    fn of(pods: &[Arc<Pod>]) -> Equivalence {
+        let groups = group_pods(pods);
+        let mut group_of = vec![0usize; pods.len()];
+        for (g, members) in groups.iter().enumerate() {
+            for &m in members {
+                group_of[m] = g;
+            }
+        }
+        Equivalence { groups, group_of }
+    }
+}
+
+/// Why each pod that no option helps was not helped, per node group: the filter its template
+/// failed, or the reason the group was skipped.
+struct NotHelpedReasons<'s, 'v> {
+    states: &'s [GroupState<'v>],
+    group_of: &'s [usize],
+}
+
+impl NotHelpedReasons<'_, '_> {
+    fn of(&self, pod: usize) -> Vec<(String, String)> {
+        self.states
+            .iter()
+            .filter_map(|s| {
+                // A skipped group's verdict exists only with
+                // --scaleup-simulation-for-skipped-node-groups-enabled (docs/behaviour.md SU-109).
+                let reason = match (&s.skip, s.verdicts.get(self.group_of[pod])) {
+                    (_, Some(Err(unfit))) => rejection_reason(unfit),
+                    (Some(skip), _) => skip.clone(),
+                    _ => return None,
+                };
+                Some((s.view.id.clone(), reason))
+            })
+            .collect()
+    }
 }
 
 /// Decides whether and how to scale up (docs/behaviour.md, Scale-up). Pure: no clock, no I/O;
 /// randomness only from `input.seed`. See [`ScaleUpInput`] for what stays placed in the snapshot.
+///
+/// The stages, in order: intake, equivalence groups and the node groups' verdicts, similar
+/// groups, estimation, expanders, capping, balancing.
 pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
     let ScaleUpInput {
         now,
@@ -287,15 +335,137 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         workers,
     } = input;
     let mut plan = ScaleUpPlan::empty(ScaleUpStatus::NotNeeded);
+    let intake_input = IntakeInput {
+        pending_pods,
+        draining_pods,
+        node_groups,
+        now,
+        options,
+    };
+    let Some(pods) = intake(snapshot, intake_input, &mut plan) else {
+        return plan;
+    };
+    let ctx = PlanContext {
+        now,
+        options,
+        backoff,
+        cluster_nodes: snapshot.node_count(),
+    };
+    let equivalence = Equivalence::of(&pods);
+    let mut headroom = Headroom::from_snapshot(snapshot, options, provider);
+    let states = assess_node_groups(
+        snapshot,
+        node_groups,
+        &ctx,
+        &headroom,
+        provider.gpu_label,
+        &pods,
+        &equivalence,
+        &mut plan,
+    );
+    let similar = similar_groups(&states, equivalence.groups.len(), options);
+    let jobs = estimate_jobs(&states, &similar, &equivalence, &ctx);
+    plan.binpacking_estimates = jobs
+        .iter()
+        .map(|job| binpacking_estimate(&states[job.state_index].view.id, job, &pods))
+        .collect();
+    let expansion_options = expansion_options(
+        snapshot,
+        workers,
+        &jobs,
+        &states,
+        &pods,
+        &ctx,
+        all_or_nothing,
+    );
 
-    // 2.1: intake.
+    let reasons = NotHelpedReasons {
+        states: &states,
+        group_of: &equivalence.group_of,
+    };
+    if expansion_options.is_empty() {
+        return refuse(plan, ScaleUpStatus::NoOptionsAvailable, &pods, &reasons);
+    }
+    let expander_ctx = ExpanderContext {
+        pods: &pods,
+        priority_config,
+        cluster_nodes: ctx.cluster_nodes,
+    };
+    let expanders = ExpandersInput {
+        expander_ctx: &expander_ctx,
+        chain: &options.expander,
+        external_expander,
+        seed,
+    };
+    let Some(chosen) = run_expanders(expansion_options, expanders, &mut plan) else {
+        return plan;
+    };
+    let best_state = &states[chosen.state_index];
+    let new_nodes = cap_new_nodes(&chosen, best_state, &headroom, &ctx, &mut plan.events);
+    let atomic = best_state.view.zero_or_max();
+    if new_nodes == 0 || ((atomic || all_or_nothing) && new_nodes < chosen.option.node_count) {
+        let why = "the cluster node limit or resource limits leave no room";
+        return refuse(plan, no_room(&chosen, why), &pods, &reasons);
+    }
+    let participants = balancing_participants(&chosen, &states, &similar, &equivalence, options);
+    plan.increases = balance(new_nodes, &participants, &states, &mut headroom, atomic);
+    if plan.increases.is_empty() {
+        return refuse(plan, no_room(&chosen, "no group has room"), &pods, &reasons);
+    }
+    succeed(&mut plan, &chosen, &participants, &states, &pods, &reasons);
+    plan
+}
+
+/// A final plan that helps no pod: `status` says why, and every pod its reasons.
+fn refuse(
+    mut plan: ScaleUpPlan,
+    status: ScaleUpStatus,
+    pods: &[Arc<Pod>],
+    reasons: &NotHelpedReasons<'_, '_>,
+) -> ScaleUpPlan {
+    plan.status = status;
+    finish(&mut plan, pods, &[], |pod| reasons.of(pod));
+    plan
+}
+
+/// The error of a chosen option the limits leave no room for.
+fn no_room(chosen: &Chosen<'_>, why: &str) -> ScaleUpStatus {
+    ScaleUpStatus::Error(format!(
+        "cannot scale up node group {}: {why}",
+        chosen.option.group_id
+    ))
+}
+
+/// What intake reads besides the snapshot.
+struct IntakeInput<'a> {
+    pending_pods: &'a [Arc<Pod>],
+    draining_pods: &'a [Arc<Pod>],
+    node_groups: &'a [NodeGroupView],
+    now: ferroscale_model::Timestamp,
+    options: &'a AutoscalingOptions,
+}
+
+/// 2.1, intake: the pods that need a new node. `None` when the plan is final: there are none,
+/// `--max-nodes-total` ready nodes exist already, or every pod is still too young.
+fn intake(
+    snapshot: &mut Snapshot,
+    input: IntakeInput<'_>,
+    plan: &mut ScaleUpPlan,
+) -> Option<Vec<Arc<Pod>>> {
+    let IntakeInput {
+        pending_pods,
+        draining_pods,
+        node_groups,
+        now,
+        options,
+    } = input;
     let candidates = collect_candidates(snapshot, pending_pods, draining_pods, options);
     let (remaining, schedulable, overflowing) = filter_out_schedulable(snapshot, candidates);
     plan.pods_schedulable_on_existing = schedulable;
     plan.overflowing_controllers = overflowing;
     let pods = drop_daemonset_and_young(remaining, now, options);
     if pods.is_empty() {
-        return plan;
+        return None;
     }
     if options.max_nodes_total > 0 {
         let ready = snapshot
@@ -325,30 +495,32 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
                     })
                     .collect()
             };
-            return finish(plan, &pods, &[], all_groups);
+            finish(plan, &pods, &[], all_groups);
+            return None;
         }
     }
     if all_pods_new(&pods, now, options) {
         plan.status = ScaleUpStatus::InCooldown;
         plan.skip_scale_down_this_loop = true;
-        return plan;
+        return None;
     }
+    Some(pods)
+}
 
-    // 2.3 / 2.5: equivalence groups and which node groups can take them.
-    let equivalence_groups = group_pods(&pods);
-    let mut group_of = vec![0usize; pods.len()];
-    for (g, members) in equivalence_groups.iter().enumerate() {
-        for &m in members {
-            group_of[m] = g;
-        }
-    }
-    let ctx = PlanContext {
-        now,
-        options,
-        backoff,
-        cluster_nodes: snapshot.node_count(),
-    };
-    let mut headroom = Headroom::from_snapshot(snapshot, options, provider);
+/// 2.5: what each node group can do: why it is skipped, its sanitised template, its resource
+/// usage per node, and which equivalence groups fit an empty template node.
+#[allow(clippy::too_many_arguments)]
+fn assess_node_groups<'v>(
+    snapshot: &mut Snapshot,
+    node_groups: &'v [NodeGroupView],
+    ctx: &PlanContext<'_>,
+    headroom: &Headroom,
+    gpu_label: &str,
+    pods: &[Arc<Pod>],
+    equivalence: &Equivalence,
+    plan: &mut ScaleUpPlan,
+) -> Vec<GroupState<'v>> {
+    let options = ctx.options;
     let mut states: Vec<GroupState<'_>> = Vec::with_capacity(node_groups.len());
     for view in node_groups {
         let template = view
@@ -357,12 +529,12 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             .map(|t| sanitize_template(t, &view.id, "template", options));
         let usage = template
             .as_ref()
-            .map(|t| headroom.template_usage(&t.node, provider.gpu_label))
+            .map(|t| headroom.template_usage(&t.node, gpu_label))
             .unwrap_or_default();
         let skip = skip_reason(
             view,
-            &ctx,
-            &headroom,
+            ctx,
+            headroom,
             &usage,
             &mut plan.skipped_scale_events,
             &mut plan.events,
@@ -388,16 +560,24 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
     let simulate_skipped = options.scaleup_simulation_for_skipped_node_groups_enabled;
     for state in &mut states {
         state.verdicts = match (&state.skip, &state.template) {
-            (None, Some(t)) => template_verdicts(snapshot, t, &pods, &equivalence_groups),
+            (None, Some(t)) => template_verdicts(snapshot, t, pods, &equivalence.groups),
             (Some(_), Some(t)) if simulate_skipped => {
-                template_verdicts(snapshot, t, &pods, &equivalence_groups)
+                template_verdicts(snapshot, t, pods, &equivalence.groups)
             }
             _ => Vec::new(),
         };
     }
+    states
+}
 
-    // Similar groups, for the estimator's capacity limit and for balancing.
-    let similar: Vec<Vec<usize>> = states
+/// For each group, the similar groups (docs/behaviour.md SU-107): for the estimator's capacity
+/// limit and for balancing. Empty without `--balance-similar-node-groups`.
+fn similar_groups(
+    states: &[GroupState<'_>],
+    equivalence_groups: usize,
+    options: &AutoscalingOptions,
+) -> Vec<Vec<usize>> {
+    states
         .iter()
         .enumerate()
         .map(|(i, s)| {
@@ -413,18 +593,24 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
                         && !other.view.zero_or_max()
                         && matches!((&s.template, &other.template),
                             (Some(a), Some(b)) if templates_similar(a, b, options))
-                        && (0..equivalence_groups.len()).all(|g| !s.fits(g) || other.fits(g))
+                        && (0..equivalence_groups).all(|g| !s.fits(g) || other.fits(g))
                 })
                 .map(|(j, _)| j)
                 .collect()
         })
-        .collect();
+        .collect()
+}
 
-    // 2.6: one estimate per valid group. Every estimate runs on a what-if branch of its own and
-    // depends only on its group, so the groups are estimated in parallel, each worker on its own
-    // copy of the snapshot, and the options are then taken in group order (docs/behaviour.md
-    // SU-112).
-    let mut jobs: Vec<EstimateJob<'_, '_>> = Vec::new();
+/// 2.6: one estimate per valid group that some equivalence group fits, with the limits on the
+/// nodes it may add.
+fn estimate_jobs<'s, 'g>(
+    states: &'s [GroupState<'_>],
+    similar: &[Vec<usize>],
+    equivalence: &'g Equivalence,
+    ctx: &PlanContext<'_>,
+) -> Vec<EstimateJob<'s, 'g>> {
+    let options = ctx.options;
+    let mut jobs = Vec::new();
     for (i, state) in states.iter().enumerate() {
         let Some(template) = &state.template else {
             continue;
@@ -432,7 +618,8 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         if !state.is_valid() {
             continue;
         }
-        let fitting: Vec<&[usize]> = equivalence_groups
+        let fitting: Vec<&[usize]> = equivalence
+            .groups
             .iter()
             .enumerate()
             .filter(|(g, _)| state.fits(*g))
@@ -459,29 +646,40 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             limits,
         });
     }
-    plan.binpacking_estimates = jobs
-        .iter()
-        .map(|job| binpacking_estimate(&states[job.state_index].view.id, job, &pods))
-        .collect();
+    jobs
+}
+
+/// 2.6: runs the estimates and keeps the options that add nodes and place pods. Every estimate
+/// runs on a what-if branch of its own and depends only on its group, so the groups are
+/// estimated in parallel, each worker on its own copy of the snapshot, and the options are then
+/// taken in group order (docs/behaviour.md SU-112). Each option comes with its group's index.
+fn expansion_options<'s>(
+    snapshot: &mut Snapshot,
+    workers: &crate::parallel::Workers,
+    jobs: &[EstimateJob<'s, '_>],
+    states: &'s [GroupState<'_>],
+    pods: &[Arc<Pod>],
+    ctx: &PlanContext<'_>,
+    all_or_nothing: bool,
+) -> Vec<(usize, ExpansionOption<'s>)> {
     let placements = jobs
         .iter()
         .flat_map(|job| &job.fitting)
         .map(|members| members.len())
         .sum();
-    let estimates = workers.map_on_snapshots(snapshot, &jobs, placements, |snapshot, job| {
+    let estimates = workers.map_on_snapshots(snapshot, jobs, placements, |snapshot, job| {
         estimate(
             snapshot,
             job.template,
-            &pods,
+            pods,
             &job.fitting,
             NodeLimiter::new(&job.limits),
-            options.fastpath_binpacking_enabled,
+            ctx.options.fastpath_binpacking_enabled,
         )
     });
-    let mut expansion_options = Vec::new();
+    let mut options = Vec::new();
     for (job, result) in jobs.iter().zip(estimates) {
-        let (i, template) = (job.state_index, job.template);
-        let state = &states[i];
+        let state = &states[job.state_index];
         let mut node_count = result.node_count;
         if state.view.zero_or_max() && node_count > 0 {
             node_count = state.view.max_size - state.view.target_size;
@@ -492,55 +690,59 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         if all_or_nothing && result.placed.len() < pods.len() {
             continue;
         }
-        expansion_options.push((
-            i,
+        options.push((
+            job.state_index,
             ExpansionOption {
                 group_id: &state.view.id,
                 exists: state.view.exists,
-                template,
+                template: job.template,
                 price_per_hour: state.view.price_per_hour,
                 node_count,
                 pods: result.placed,
             },
         ));
     }
+    options
+}
 
-    let reason_for = |pod: usize| -> Vec<(String, String)> {
-        states
-            .iter()
-            .filter_map(|s| {
-                // A skipped group's verdict exists only with
-                // --scaleup-simulation-for-skipped-node-groups-enabled (docs/behaviour.md SU-109).
-                let reason = match (&s.skip, s.verdicts.get(group_of[pod])) {
-                    (_, Some(Err(unfit))) => rejection_reason(unfit),
-                    (Some(skip), _) => skip.clone(),
-                    _ => return None,
-                };
-                Some((s.view.id.clone(), reason))
-            })
-            .collect()
-    };
-    if expansion_options.is_empty() {
-        plan.status = ScaleUpStatus::NoOptionsAvailable;
-        return finish(plan, &pods, &[], reason_for);
-    }
+/// The option the expanders chose, with its group's index and how many options they saw.
+struct Chosen<'s> {
+    option: ExpansionOption<'s>,
+    state_index: usize,
+    options_considered: usize,
+}
 
-    // 2.7: expanders.
+/// What the expander chain reads besides the options.
+struct ExpandersInput<'a> {
+    expander_ctx: &'a ExpanderContext<'a>,
+    chain: &'a [ExpanderName],
+    external_expander: ExternalExpanderStep<'a>,
+    seed: u64,
+}
+
+/// 2.7: the expander chain. `None` when the plan is final: the chain must ask the external
+/// expander first, leaves nothing, or chooses an option of no known group.
+fn run_expanders<'s>(
+    expansion_options: Vec<(usize, ExpansionOption<'s>)>,
+    input: ExpandersInput<'_>,
+    plan: &mut ScaleUpPlan,
+) -> Option<Chosen<'s>> {
+    let ExpandersInput {
+        expander_ctx,
+        chain,
+        external_expander,
+        seed,
+    } = input;
     let options_considered = expansion_options.len();
     let state_of: BTreeMap<&str, usize> = expansion_options
         .iter()
         .map(|(i, o)| (o.group_id, *i))
         .collect();
-    let expander_ctx = ExpanderContext {
-        pods: &pods,
-        priority_config,
-        cluster_nodes: ctx.cluster_nodes,
-    };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let chosen = match choose(
         expansion_options.into_iter().map(|(_, o)| o).collect(),
-        &options.expander,
-        &expander_ctx,
+        chain,
+        expander_ctx,
         external_expander,
         &mut rng,
         &mut plan.events,
@@ -548,26 +750,41 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         ChainOutcome::Chosen(chosen) => chosen,
         ChainOutcome::AskExternal(asked) => {
             plan.status = ScaleUpStatus::NotTried;
-            plan.external_query = Some(external_query(&asked, &pods));
-            return plan;
+            plan.external_query = Some(external_query(&asked, expander_ctx.pods));
+            return None;
         }
     };
     let Some(best) = chosen.filter(|o| o.node_count > 0) else {
         plan.status = ScaleUpStatus::NoOptionsAvailable;
         let filtered = |_| vec![(String::new(), skip_reasons::FILTERED_OUT.to_string())];
-        return finish(plan, &pods, &[], filtered);
+        finish(plan, expander_ctx.pods, &[], filtered);
+        return None;
     };
-    let Some(&best_index) = state_of.get(best.group_id) else {
+    let Some(&state_index) = state_of.get(best.group_id) else {
         plan.status = ScaleUpStatus::Error("chosen option has no node group".to_string());
-        return plan;
+        return None;
     };
-    let best_state = &states[best_index];
+    Some(Chosen {
+        option: best,
+        state_index,
+        options_considered,
+    })
+}
 
-    // 2.8: capping.
+/// 2.8: the chosen option's node count, capped by `--max-nodes-total` and by the resource
+/// limits and CapacityQuotas, with the events that say so.
+fn cap_new_nodes(
+    chosen: &Chosen<'_>,
+    best_state: &GroupState<'_>,
+    headroom: &Headroom,
+    ctx: &PlanContext<'_>,
+    events: &mut Vec<Event>,
+) -> usize {
+    let (best, options) = (&chosen.option, ctx.options);
     let mut new_nodes = best.node_count;
     if options.max_nodes_total > 0 && ctx.cluster_nodes + new_nodes > options.max_nodes_total {
         new_nodes = options.max_nodes_total.saturating_sub(ctx.cluster_nodes);
-        plan.events.push(Event::warning(
+        events.push(Event::warning(
             EventObject::StatusConfigMap,
             reasons::MAX_NODES_TOTAL_REACHED,
             format!(
@@ -578,24 +795,33 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
     }
     let fit = headroom.nodes_that_fit(&best_state.usage);
     if fit < new_nodes {
-        quota_cap_events(&headroom, best_state, new_nodes, fit, &mut plan.events);
+        quota_cap_events(headroom, best_state, new_nodes, fit, events);
         new_nodes = fit;
     }
-    let atomic = best_state.view.zero_or_max();
-    if new_nodes == 0 || ((atomic || all_or_nothing) && new_nodes < best.node_count) {
-        plan.status = ScaleUpStatus::Error(format!(
-            "cannot scale up node group {}: the cluster node limit or resource limits leave no room",
-            best.group_id
-        ));
-        return finish(plan, &pods, &[], reason_for);
-    }
+    new_nodes
+}
 
-    // 2.9: balancing.
-    let mut placed_groups: Vec<usize> = best.pods.iter().map(|&p| group_of[p]).collect();
+/// 2.9: the groups the new nodes are shared between: the chosen one first, then, with
+/// `--balance-similar-node-groups` and a group that is not atomic, its similar groups that take
+/// every equivalence group the option placed.
+fn balancing_participants(
+    chosen: &Chosen<'_>,
+    states: &[GroupState<'_>],
+    similar: &[Vec<usize>],
+    equivalence: &Equivalence,
+    options: &AutoscalingOptions,
+) -> Vec<usize> {
+    let best_index = chosen.state_index;
+    let mut placed_groups: Vec<usize> = chosen
+        .option
+        .pods
+        .iter()
+        .map(|&p| equivalence.group_of[p])
+        .collect();
     placed_groups.sort_unstable();
     placed_groups.dedup();
     let mut participants = vec![best_index];
-    if options.balance_similar_node_groups && !atomic {
+    if options.balance_similar_node_groups && !states[best_index].view.zero_or_max() {
         participants.extend(
             similar[best_index]
                 .iter()
@@ -603,6 +829,18 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
                 .filter(|&j| placed_groups.iter().all(|&g| states[j].fits(g))),
         );
     }
+    participants
+}
+
+/// 2.9: splits `new_nodes` between the participants, each capped by what the limits still
+/// admit, and consumes the headroom they take.
+fn balance(
+    new_nodes: usize,
+    participants: &[usize],
+    states: &[GroupState<'_>],
+    headroom: &mut Headroom,
+    atomic: bool,
+) -> Vec<GroupIncrease> {
     let targets: Vec<BalanceTarget> = participants
         .iter()
         .map(|&i| BalanceTarget {
@@ -611,6 +849,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             max: states[i].view.max_size,
         })
         .collect();
+    let mut increases = Vec::new();
     for (index, added) in split(new_nodes, &targets) {
         let state = &states[index];
         let added = added.min(headroom.nodes_that_fit(&state.usage));
@@ -618,7 +857,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             continue;
         }
         headroom.consume(&state.usage, added);
-        plan.increases.push(GroupIncrease {
+        increases.push(GroupIncrease {
             group_id: state.view.id.clone(),
             current_target: state.view.target_size,
             new_target: state.view.target_size + added,
@@ -626,14 +865,20 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             atomic,
         });
     }
-    if plan.increases.is_empty() {
-        plan.status = ScaleUpStatus::Error(format!(
-            "cannot scale up node group {}: no group has room",
-            best.group_id
-        ));
-        return finish(plan, &pods, &[], reason_for);
-    }
+    increases
+}
 
+/// A successful plan: the pods the chosen option helps, the summary of the choice, and the
+/// verdicts of the pods it does not help.
+fn succeed(
+    plan: &mut ScaleUpPlan,
+    chosen: &Chosen<'_>,
+    participants: &[usize],
+    states: &[GroupState<'_>],
+    pods: &[Arc<Pod>],
+    reasons: &NotHelpedReasons<'_, '_>,
+) {
+    let best = &chosen.option;
     plan.status = ScaleUpStatus::Successful;
     let mut helped = vec![false; pods.len()];
     for &p in &best.pods {
@@ -649,7 +894,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
             .skip(1)
             .map(|&i| states[i].view.id.clone())
             .collect(),
-        options_considered,
+        options_considered: chosen.options_considered,
     });
-    finish(plan, &pods, &helped, reason_for)
+    finish(plan, pods, &helped, |pod| reasons.of(pod));
 }

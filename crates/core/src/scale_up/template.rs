@@ -18,17 +18,9 @@ use crate::options::AutoscalingOptions;
 
 use super::NodeGroupView;
 
-/// Annotation on the placeholders of requested-but-not-ready nodes.
-pub const UPCOMING_NODE_ANNOTATION: &str = "cluster-autoscaler.k8s.io/upcoming-node";
+pub use ferroscale_model::node::{UPCOMING_NODE_ANNOTATION, is_upcoming_node};
 /// Label on every template-derived node.
 pub const TEMPLATE_NODE_LABEL: &str = "cluster-autoscaler.kubernetes.io/template-node";
-
-/// Whether a snapshot node is an upcoming placeholder.
-pub fn is_upcoming_node(node: &Node) -> bool {
-    node.annotations
-        .get(UPCOMING_NODE_ANNOTATION)
-        .is_some_and(|v| v == "true")
-}
 
 /// Whether a taint must not appear on a new node: deletion markers, node-condition taints, and
 /// startup and status taints (built-in prefixes plus the `--startup-taint*`/`--status-taint` flags).

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use ferroscale_core::actuation::{
+use ferroscale_core::act::deletions::{
     ActuationProgress, DeletionTracker, EmptinessRecheck, NodeDeletion, RemovalKind,
 };
 use ferroscale_core::cloud::{CloudProvider, NodeGroup};

@@ -554,7 +554,7 @@ impl ClusterApi for FakeCluster {
         buffer: &ferroscale_model::CapacityBuffer,
         scalable: &ferroscale_model::ScalableObject,
     ) -> Result<(String, i64), ClusterError> {
-        let name = ferroscale_core::buffers::managed_pod_template_name(&buffer.name);
+        let name = ferroscale_capacity::buffers::managed_pod_template_name(&buffer.name);
         lock(&self.log).push(format!(
             "kube.ensure_buffer_pod_template {}/{name}",
             buffer.namespace

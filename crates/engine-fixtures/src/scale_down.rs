@@ -1,5 +1,4 @@
-//! Synthetic clusters for the scale-down benchmarks (cargo feature `bench-fixtures`), shared with
-//! the simulator's and the CLI's stress runs.
+//! Synthetic clusters for the scale-down benchmarks and tests.
 //!
 //! Every fixture is deterministic. Nodes are either busy (above the utilization threshold) or
 //! underutilized; pods belong to ReplicaSets that exist, so the drainability rules pass and the
@@ -13,13 +12,13 @@ use ferroscale_model::labels::ZONE;
 use ferroscale_model::{Node, OwnerRef, Pod, PodPhase, Resources, Timestamp};
 use ferroscale_scheduling::Snapshot;
 
-use super::{
+use ferroscale_core::options::AutoscalingOptions;
+use ferroscale_core::parallel::Workers;
+use ferroscale_core::scale_down::{
     ControllerIndex, DeletionsInProgress, ScaleDownInput, ScaleDownPlan, ScaleDownState,
     plan_scale_down,
 };
-use crate::options::AutoscalingOptions;
-use crate::parallel::Workers;
-use crate::scale_up::{NodeGroupView, ProviderFacts};
+use ferroscale_core::scale_up::{NodeGroupView, ProviderFacts};
 
 const GIB: i64 = 1 << 30;
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -201,7 +200,7 @@ pub fn underutilized_cluster(shape: ClusterShape, steady: bool) -> ScaleDownFixt
             "ReplicaSet",
             "default",
             format!("app-{owner}"),
-            super::ControllerReplicas {
+            ferroscale_core::scale_down::ControllerReplicas {
                 desired: per_owner,
                 current: per_owner,
             },

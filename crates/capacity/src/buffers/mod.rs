@@ -1,6 +1,6 @@
 //! CapacityBuffers (docs/capacity-buffers.md): headroom kept warm by virtual pods.
 //!
-//! Two pure halves, each driven by an async step of the loop (`autoscaler::buffers`):
+//! Two pure halves, each driven by an async step of the loop (`ferroscale_core::autoscaler`):
 //! - the controller ([`resolve_status`]): a buffer's pod shape (its PodTemplate, or the managed
 //!   template made from its scalable object) and replica count (replicas, percentage of the
 //!   scalable's replicas, limits) become its status and its `ReadyForProvisioning` condition;
@@ -23,7 +23,7 @@ use ferroscale_model::pod::SAFE_TO_EVICT;
 use ferroscale_model::{ConditionStatus, OwnerRef, Pod, PodCondition, PodPhase, Timestamp};
 use ferroscale_scheduling::Snapshot;
 
-use crate::scale_up::is_upcoming_node;
+use ferroscale_model::node::is_upcoming_node;
 
 /// Condition set by the controller: the buffer's status says what to provision.
 pub const READY_FOR_PROVISIONING: &str = "ReadyForProvisioning";

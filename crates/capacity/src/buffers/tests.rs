@@ -337,7 +337,7 @@ fn ready_replicas_count_virtual_pods_on_existing_nodes() {
     let real = snapshot.add_node(Arc::new(Node::new("real", Resources::new(4000, 1 << 34))));
     let mut upcoming = Node::new("g-upcoming-0", Resources::new(4000, 1 << 34));
     upcoming.annotations.insert(
-        crate::scale_up::UPCOMING_NODE_ANNOTATION.to_string(),
+        ferroscale_model::node::UPCOMING_NODE_ANNOTATION.to_string(),
         "true".to_string(),
     );
     let upcoming = snapshot.add_node(Arc::new(upcoming));

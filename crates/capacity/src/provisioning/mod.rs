@@ -2,7 +2,7 @@
 //! requests this instance handles, the virtual pods a request stands for, the conditions it is
 //! given, when its booking ends or it expires, its retry backoff, and placing its pods in the
 //! snapshot (a capacity check, or a booking). The loop step that reads and writes them is
-//! `autoscaler::provisioning`.
+//! `ferroscale_core::autoscaler`.
 
 mod backoff;
 mod pods;

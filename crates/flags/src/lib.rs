@@ -5,9 +5,13 @@
 //! rendered from it; the command line accepts a name only if it is listed here; a scenario's
 //! `options:` accept the same names. Each entry says how far Ferroscale supports the flag
 //! ([`Support`]) and who applies it ([`Scope`]): engine flags go through
-//! [`AutoscalingOptions::set`](crate::AutoscalingOptions::set), process flags are parsed by the
+//! `ferroscale_core::AutoscalingOptions::set`, process flags are parsed by the
 //! binary. Tests hold the catalogue, the parsers, the help text and the generated document
 //! together, so a flag cannot exist in one of them only.
+//!
+//! It is a crate of its own, not a module of the engine: the command line and the simulator (a
+//! scenario's `options:`) both read it, the simulator sits below the command line, and the engine
+//! itself never needs to know a flag's help text.
 
 /// The syntax of a flag's value, as upstream's `--help` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -682,7 +686,7 @@ pub fn lookup(name: &str) -> Option<&'static Flag> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{AutoscalingOptions, OptionError};
+    use ferroscale_core::{AutoscalingOptions, OptionError};
 
     #[test]
     fn names_are_unique_and_lower_case() {

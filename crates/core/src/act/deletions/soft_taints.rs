@@ -2,11 +2,15 @@
 //! on unneeded nodes, so the scheduler prefers other nodes for new pods and unneeded nodes drain
 //! naturally.
 
+use std::sync::Arc;
+
 use ferroscale_model::taints::{DELETION_CANDIDATE, TO_BE_DELETED};
 use ferroscale_model::{Node, Taint, TaintEffect, Timestamp};
 
+use crate::act::{ActRecord, PlannedAction};
 use crate::kubernetes::ClusterApi;
 use crate::options::AutoscalingOptions;
+use crate::scale_down::ScaleDownPlan;
 
 /// What applying soft taints did this loop.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -82,4 +86,33 @@ pub async fn apply_soft_taints(
         }
     }
     update
+}
+
+/// The plan's soft taints as the loop applies them (docs/behaviour.md SD-90, also in cooldown):
+/// every removal and addition listed, then applied ([`apply_soft_taints`]).
+pub async fn apply_plan_soft_taints(
+    cluster: &dyn ClusterApi,
+    nodes: &[Arc<Node>],
+    plan: &ScaleDownPlan,
+    now: Timestamp,
+    options: &AutoscalingOptions,
+) -> (ActRecord, SoftTaintUpdate) {
+    let mut record = ActRecord::default();
+    for node in &plan.soft_taints_to_remove {
+        record.plan(PlannedAction::RemoveSoftTaint { node: node.clone() });
+    }
+    for node in &plan.soft_taints_to_add {
+        record.plan(PlannedAction::AddSoftTaint { node: node.clone() });
+    }
+    let nodes: Vec<&Node> = nodes.iter().map(|n| n.as_ref()).collect();
+    let update = apply_soft_taints(
+        cluster,
+        &nodes,
+        &plan.soft_taints_to_add,
+        &plan.soft_taints_to_remove,
+        now,
+        options,
+    )
+    .await;
+    (record, update)
 }

@@ -1,6 +1,7 @@
-//! Synthetic clusters for the scale-up benchmarks (`crates/core/benches`) and the tests that keep
-//! them honest (`crates/core/tests/bench_fixtures.rs`); compiled only with the cargo feature
-//! `bench-fixtures`, which nothing outside this crate's benches and tests turns on.
+//! Synthetic clusters for the engine's benchmarks (`crates/core/benches`) and the tests that keep
+//! them honest (`crates/core/tests/bench_fixtures.rs`): scale-up clusters here, scale-down ones in
+//! [`scale_down`]. Test support, not the engine: crates take it as a dev-dependency only, and
+//! `scripts/check-architecture.sh` fails if the binary's crates depend on it.
 //!
 //! Every fixture is deterministic: same arguments, same cluster. Pods belong to ReplicaSets so that
 //! equivalence groups form as they would in a real cluster.
@@ -19,13 +20,15 @@ use ferroscale_model::{
 };
 use ferroscale_scheduling::Snapshot;
 
-use crate::backoff::NodeGroupBackoff;
-use crate::cloud::NodeTemplate;
-use crate::options::AutoscalingOptions;
-use crate::parallel::Workers;
-use crate::scale_up::{
+use ferroscale_core::backoff::NodeGroupBackoff;
+use ferroscale_core::cloud::NodeTemplate;
+use ferroscale_core::options::AutoscalingOptions;
+use ferroscale_core::parallel::Workers;
+use ferroscale_core::scale_up::{
     ExternalExpanderStep, NodeGroupView, ProviderFacts, ScaleUpInput, ScaleUpPlan, plan_scale_up,
 };
+
+pub mod scale_down;
 
 const GIB: i64 = 1 << 30;
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -433,10 +436,10 @@ pub fn dra_scale_up(nodes: usize) -> ScaleUpFixture {
 /// time, scale-down and drain parallelism 2,000, no delay after add, 2,000 non-empty candidates,
 /// unready scale-down on. Devices decide: 60 % of the nodes can go. The state is the one after a
 /// first loop, which found every node unneeded.
-pub fn dra_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFixture {
+pub fn dra_scale_down(nodes: usize) -> crate::scale_down::ScaleDownFixture {
     use std::collections::HashMap;
 
-    use crate::scale_down::{ControllerIndex, DeletionsInProgress, ScaleDownState};
+    use ferroscale_core::scale_down::{ControllerIndex, DeletionsInProgress, ScaleDownState};
 
     const DEVICES_PER_NODE: usize = 10;
     const PODS_PER_NODE: usize = 4;
@@ -503,7 +506,7 @@ pub fn dra_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFix
         snapshot.add_pod(ids[i % nodes], Arc::new(pod));
     }
     let options = upstream_options(UPSTREAM_SCALE_DOWN_OPTIONS);
-    let mut fixture = crate::scale_down::fixtures::ScaleDownFixture {
+    let mut fixture = crate::scale_down::ScaleDownFixture {
         workers: Workers::sequential(),
         snapshot,
         groups: vec![NodeGroupView::new(
@@ -612,10 +615,10 @@ pub fn upstream_scale_up(nodes: usize) -> ScaleUpFixture {
 /// upstream's for the run: no unneeded time, scale-down and drain parallelism 2,000, no delay
 /// after add, 2,000 non-empty candidates, unready scale-down on. The state is fresh: the plan is
 /// the first loop's.
-pub fn upstream_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDownFixture {
+pub fn upstream_scale_down(nodes: usize) -> crate::scale_down::ScaleDownFixture {
     use std::collections::HashMap;
 
-    use crate::scale_down::{ControllerIndex, DeletionsInProgress, ScaleDownState};
+    use ferroscale_core::scale_down::{ControllerIndex, DeletionsInProgress, ScaleDownState};
 
     const PODS_PER_NODE: usize = 40;
     let cpu = DRA_NODE_CPU / 100;
@@ -638,7 +641,7 @@ pub fn upstream_scale_down(nodes: usize) -> crate::scale_down::fixtures::ScaleDo
         snapshot.add_pod(ids[i % nodes], Arc::new(pod));
     }
     let options = upstream_options(UPSTREAM_SCALE_DOWN_OPTIONS);
-    crate::scale_down::fixtures::ScaleDownFixture {
+    crate::scale_down::ScaleDownFixture {
         workers: Workers::sequential(),
         snapshot,
         groups: vec![NodeGroupView::new(

@@ -10,6 +10,8 @@
 //! job once the instance is gone.
 
 mod cleanup;
+mod recheck;
+mod requests;
 mod soft_taints;
 
 use std::collections::HashSet;
@@ -20,15 +22,19 @@ use std::time::Duration;
 use ferroscale_model::taints::TO_BE_DELETED;
 use ferroscale_model::{Node, Pod, Taint, TaintEffect, Timestamp};
 
-use crate::autoscaler::{NoStopwatch, Stopwatch};
 use crate::cloud::{CloudError, NodeGroup};
 use crate::events::{Event, EventObject, reasons};
 use crate::kubernetes::{ClusterApi, ClusterError, EvictionError};
 use crate::options::AutoscalingOptions;
 use crate::scale_down::{DrainBlock, RecheckBlock};
+use crate::stopwatch::{NoStopwatch, Stopwatch};
 
-pub use cleanup::{LeftoverTaints, remove_leftover_taints};
-pub use soft_taints::{SoftTaintUpdate, apply_soft_taints};
+pub use cleanup::{LeftoverTaints, clean_up_leftover_taints, remove_leftover_taints};
+pub use recheck::LiveRecheck;
+pub use requests::{
+    DeletionTarget, StartedDeletions, deletion_requests, planned_starts, start_deletions,
+};
+pub use soft_taints::{SoftTaintUpdate, apply_plan_soft_taints, apply_soft_taints};
 
 /// Annotation prefix that makes deletion wait until every such annotation is gone.
 pub const DELAY_DELETION_ANNOTATION_PREFIX: &str =

@@ -8,10 +8,13 @@ use std::sync::Arc;
 use ferroscale_model::taints::{DELETION_CANDIDATE, TO_BE_DELETED};
 use ferroscale_model::{Node, Taint, Timestamp};
 
+use crate::act::{ActRecord, PlannedAction};
 use crate::cloud::CloudProvider;
 use crate::events::{Event, EventObject, reasons};
 use crate::kubernetes::{ClusterApi, ClusterError};
 use crate::options::AutoscalingOptions;
+
+use super::DeletionTracker;
 
 /// When a taint was placed: its `timeAdded`, else its value read as Unix seconds (how the
 /// autoscaler writes it).
@@ -91,4 +94,37 @@ pub async fn remove_leftover_taints(
         }
     }
     cleaned
+}
+
+/// The start-up clean-up as the loop runs it (docs/behaviour.md LOOP-91): in dry-run mode every
+/// node with a leftover deletion taint is listed; otherwise each removal is listed, and the
+/// removals the API server refused are owed on `tracker`, to be retried every loop
+/// (docs/behaviour.md SD-120).
+pub async fn clean_up_leftover_taints(
+    cloud: &dyn CloudProvider,
+    cluster: &dyn ClusterApi,
+    tracker: &mut DeletionTracker,
+    nodes: &[Arc<Node>],
+    now: Timestamp,
+    options: &AutoscalingOptions,
+) -> ActRecord {
+    let mut record = ActRecord::default();
+    if options.dry_run {
+        for node in nodes.iter().filter(|n| n.has_taint(TO_BE_DELETED)) {
+            record.plan(PlannedAction::RemoveLeftoverTaint {
+                node: node.name.clone(),
+            });
+        }
+    }
+    let cleaned = remove_leftover_taints(cloud, cluster, nodes, now, options).await;
+    for event in &cleaned.events {
+        if let EventObject::Node(node) = &event.object {
+            record.plan(PlannedAction::RemoveLeftoverTaint { node: node.clone() });
+        }
+    }
+    for (node, key, uncordon) in cleaned.failed {
+        tracker.owe_untaint(&node, key, uncordon);
+    }
+    record.events = cleaned.events;
+    record
 }
