@@ -12,6 +12,7 @@
 //! built-in provider over the externalgrpc protocol (`serve_provider.rs`).
 
 mod batching;
+mod cloud_nodes;
 mod debug_snapshot;
 mod flag_docs;
 mod flags;

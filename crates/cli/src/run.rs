@@ -35,6 +35,7 @@ use ferroscale_provider_kwok::{ConfigSource, KwokEnvironment, KwokProvider};
 use tokio::sync::Notify;
 
 use crate::batching::{Batcher, Finished};
+use crate::cloud_nodes::{self, CloudNodes};
 use crate::debug_snapshot::{SNAPSHOT_PATH, Snapshots};
 use crate::flags::{CloudProviderKind, LoopTiming, RunFlags};
 use crate::profiling::{CPU_PROFILE_PATH, Profiling};
@@ -139,6 +140,9 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("starting against the API server at {api_server}"))?;
     tracing::info!(provider = provider.name(), "cloud provider ready");
+    // With --cloud-node-controller the loop's refreshes are recorded for the controller.
+    let (provider, watched_refresh) =
+        cloud_nodes::watch_refreshes(provider, &options, flags.cloud_provider);
 
     // Watches without kube's own retries: a list or watch the API server refuses fails at
     // once, so the caches know they are behind (docs/behaviour.md LOOP-121), and their own
@@ -188,6 +192,10 @@ async fn run_async(flags: RunFlags) -> anyhow::Result<()> {
         shutdown: &shutdown,
         stopping: &stopping,
         snapshots: &snapshots,
+        cloud_nodes: watched_refresh.as_deref().map(|refresh| CloudNodes {
+            refresh,
+            writes: &cluster,
+        }),
     };
     let result = if flags.leader_election.enabled {
         let mut election = LeaderElectionConfig::new(&options.namespace);
@@ -493,6 +501,8 @@ struct Loop<'a> {
     stopping: &'a AtomicBool,
     /// Debugging snapshots asked for (`/snapshotz`, `--snapshot-scenario`).
     snapshots: &'a Snapshots,
+    /// With `--cloud-node-controller`: what its pass after each iteration needs.
+    cloud_nodes: Option<CloudNodes<'a>>,
 }
 
 /// The main loop (docs/behaviour.md LOOP-103–LOOP-105, LOOP-116–LOOP-119): one iteration per
@@ -512,6 +522,10 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
     // Whether each of the last two iterations acted.
     let mut acted = [false; 2];
     let mut batcher = Batcher::new(context.timing.windows);
+    let mut cloud_node_controller = context
+        .cloud_nodes
+        .as_ref()
+        .map(|_| ferroscale_core::cloud_node_controller::CloudNodeController::new());
     let mut iterations = 0;
     while !context.stopping.load(Ordering::SeqCst) {
         iterations += 1;
@@ -548,6 +562,19 @@ async fn autoscale(autoscaler: &mut Autoscaler, context: Loop<'_>) -> u64 {
             lock_health().record_success(system_now());
         }
         log_outcome(&outcome, took);
+        // The cloud node controller, on this iteration's refresh (docs/cloud-node-controller.md).
+        if let (Some(controller), Some(parts)) =
+            (cloud_node_controller.as_mut(), context.cloud_nodes.as_ref())
+        {
+            cloud_nodes::pass(
+                controller,
+                parts,
+                context.cluster,
+                system_now(),
+                autoscaler.options(),
+            )
+            .await;
+        }
         acted = [acted[1], outcome.acted()];
         let scaled_up = outcome
             .scale_up_execution

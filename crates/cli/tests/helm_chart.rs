@@ -527,6 +527,49 @@ fn without_kwok_the_autoscaler_may_not_create_or_delete_nodes() {
     }
 }
 
+/// docs/cloud-node-controller.md CNC-112: with `--cloud-node-controller` in the arguments, however
+/// it is written, the ClusterRole also grants `delete` on nodes (`update` it has already); written
+/// false, or absent, it does not.
+#[test]
+fn the_cloud_node_controller_may_delete_nodes_and_only_it() {
+    let plain_cluster_role: ClusterRole = plain("ClusterRole");
+    let plain_grants = grants(&plain_cluster_role.rules.unwrap_or_default());
+    let grant = |verb: &str| -> Grant { ("".into(), "nodes".into(), "*".into(), verb.into()) };
+    let without_kwok: BTreeSet<Grant> = plain_grants
+        .iter()
+        .filter(|g| **g != grant("create") && **g != grant("delete"))
+        .cloned()
+        .collect();
+    let with_delete: BTreeSet<Grant> = without_kwok
+        .iter()
+        .cloned()
+        .chain([grant("delete")])
+        .collect();
+    for (arguments, expected) in [
+        ("extraArgs:\n  cloud-node-controller: true\n", &with_delete),
+        ("extraArgs:\n  cloud-node-controller: null\n", &with_delete),
+        ("extraArgs: [--cloud-node-controller=true]\n", &with_delete),
+        ("extraArgs: [--cloud-node-controller]\n", &with_delete),
+        ("customArgs: [--cloud-node-controller=1]\n", &with_delete),
+        (
+            "extraArgs:\n  cloud-node-controller: false\n",
+            &without_kwok,
+        ),
+        ("extraArgs:\n  v: 4\n", &without_kwok),
+    ] {
+        let rendered = Rendered::of_chart(&chart_dir(), &[EXTERNALGRPC_VALUES, arguments]);
+        let cluster_role: ClusterRole = rendered
+            .named("ClusterRole", RELEASE)
+            .expect("the autoscaler's ClusterRole");
+        assert_same(
+            arguments,
+            grants(&cluster_role.rules.unwrap_or_default()),
+            expected.clone(),
+        );
+        assert_accepted_by_ferroscale_run(&rendered);
+    }
+}
+
 #[test]
 fn the_deployment_runs_as_the_service_account_that_the_rbac_binds() {
     for values in [

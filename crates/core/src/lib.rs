@@ -5,13 +5,16 @@
 //! functions of a gathered snapshot, remembered state and options, returning a plan. No I/O, no
 //! clock reads, no unseeded randomness. The Act side talks to the contracts: `act` (executing a
 //! scale-up plan), `actuation` (scale-down deletions as state machines) and `autoscaler` (the
-//! loop: gather, decide, act).
+//! loop: gather, decide, act). `cloud_node_controller` is an act-side controller next to the
+//! loop (node initialization and lifecycle for clouds without a cloud-controller-manager), with
+//! its rules as pure as the engine's.
 
 pub mod accelerators;
 pub mod act;
 pub mod autoscaler;
 pub mod backoff;
 pub mod cloud;
+pub mod cloud_node_controller;
 pub mod cluster_state;
 pub mod events;
 pub mod kubernetes;

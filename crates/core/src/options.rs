@@ -418,6 +418,15 @@ pub struct AutoscalingOptions {
     /// `grpc-expander-cert`: the PEM certificate the gRPC expander's server certificate must chain
     /// to; required, as upstream allows no insecure connection.
     pub grpc_expander_cert: String,
+    // --- issue 31: the cloud node controller ---
+    /// `cloud-node-controller`: after each loop the leader initializes Nodes that carry the
+    /// uninitialized taint and deletes Nodes whose instance is gone
+    /// (docs/cloud-node-controller.md).
+    pub cloud_node_controller: bool,
+    /// `cloud-node-removal-grace-period`: how long a Node must have been a deletion candidate
+    /// (not Ready, placed in a group that no longer lists its instance), on at least two
+    /// consecutive passes, before the controller deletes it.
+    pub cloud_node_removal_grace_period: Duration,
 }
 
 /// `--estimator` values.
@@ -609,6 +618,9 @@ impl Default for AutoscalingOptions {
             // --- issue 16: the gRPC expander ---
             grpc_expander_url: String::new(),
             grpc_expander_cert: String::new(),
+            // --- issue 31: the cloud node controller ---
+            cloud_node_controller: false,
+            cloud_node_removal_grace_period: Duration::from_secs(MINUTE),
         }
     }
 }
@@ -1094,6 +1106,11 @@ impl AutoscalingOptions {
             // --- issue 16: the gRPC expander ---
             "grpc-expander-url" => self.grpc_expander_url = v.to_string(),
             "grpc-expander-cert" => self.grpc_expander_cert = v.to_string(),
+            // --- issue 31: the cloud node controller ---
+            "cloud-node-controller" => self.cloud_node_controller = parse_bool(f, v)?,
+            "cloud-node-removal-grace-period" => {
+                self.cloud_node_removal_grace_period = parse_duration(f, v)?
+            }
             _ => {
                 return Err(OptionError::UnknownFlag {
                     flag: flag.to_string(),

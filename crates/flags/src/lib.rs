@@ -455,6 +455,14 @@ pub const FLAGS: &[Flag] = &[
     process("cache-sync-timeout", DUR, "5m0s", Loop,
         "Give up when the first list of the cluster takes longer than this.")
         .ferroscale(),
+    engine("cloud-node-controller", Bool, "false", Provider,
+        "Initialize new Nodes (labels from their node group's template, uninitialized taint removed) and delete Nodes whose instance is gone, for clouds without a cloud-controller-manager.")
+        .note("Leader only, after each loop; keep it off where a cloud-controller-manager or the Cluster API controllers already do this. docs/cloud-node-controller.md.")
+        .ferroscale(),
+    engine("cloud-node-removal-grace-period", DUR, "1m0s", Provider,
+        "How long a Node must have been not Ready and missing from its node group's instances, on two consecutive refreshes at least, before --cloud-node-controller deletes it.")
+        .note("Counted from the first refresh that found it so; a refresh with any provider error deletes nothing and starts the count again. docs/cloud-node-controller.md CNC-106.")
+        .ferroscale(),
     // --- implemented by this other pieces (refused until they land) ---
     process("kubernetes", Text, "", ApiAccess,
         "The API server's URL, overriding the kubeconfig's or the in-cluster one.")

@@ -114,7 +114,7 @@ impl KubeCluster {
         &self.caches
     }
 
-    fn nodes(&self) -> Api<core::Node> {
+    pub(crate) fn nodes(&self) -> Api<core::Node> {
         Api::all(self.client.clone())
     }
 
@@ -231,7 +231,7 @@ fn capacity_object(kind: &str, version: &str, key: &str) -> (String, core::Objec
 }
 
 /// Maps an API error on object `kind name` into the engine's error.
-fn cluster_error(kind: &'static str, name: &str, error: kube::Error) -> ClusterError {
+pub(crate) fn cluster_error(kind: &'static str, name: &str, error: kube::Error) -> ClusterError {
     match &error {
         kube::Error::Api(status) if status.is_not_found() => ClusterError::NotFound {
             kind,

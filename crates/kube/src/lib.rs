@@ -9,6 +9,8 @@
 //! - [`cluster`]: [`KubeCluster`], the engine's `ClusterApi` over the API server: reads from the
 //!   caches, and the engine's few writes (node taints and cordoning, evictions, events, the status
 //!   ConfigMap).
+//! - [`cloud_nodes`]: the cloud node controller's `NodeObjectApi` for [`KubeCluster`]: Nodes read
+//!   from the API server, initialized in one guarded replace, deleted with preconditions.
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease, compatible with client-go's.
 //! - [`repeated`]: warnings that repeat (a server that does not answer) said once, then summed up.
 //!
@@ -18,10 +20,13 @@
 //!   evict, which events to record, what the status says, all come from the engine (the pure
 //!   Decide step in `ferroscale-core`). This crate only reads the cluster into the model and
 //!   carries the engine's orders out, faithfully and with retries where upstream retries.
-//! - **Delete Node objects.** Removing a Node object of a terminated instance is the cloud node
-//!   controller's job (docs/behaviour.md SD-93); the autoscaler only deletes instances through the
-//!   cloud provider. The only deletions here are of the status ConfigMap (at shutdown) and pods,
-//!   through evictions that respect PodDisruptionBudgets.
+//! - **Delete Node objects on its own.** Removing a Node object of a terminated instance is the
+//!   cloud node controller's job (docs/behaviour.md SD-93); the autoscaler's loop only deletes
+//!   instances through the cloud provider. The one Node deletion here is the cloud node
+//!   controller's (`--cloud-node-controller`, off by default), carried out as ordered, with the
+//!   uid and `resourceVersion` the controller checked as preconditions. The other deletions are
+//!   of the status ConfigMap (at shutdown) and pods, through evictions that respect
+//!   PodDisruptionBudgets.
 //! - **Interpret raw objects past the boundary.** Objects are converted once, by
 //!   `ferroscale-objects`, when their watch event arrives; an object that does not convert is
 //!   left out with a warning, never half-used.
@@ -29,6 +34,7 @@
 pub mod api_access;
 pub mod caches;
 pub mod capacity;
+pub mod cloud_nodes;
 pub mod cluster;
 pub mod leader;
 pub mod repeated;

@@ -9,6 +9,7 @@ use foldhash::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
+use ferroscale_core::cloud_node_controller::{LiveNode, NodeInitializationWrite, NodeObjectApi};
 use ferroscale_core::events::Event;
 use ferroscale_core::kubernetes::{
     ClusterApi, ClusterError, ClusterObjects, EvictionError, StatusConfigMap, WorkloadController,
@@ -363,6 +364,59 @@ impl ClusterApi for SimClusterApi<'_> {
             .ensure_buffer_pod_template(buffer, pod))
     }
 }
+
+/// The cloud node controller's writes (docs/cloud-node-controller.md), applied at once: the
+/// simulated API server has one version of each Node per loop, and nothing changes a Node
+/// between the controller's read and its write.
+#[async_trait]
+impl NodeObjectApi for SimClusterApi<'_> {
+    async fn read_node(&self, name: &str) -> Result<Option<LiveNode>, ClusterError> {
+        Ok(self.cluster().node(name).map(|entry| LiveNode {
+            node: (*entry.node).clone(),
+            resource_version: SIMULATED_RESOURCE_VERSION.to_string(),
+        }))
+    }
+
+    async fn initialize_node(&self, write: &NodeInitializationWrite) -> Result<(), ClusterError> {
+        let now = self.now;
+        if self.cluster().initialize_node(
+            &write.node,
+            &write.uid,
+            &write.add_labels,
+            &write.remove_taint,
+            now,
+        ) {
+            Ok(())
+        } else {
+            Err(node_not_found(&write.node))
+        }
+    }
+
+    async fn delete_node(
+        &self,
+        name: &str,
+        uid: &str,
+        _resource_version: &str,
+    ) -> Result<(), ClusterError> {
+        let now = self.now;
+        let mut cluster = self.cluster();
+        match cluster.node(name) {
+            Some(entry) if entry.node.uid == uid => {
+                cluster.remove_node(name, now);
+                Ok(())
+            }
+            Some(_) => Err(ClusterError::Conflict {
+                kind: "Node",
+                name: name.to_string(),
+                message: format!("the Node's uid is no longer {uid}"),
+            }),
+            None => Err(node_not_found(name)),
+        }
+    }
+}
+
+/// The `resourceVersion` every simulated Node reads with.
+const SIMULATED_RESOURCE_VERSION: &str = "1";
 
 fn no_such_object(e: NoSuchObject) -> ClusterError {
     ClusterError::NotFound {

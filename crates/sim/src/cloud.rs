@@ -17,12 +17,13 @@ use ferroscale_core::cloud::{
     CloudError, CloudProvider, ErrorClass, GroupOptions, Instance, InstanceErrorInfo,
     InstanceState, InstanceStatus, NodeGroup, NodeTemplate, PricingModel,
 };
+use ferroscale_core::cloud_node_controller::rules::{CLOUD_LABELS, UNINITIALIZED_TAINT};
 use ferroscale_model::labels::HOSTNAME;
 use ferroscale_model::taints::first_untolerated;
 use ferroscale_model::time::format_duration;
 use ferroscale_model::{
-    ConditionStatus, CsiNode, CsiNodeDriver, DaemonSet, Node, NodeConditions, Pod, PodPhase,
-    Timestamp,
+    ConditionStatus, CsiNode, CsiNodeDriver, DaemonSet, Node, NodeConditions, Pod, PodPhase, Taint,
+    TaintEffect, Timestamp,
 };
 
 use crate::dra::{GroupDevices, node_slices};
@@ -165,6 +166,10 @@ pub struct GroupSpec {
     pub csi_drivers: Vec<CsiNodeDriver>,
     /// The DRA devices the group's nodes publish as ResourceSlices.
     pub devices: Vec<GroupDevices>,
+    /// Whether a cloud-controller-manager initializes the group's new nodes and deletes a Node
+    /// with its machine. Without one, nodes added during the run register uninitialized and the
+    /// runner leaves a Node behind when its machine goes (docs/behaviour.md SIM-106).
+    pub cloud_controller_manager: bool,
 }
 
 /// One machine of a simulated group.
@@ -178,6 +183,9 @@ struct SimInstance {
     ready_at: Timestamp,
     /// Whether the runner has been handed the node of this instance.
     registered: bool,
+    /// Whether its node registers with the uninitialized taint and without the cloud labels
+    /// (a node the run adds to a group without a cloud-controller-manager).
+    uninitialized: bool,
 }
 
 /// How long one instance was paid for, for the node-hours and cost summary.
@@ -308,13 +316,26 @@ impl SimulatedNodeGroup {
             requested_at: now,
             ready_at,
             registered: false,
+            uninitialized: !self.spec.cloud_controller_manager,
         }
     }
 
     /// The node an instance registers as: the template with the instance's identity, Ready since
-    /// `at`.
+    /// `at`; without a cloud-controller-manager, as a kubelet with `--cloud-provider=external`
+    /// registers it (uninitialized taint, no zone, region or instance-type label).
     fn node_for(&self, instance: &SimInstance, at: Timestamp) -> Node {
         let mut node = self.spec.template.clone();
+        if instance.uninitialized {
+            for key in CLOUD_LABELS {
+                node.labels.remove(key);
+            }
+            node.taints.retain(|t| t.key != UNINITIALIZED_TAINT);
+            node.taints.push(Taint::new(
+                UNINITIALIZED_TAINT,
+                "true",
+                TaintEffect::NoSchedule,
+            ));
+        }
         node.name = instance.node_name.clone();
         node.uid = format!("uid-node-{}", instance.node_name);
         node.provider_id = instance.provider_id.clone();
@@ -645,12 +666,15 @@ impl SimulatedCloud {
                             requested_at: now,
                             ready_at: now,
                             registered: true,
+                            uninitialized: false,
                         });
                     }
                     for _ in 0..group.spec.initial_size {
                         let mut instance = group.new_instance(&mut state, now, now);
-                        // Initial nodes exist whatever the failure windows say.
+                        // Initial nodes exist whatever the failure windows say, and were
+                        // initialized before the run started.
                         instance.error = None;
+                        instance.uninitialized = false;
                         state.instances.push(instance);
                     }
                     state.target = state.instances.len();
@@ -919,6 +943,7 @@ mod tests {
 
     fn spec(id: &str) -> GroupSpec {
         GroupSpec {
+            cloud_controller_manager: true,
             csi_drivers: Vec::new(),
             devices: Vec::new(),
             id: id.to_string(),

@@ -36,6 +36,9 @@ use crate::cloud::{daemonset_pod_for, daemonset_runs_on};
 use crate::dra::{ClusterDra, GroupDevices};
 use crate::storage::ClusterStorage;
 
+/// The taint kube-controller-manager puts on a node whose kubelet stopped reporting.
+const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+
 /// Index of a pod in [`Cluster::pods`]; stable for the whole run.
 pub type PodIndex = usize;
 
@@ -549,6 +552,84 @@ impl Cluster {
             requeued += 1;
         }
         requeued
+    }
+
+    /// The machine behind a node is gone but nothing deletes its Node object (a group without a
+    /// cloud-controller-manager): its pods end as [`Cluster::remove_node`] ends them (workload
+    /// pods back to pending, DaemonSet pods gone) and the Node stays, not Ready
+    /// (`Ready=Unknown`), with the unreachable taints kube-controller-manager's node lifecycle
+    /// controller puts on it, so nothing is scheduled there. The 40-odd seconds that controller
+    /// takes to notice and the pods' five minutes of toleration are not simulated. Returns the
+    /// pods that went back to pending.
+    pub fn machine_gone(&mut self, name: &str, now: Timestamp) -> usize {
+        let Some(entry) = self.nodes.get(name) else {
+            return 0;
+        };
+        let group = entry.group.clone();
+        let mut node = (*entry.node).clone();
+        let requeued = self.remove_node(name, now);
+        node.conditions.ready = Some(ConditionStatus::Unknown);
+        node.conditions.last_transition = Some(now);
+        node.taints.retain(|t| t.key != UNREACHABLE_TAINT);
+        node.taints.push(Taint::new(
+            UNREACHABLE_TAINT,
+            "",
+            ferroscale_model::TaintEffect::NoSchedule,
+        ));
+        let mut no_execute = Taint::new(
+            UNREACHABLE_TAINT,
+            "",
+            ferroscale_model::TaintEffect::NoExecute,
+        );
+        no_execute.time_added = Some(now);
+        node.taints.push(no_execute);
+        self.add_node(node, group);
+        requeued
+    }
+
+    /// Initializes a node as a cloud node controller does: `labels` it does not have are added
+    /// and every taint with `taint_key` removed; the DaemonSet pods that run on it now start, as
+    /// the DaemonSet controller would start them once the taint is gone. Returns false for an
+    /// unknown node or one with another uid.
+    pub fn initialize_node(
+        &mut self,
+        name: &str,
+        uid: &str,
+        labels: &[(String, String)],
+        taint_key: &str,
+        now: Timestamp,
+    ) -> bool {
+        let Some(entry) = self.nodes.get(name) else {
+            return false;
+        };
+        if entry.node.uid != uid {
+            return false;
+        }
+        let mut node = (*entry.node).clone();
+        for (key, value) in labels {
+            if !node.labels.contains_key(key.as_str()) {
+                node.labels.insert(key.clone(), value.clone());
+            }
+        }
+        node.taints.retain(|t| t.key != taint_key);
+        self.replace_node(name, node.clone());
+        self.refresh_changed_nodes();
+        self.capacity_changed = true;
+        let Some(id) = self.nodes.get(name).map(|n| n.id) else {
+            return true;
+        };
+        let daemon_pods: Vec<Pod> = self
+            .daemonsets
+            .iter()
+            .filter(|ds| daemonset_runs_on(ds, &node))
+            .map(|ds| daemonset_pod_for(ds, &node))
+            .filter(|pod| !self.live_by_key.contains_key(&pod.key()))
+            .collect();
+        for pod in daemon_pods {
+            let index = self.insert_pod(pod, now, None);
+            self.bind(index, id, now);
+        }
+        true
     }
 
     /// Marks a node unschedulable (`kubectl cordon`). Returns false for an unknown node.

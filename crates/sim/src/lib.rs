@@ -6,6 +6,7 @@ pub mod capacity;
 pub mod capacity_record;
 pub mod clock;
 pub mod cloud;
+mod cloud_nodes;
 pub mod cluster;
 pub mod dra;
 pub mod explain;

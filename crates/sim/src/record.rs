@@ -69,6 +69,9 @@ pub enum EntryKind {
     Buffer,
     /// A CapacityQuota stopped or capped a scale-up.
     Quota,
+    /// The cloud node controller initialized or deleted Nodes, or a Node outlived its machine
+    /// in a group without a cloud-controller-manager.
+    CloudNode,
 }
 
 impl EntryKind {
@@ -90,6 +93,7 @@ impl EntryKind {
             EntryKind::Request => "provreq",
             EntryKind::Buffer => "buffer",
             EntryKind::Quota => "quota",
+            EntryKind::CloudNode => "cloud-node",
         }
     }
 }
@@ -149,6 +153,26 @@ pub struct GroupSummary {
     /// calls and bursts").
     #[serde(flatten)]
     pub resize: crate::resize_calls::ResizeSummary,
+    /// What became of the group's Node objects without a cloud-controller-manager (left out for
+    /// a group with one that the cloud node controller never touched).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cloud_nodes: Option<CloudNodeSummary>,
+}
+
+/// A group's Nodes and the cloud node controller (docs/scenario.md, "Clouds without a
+/// cloud-controller-manager").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloudNodeSummary {
+    /// Whether a cloud-controller-manager initializes the group's nodes and deletes their Node
+    /// objects (`cloudControllerManager` of the scenario).
+    pub cloud_controller_manager: bool,
+    /// Nodes the cloud node controller initialized.
+    pub initialized: usize,
+    /// Node objects the cloud node controller deleted after their machine was gone.
+    pub node_objects_deleted: usize,
+    /// Node objects still there at the end whose machine is gone.
+    pub left_behind: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -8,13 +8,14 @@
 //! by a wall-clock [`InstantStopwatch`]. What it did is recorded: samples, the timeline (scale-ups,
 //! unneeded timers, drains, blocked removals, cooldowns, failures) and the summary.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferroscale_core::act::scale_up::ScaleUpExecution;
 use ferroscale_core::autoscaler::{Autoscaler, LoopOutcome, Stopwatch};
-use ferroscale_core::cloud::NodeGroup;
+use ferroscale_core::cloud::{CloudProvider, NodeGroup};
+use ferroscale_core::cloud_node_controller::CloudNodeOutcome;
 use ferroscale_core::cluster_state::InstanceToDelete;
 use ferroscale_core::events::{EventObject, reasons};
 use ferroscale_core::options::{AutoscalingOptions, ExpanderName, OptionError};
@@ -35,10 +36,11 @@ use crate::api::{ApiLog, ClusterAction, SimClusterApi};
 use crate::capacity_record::CapacityRecorder;
 use crate::clock::SimClock;
 use crate::cloud::{FailingCall, FailureWindow, GroupSpec, SimulatedCloud, SimulatedProvider};
+use crate::cloud_nodes::SimCloudNodes;
 use crate::cluster::{Cluster, Eviction, NodeRefusal};
 use crate::record::{
-    EntryKind, ExpectationOutcome, GroupSummary, LoopSample, Percentiles, PodSummary,
-    SimulationResult, Summary, TimelineEntry,
+    CloudNodeSummary, EntryKind, ExpectationOutcome, GroupSummary, LoopSample, Percentiles,
+    PodSummary, SimulationResult, Summary, TimelineEntry,
 };
 use crate::scenario::{
     Check, CheckTime, CloudOperation, Expectation, Limits, MIN_SCAN_INTERVAL, Scenario,
@@ -311,6 +313,11 @@ struct GroupStats {
     scale_ups: usize,
     added: usize,
     removed: usize,
+    /// `cloudControllerManager` of the scenario.
+    cloud_controller_manager: bool,
+    /// Nodes the cloud node controller initialized, and Node objects it deleted.
+    initialized: usize,
+    node_objects_deleted: usize,
 }
 
 /// A scenario being played.
@@ -355,6 +362,11 @@ pub struct Simulation<'p> {
     removals_seen: Option<u64>,
     /// What the timeline said so far about requests, buffers and quotas.
     capacity: CapacityRecorder,
+    /// With `cloud-node-controller`: the controller, run after each engine loop.
+    cloud_nodes: Option<SimCloudNodes>,
+    /// Nodes of groups without a cloud-controller-manager whose machine is gone and whose Node
+    /// object is still there.
+    left_behind: BTreeSet<String>,
     progress: Option<ProgressReporter<'p>>,
 }
 
@@ -415,6 +427,7 @@ fn group_spec(group: &crate::scenario::ScenarioNodeGroup, objects: &[K8sObject])
         template: group.template.clone(),
         csi_drivers: group.csi_drivers.clone(),
         devices: group.devices.clone(),
+        cloud_controller_manager: group.cloud_controller_manager,
     }
 }
 
@@ -491,8 +504,10 @@ impl<'p> Simulation<'p> {
             })
             .collect();
         let group_ids: Vec<String> = specs.iter().map(|g: &GroupSpec| g.id.clone()).collect();
-        let specs_bounds: Vec<(usize, usize)> =
-            specs.iter().map(|g| (g.min_size, g.max_size)).collect();
+        let specs_bounds: Vec<(usize, usize, bool)> = specs
+            .iter()
+            .map(|g| (g.min_size, g.max_size, g.cloud_controller_manager))
+            .collect();
         let cloud = Arc::new(SimulatedCloud::new(
             clock.clone(),
             specs,
@@ -510,11 +525,14 @@ impl<'p> Simulation<'p> {
         cluster.set_scheduler_profile(options.scheduler_profile());
         let mut stats: Vec<GroupStats> = specs_bounds
             .iter()
-            .map(|(min_size, max_size)| GroupStats {
-                min_size: *min_size,
-                max_size: *max_size,
-                ..GroupStats::default()
-            })
+            .map(
+                |(min_size, max_size, cloud_controller_manager)| GroupStats {
+                    min_size: *min_size,
+                    max_size: *max_size,
+                    cloud_controller_manager: *cloud_controller_manager,
+                    ..GroupStats::default()
+                },
+            )
             .collect();
 
         // A replayed cluster's nodes join their groups as they are, with the group's provider ids.
@@ -597,8 +615,13 @@ impl<'p> Simulation<'p> {
             final_status: None,
             removals_seen: None,
             capacity: CapacityRecorder::default(),
+            cloud_nodes: None,
+            left_behind: BTreeSet::new(),
             progress: None,
         };
+        if simulation.options.cloud_node_controller {
+            simulation.cloud_nodes = Some(SimCloudNodes::new(simulation.cloud.clone()));
+        }
         simulation.record_refusals(SIMULATION_START, refusals);
         simulation
     }
@@ -864,11 +887,22 @@ impl<'p> Simulation<'p> {
             if let Some(i) = self.group_ids.iter().position(|g| *g == group) {
                 self.stats[i].added += count;
             }
+            let uninitialized = self
+                .cloud
+                .group(&group)
+                .is_some_and(|g| !g.spec().cloud_controller_manager);
             self.timeline.push(TimelineEntry {
                 at: now,
                 kind: EntryKind::NodesReady,
                 what: format!("{count} node(s) of {group} became Ready"),
-                why: String::new(),
+                why: if uninitialized {
+                    "uninitialized: the group has no cloud-controller-manager, so they carry \
+                     the uninitialized taint and lack the template's zone and instance-type \
+                     labels"
+                        .to_string()
+                } else {
+                    String::new()
+                },
             });
         }
         self.update_peaks();
@@ -887,6 +921,7 @@ impl<'p> Simulation<'p> {
             .cluster
             .nodes()
             .filter(|n| n.group.is_some() && !instances.contains(&n.node.provider_id))
+            .filter(|n| !self.left_behind.contains(&n.node.name))
             .map(|n| {
                 (
                     n.node.name.clone(),
@@ -896,8 +931,23 @@ impl<'p> Simulation<'p> {
             })
             .collect();
         let mut removed_by_autoscaler: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut left_behind: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (name, provider_id, group) in vanished {
-            let requeued = self.cluster.remove_node(&name, now);
+            // docs/behaviour.md SIM-106: without a cloud-controller-manager the Node stays.
+            let keeps_node = group
+                .as_deref()
+                .and_then(|g| self.cloud.group(g))
+                .is_some_and(|g| !g.spec().cloud_controller_manager);
+            let requeued = if keeps_node {
+                self.left_behind.insert(name.clone());
+                left_behind
+                    .entry(group.clone().unwrap_or_default())
+                    .or_default()
+                    .push(name.clone());
+                self.cluster.machine_gone(&name, now)
+            } else {
+                self.cluster.remove_node(&name, now)
+            };
             if let Some(i) = group
                 .as_ref()
                 .and_then(|g| self.group_ids.iter().position(|x| x == g))
@@ -943,6 +993,37 @@ impl<'p> Simulation<'p> {
                     .to_string(),
             });
         }
+        for (group, names) in left_behind {
+            self.timeline.push(TimelineEntry {
+                at: now,
+                kind: EntryKind::CloudNode,
+                what: format!(
+                    "{} Node object(s) of {group} outlive their machines: {}",
+                    names.len(),
+                    names_with_more(&names, NAMES_SHOWN)
+                ),
+                why: "the group has no cloud-controller-manager: the Nodes stay, not Ready, \
+                      until something deletes them"
+                    .to_string(),
+            });
+        }
+    }
+
+    /// What the cloud node controller did: timeline lines and the groups' counts.
+    fn record_cloud_nodes(&mut self, outcome: &CloudNodeOutcome) {
+        for (_, group) in outcome.initialized() {
+            if let Some(i) = self.group_ids.iter().position(|g| g == group) {
+                self.stats[i].initialized += 1;
+            }
+        }
+        for (node, group) in outcome.deleted() {
+            self.left_behind.remove(node);
+            if let Some(i) = self.group_ids.iter().position(|g| g == group) {
+                self.stats[i].node_objects_deleted += 1;
+            }
+        }
+        self.timeline
+            .extend(crate::cloud_nodes::timeline_entries(outcome));
     }
 
     /// Raises the groups' peaks to their node counts now; returns the counts.
@@ -981,11 +1062,20 @@ impl<'p> Simulation<'p> {
 
         let stopwatch = InstantStopwatch::start();
         let api = SimClusterApi::new(&mut self.cluster, now);
-        let outcome = block_on(
-            self.autoscaler
-                .run_once(&self.provider, &api, now, &stopwatch),
-        );
+        let provider: &dyn CloudProvider = match &self.cloud_nodes {
+            Some(cloud_nodes) => cloud_nodes.provider(),
+            None => &self.provider,
+        };
+        let outcome = block_on(self.autoscaler.run_once(provider, &api, now, &stopwatch));
+        // The cloud node controller, on this loop's refresh (docs/behaviour.md SIM-106).
+        let cloud_node_outcome = self
+            .cloud_nodes
+            .as_mut()
+            .map(|cloud_nodes| cloud_nodes.pass(&api, now, &self.options));
         let log = api.into_log();
+        if let Some(cloud_node_outcome) = &cloud_node_outcome {
+            self.record_cloud_nodes(cloud_node_outcome);
+        }
         if let Some(status) = &log.status {
             self.final_status = Some(status.status_yaml.clone());
         }
@@ -1698,6 +1788,16 @@ impl<'p> Simulation<'p> {
     pub fn into_result(self) -> SimulationResult {
         let end = self.end;
         let final_nodes = self.nodes_per_group();
+        let left_behind_of = |group: &str| {
+            self.left_behind
+                .iter()
+                .filter(|name| {
+                    self.cluster
+                        .node(name)
+                        .is_some_and(|n| n.group.as_deref() == Some(group))
+                })
+                .count()
+        };
         let groups = self
             .group_ids
             .iter()
@@ -1715,6 +1815,7 @@ impl<'p> Simulation<'p> {
                         nodes_added: stats.added,
                         nodes_removed: stats.removed,
                         resize: crate::resize_calls::of_group(&self.cloud, id, SIMULATION_START),
+                        cloud_nodes: cloud_node_summary(stats, left_behind_of(id)),
                     },
                 )
             })
@@ -1784,6 +1885,18 @@ impl<'p> Simulation<'p> {
             node_limit_exceeded: self.cloud.node_limit_exceeded().map(|e| e.to_string()),
         }
     }
+}
+
+/// A group's line of the cloud node controller's counts: for a group without a
+/// cloud-controller-manager always, for another only when the controller touched its nodes.
+fn cloud_node_summary(stats: &GroupStats, left_behind: usize) -> Option<CloudNodeSummary> {
+    let touched = stats.initialized + stats.node_objects_deleted + left_behind > 0;
+    (!stats.cloud_controller_manager || touched).then_some(CloudNodeSummary {
+        cloud_controller_manager: stats.cloud_controller_manager,
+        initialized: stats.initialized,
+        node_objects_deleted: stats.node_objects_deleted,
+        left_behind,
+    })
 }
 
 /// Rounds for the summary: simulated figures to what they mean, not to float noise.

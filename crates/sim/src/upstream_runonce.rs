@@ -238,6 +238,7 @@ impl RunOnceWorkload {
             Vec::new()
         };
         let spec = GroupSpec {
+            cloud_controller_manager: true,
             id: GROUP.to_string(),
             min_size: 0,
             max_size: MAX_GROUP_SIZE,

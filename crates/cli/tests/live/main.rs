@@ -10,6 +10,7 @@ mod api_access;
 mod batching;
 mod capacity;
 mod chart_arguments;
+mod cloud_node_controller;
 mod clusterapi;
 mod dra;
 mod exoscale;

@@ -51,8 +51,14 @@ pub struct ReadinessRules {
 
 impl ReadinessRules {
     pub fn from_options(options: &AutoscalingOptions, gpu_label: &str) -> ReadinessRules {
+        let mut startup_taints = options.startup_taints.clone();
+        // docs/cloud-node-controller.md CNC-111: while the cloud node controller is to
+        // initialize it, a registered node is still starting.
+        if options.cloud_node_controller {
+            startup_taints.push(crate::cloud_node_controller::rules::UNINITIALIZED_TAINT.into());
+        }
         ReadinessRules {
-            startup_taints: options.startup_taints.clone(),
+            startup_taints,
             startup_taint_prefixes: options.startup_taint_prefixes.clone(),
             status_taints: options.status_taints.clone(),
             gpu_label: gpu_label.to_string(),

@@ -14,6 +14,11 @@
 //! once at any size; a creation that fails turns the node into a failed instance, which the core
 //! backs off and deletes as it does for any cloud; `delete_nodes` and `cleanup` forget each node
 //! as its Node object goes.
+//!
+//! A group whose template node says `cluster-autoscaler.kwok.nodegroup/cloud-controller-manager:
+//! "false"` stands for a cloud without a cloud-controller-manager (docs/behaviour.md KWOK-108):
+//! its new Nodes register uninitialized, and `delete_nodes` deletes the machine but leaves the
+//! Node object behind, no longer played by kwok — what `--cloud-node-controller` is for.
 
 pub mod config;
 pub mod templates;
@@ -31,7 +36,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use rand::RngExt;
 use thiserror::Error;
 
@@ -39,7 +44,8 @@ pub use config::{ConfigError, GroupingKey, KwokConfig, ReadNodesFrom};
 pub use templates::{GroupSpec, TemplateError};
 
 use templates::{
-    GROUP_NAME_ANNOTATION, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE, node_from_template,
+    GROUP_NAME_ANNOTATION, KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE,
+    MACHINE_DELETED_ANNOTATION, node_from_template, uninitialized_node_from_template,
 };
 
 /// Env: name of the configuration ConfigMap.
@@ -367,6 +373,9 @@ impl GroupState {
 struct Shared {
     id: String,
     template: Node,
+    /// docs/behaviour.md KWOK-108: `false` when the group is a cloud without a
+    /// cloud-controller-manager.
+    cloud_controller_manager: bool,
     nodes_api: Api<Node>,
     state: Mutex<GroupState>,
 }
@@ -413,7 +422,11 @@ impl Shared {
         if !still_wanted {
             return Ok(());
         }
-        let node = node_from_template(&self.template, &name);
+        let node = if self.cloud_controller_manager {
+            node_from_template(&self.template, &name)
+        } else {
+            uninitialized_node_from_template(&self.template, &name)
+        };
         let created = self.nodes_api.create(&PostParams::default(), &node).await;
         let unwanted = {
             let mut state = self.state();
@@ -454,10 +467,89 @@ impl Shared {
         Ok(())
     }
 
-    /// Deletes the Node objects of `names`, forgetting each one as soon as it is gone; returns
-    /// the failures.
+    /// Deletes the machines of `names`, forgetting each one as soon as it is gone; returns the
+    /// failures. With a cloud-controller-manager (the provider's own part) the Node object goes
+    /// with the machine; without one the Node stays behind (docs/behaviour.md KWOK-108).
     async fn delete_nodes(&self, names: Vec<String>) -> Vec<String> {
-        delete_node_objects(&self.nodes_api, names, |name| self.state().remove(name)).await
+        let forget = |name: &str| self.state().remove(name);
+        if self.cloud_controller_manager {
+            delete_node_objects(&self.nodes_api, names, forget).await
+        } else {
+            leave_node_objects(&self.nodes_api, names, forget).await
+        }
+    }
+}
+
+/// The machines of `names` are gone but, with no cloud-controller-manager to delete them, their
+/// Node objects stay, as a kubelet's Node outlives its machine. kwok lets go of a Node it plays
+/// only when the Node is deleted (it keeps renewing the Node's Lease otherwise), so each Node is
+/// replaced by a copy that kwok does not play — kwok's annotation removed,
+/// [`MACHINE_DELETED_ANNOTATION`] added, labels, taints and status kept — which the control
+/// plane then marks not Ready as it would a kubelet that stopped. [`API_CONCURRENCY`] at a time;
+/// calls `gone` for each machine deleted; returns the failures.
+async fn leave_node_objects(
+    nodes_api: &Api<Node>,
+    names: Vec<String>,
+    gone: impl Fn(&str),
+) -> Vec<String> {
+    let gone = &gone;
+    futures::stream::iter(names)
+        .map(|name| async move {
+            match leave_node_object(nodes_api, &name).await {
+                Ok(()) => {
+                    gone(&name);
+                    None
+                }
+                Err(error) => Some(format!("deleting the machine of Node {name}: {error}")),
+            }
+        })
+        .buffer_unordered(API_CONCURRENCY)
+        .filter_map(|failure| async move { failure })
+        .collect()
+        .await
+}
+
+/// Replaces one Node by its copy without kwok (see [`leave_node_objects`]).
+async fn leave_node_object(nodes_api: &Api<Node>, name: &str) -> Result<(), kube::Error> {
+    const CREATE_ATTEMPTS: usize = 20;
+    let node = match nodes_api.get(name).await {
+        Ok(node) => node,
+        Err(error) if is_not_found(&error) => return Ok(()),
+        Err(error) => return Err(error),
+    };
+    let mut copy = node.clone();
+    let meta = &mut copy.metadata;
+    meta.uid = None;
+    meta.resource_version = None;
+    meta.creation_timestamp = None;
+    meta.managed_fields = None;
+    meta.generation = None;
+    let annotations = meta.annotations.get_or_insert_with(Default::default);
+    annotations.remove(KWOK_NODE_ANNOTATION);
+    annotations.insert(MACHINE_DELETED_ANNOTATION.to_string(), "true".to_string());
+    let delete = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: node.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match nodes_api.delete(name, &delete).await {
+        Ok(_) => {}
+        Err(error) if is_not_found(&error) => return Ok(()),
+        Err(error) => return Err(error),
+    }
+    // A Node has no finalizers of its own: it is gone at once, or after a moment.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match nodes_api.create(&PostParams::default(), &copy).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < CREATE_ATTEMPTS => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(error) => return Err(error),
+        }
     }
 }
 
@@ -575,8 +667,10 @@ impl NodeGroup for KwokNodeGroup {
         Ok(())
     }
 
-    /// Deletes the nodes' Node objects; a node the group still creates or failed to create has
-    /// none yet, and is only forgotten (its creation, if under way, is undone when it ends).
+    /// Deletes the nodes' machines, and with them their Node objects unless the group has no
+    /// cloud-controller-manager (KWOK-108); a node the group still creates or failed to create has
+    /// no Node object yet, and is only forgotten (its creation, if under way, is undone when it
+    /// ends).
     async fn delete_nodes(&self, nodes: &[ferroscale_model::Node]) -> Result<(), CloudError> {
         let mut to_delete = Vec::new();
         {
@@ -795,6 +889,7 @@ impl KwokProvider {
                     shared: Arc::new(Shared {
                         id: spec.id.clone(),
                         template: spec.template.clone(),
+                        cloud_controller_manager: spec.cloud_controller_manager,
                         nodes_api: nodes_api.clone(),
                         state: Mutex::new(GroupState {
                             target_size: spec.desired_size,
@@ -885,8 +980,15 @@ impl CloudProvider for KwokProvider {
             .map(|g| Arc::clone(g) as Arc<dyn NodeGroup>))
     }
 
-    async fn has_instance(&self, _node: &ferroscale_model::Node) -> Result<bool, CloudError> {
-        Ok(true)
+    /// Whether a group of this provider has the node's machine (being created included).
+    async fn has_instance(&self, node: &ferroscale_model::Node) -> Result<bool, CloudError> {
+        Ok(self.groups.iter().any(|group| {
+            group
+                .state()
+                .nodes
+                .iter()
+                .any(|n| n.provider_id == node.provider_id)
+        }))
     }
 
     async fn refresh(&self) -> Result<(), CloudError> {

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use ferroscale_core::cloud::NodeTemplate;
+use ferroscale_core::cloud_node_controller::rules::{CLOUD_LABELS, UNINITIALIZED_TAINT};
 use ferroscale_model::{CsiNode, CsiNodeDriver, Pod, PodPhase, ResourceSlice, Resources};
 use ferroscale_objects::{node_from_k8s, resource_slice_from_k8s, unknown_field};
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, NodeSystemInfo, Taint};
@@ -29,6 +30,14 @@ pub const CSI_DRIVERS_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/csi-
 /// The DRA devices a group's nodes would publish: a YAML (or JSON) list of ResourceSlice `spec`s
 /// (docs/behaviour.md KWOK-107). Each becomes a slice local to the node; `pool` may be left out.
 pub const RESOURCE_SLICES_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/resource-slices";
+/// Whether the provider plays the cloud-controller-manager's part for the group's nodes
+/// (docs/behaviour.md KWOK-108): `"true"` (the default) creates initialized Nodes and deletes a
+/// Node with its machine; `"false"` makes the group a cloud without one: new Nodes register as a
+/// kubelet started with `--cloud-provider=external` does, and a deleted machine leaves its Node.
+pub const CLOUD_CONTROLLER_MANAGER_ANNOTATION: &str =
+    "cluster-autoscaler.kwok.nodegroup/cloud-controller-manager";
+/// Set on the Node a deleted machine of such a group leaves behind.
+pub const MACHINE_DELETED_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/machine-deleted";
 /// The most slices the annotation may declare: a node publishes one or a few per driver.
 pub const MAX_TEMPLATE_SLICES: usize = 32;
 pub const DEFAULT_MAX_COUNT: usize = 200;
@@ -71,6 +80,9 @@ pub struct GroupSpec {
     pub desired_size: usize,
     /// The prepared template (fake-node annotations, providerID, taint).
     pub template: Node,
+    /// [`CLOUD_CONTROLLER_MANAGER_ANNOTATION`]: whether the provider initializes the group's
+    /// Nodes and deletes them with their machines.
+    pub cloud_controller_manager: bool,
 }
 
 /// Reads Node templates: one or more YAML documents, each a `Node` or a `List` of Nodes.
@@ -295,6 +307,29 @@ pub fn resource_slices(origin: &str, node: &Node) -> Result<Vec<ResourceSlice>, 
     Ok(slices)
 }
 
+/// The [`CLOUD_CONTROLLER_MANAGER_ANNOTATION`] of a template node: `true` without it.
+pub fn cloud_controller_manager(origin: &str, node: &Node) -> Result<bool, TemplateError> {
+    let Some(value) = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CLOUD_CONTROLLER_MANAGER_ANNOTATION))
+    else {
+        return Ok(true);
+    };
+    match value.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(TemplateError::Invalid {
+            origin: origin.to_string(),
+            node: node_name(node),
+            field: format!("metadata.annotations[{CLOUD_CONTROLLER_MANAGER_ANNOTATION}]"),
+            value: value.clone(),
+            reason: "expected \"true\" or \"false\"".to_string(),
+        }),
+    }
+}
+
 /// One group per distinct grouping value, in order of first appearance; the first node with a
 /// value is the group's template. Nodes without the grouping key are not templates.
 pub fn group_specs(
@@ -360,6 +395,7 @@ pub fn group_specs(
             ));
         }
         csi_drivers(origin, node)?;
+        let cloud_controller_manager = cloud_controller_manager(origin, node)?;
         // Declared devices that cannot be read leave the group without devices rather than
         // without a template: its pods without claims still scale it.
         if let Err(error) = resource_slices(origin, node) {
@@ -371,6 +407,7 @@ pub fn group_specs(
             max_size,
             desired_size,
             template: prepare_template(node, group, config.skip_taint),
+            cloud_controller_manager,
         });
     }
     if groups.is_empty() {
@@ -434,6 +471,33 @@ pub fn node_from_template(template: &Node, name: &str) -> Node {
         .insert(HOSTNAME_LABEL.to_string(), name.to_string());
     node.spec.get_or_insert_with(NodeSpec::default).provider_id =
         Some(format!("{PROVIDER_ID_PREFIX}{name}"));
+    node
+}
+
+/// A new Node of a group without a cloud-controller-manager, as its kubelet registers it with
+/// `--cloud-provider=external` (docs/behaviour.md KWOK-108): the template's node without the
+/// topology and instance-type labels a cloud-controller-manager would set, and with the
+/// `node.cloudprovider.kubernetes.io/uninitialized` taint.
+pub fn uninitialized_node_from_template(template: &Node, name: &str) -> Node {
+    let mut node = node_from_template(template, name);
+    if let Some(labels) = node.metadata.labels.as_mut() {
+        for key in CLOUD_LABELS {
+            labels.remove(key);
+        }
+    }
+    let taints = node
+        .spec
+        .get_or_insert_with(NodeSpec::default)
+        .taints
+        .get_or_insert_with(Vec::new);
+    if !taints.iter().any(|t| t.key == UNINITIALIZED_TAINT) {
+        taints.push(Taint {
+            key: UNINITIALIZED_TAINT.to_string(),
+            value: Some("true".to_string()),
+            effect: "NoSchedule".to_string(),
+            time_added: None,
+        });
+    }
     node
 }
 
@@ -863,5 +927,89 @@ status: {allocatable: {cpu: "4"}}
             let info = template_node_info(&groups[0].template).unwrap();
             assert!(info.resource_slices.is_empty(), "{bad}");
         }
+    }
+
+    const WITHOUT_CCM: &str = r#"
+kind: Node
+metadata:
+  name: metal
+  labels:
+    pool: metal
+    topology.kubernetes.io/zone: zone-a
+    failure-domain.beta.kubernetes.io/zone: zone-a
+    node.kubernetes.io/instance-type: m.large
+  annotations:
+    cluster-autoscaler.kwok.nodegroup/cloud-controller-manager: "false"
+status:
+  allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
+"#;
+
+    /// docs/behaviour.md KWOK-108: a group without a cloud-controller-manager registers its new
+    /// Nodes as an external-cloud-provider kubelet does — no zone or instance-type labels, the
+    /// uninitialized taint — while the engine's template keeps the labels and has no such taint.
+    #[test]
+    fn without_a_ccm_new_nodes_register_uninitialized_and_the_template_keeps_its_labels() {
+        let nodes = parse_template_nodes(WITHOUT_CCM, "t").unwrap();
+        let groups = group_specs(
+            &nodes,
+            &config(GroupingKey::Label("pool".into()), false),
+            "t",
+        )
+        .unwrap();
+        assert!(!groups[0].cloud_controller_manager);
+        let node = uninitialized_node_from_template(&groups[0].template, "metal-x7k2p");
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["kubernetes.io/hostname", "pool"]
+        );
+        let taints = node.spec.clone().and_then(|s| s.taints).unwrap_or_default();
+        assert!(
+            taints
+                .iter()
+                .any(|t| t.key == UNINITIALIZED_TAINT && t.effect == "NoSchedule"),
+            "{taints:?}"
+        );
+        assert_eq!(
+            node.spec.and_then(|s| s.provider_id).as_deref(),
+            Some("kwok:metal-x7k2p")
+        );
+        let template = template_node_info(&groups[0].template).unwrap();
+        assert_eq!(
+            template.node.label("topology.kubernetes.io/zone"),
+            Some("zone-a")
+        );
+        assert!(!template.node.has_taint(UNINITIALIZED_TAINT));
+
+        // Without the annotation the provider plays the CCM's part, as before.
+        let plain = parse_template_nodes(LIST, "t").unwrap();
+        let groups = group_specs(
+            &plain,
+            &config(GroupingKey::Label("pool".into()), false),
+            "t",
+        )
+        .unwrap();
+        assert!(groups.iter().all(|g| g.cloud_controller_manager));
+    }
+
+    /// docs/behaviour.md KWOK-108, KWOK-103: a value other than "true" or "false" is a
+    /// configuration error naming the node, the annotation and the value.
+    #[test]
+    fn a_bad_cloud_controller_manager_annotation_is_a_configuration_error() {
+        let text = WITHOUT_CCM.replace("\"false\"", "\"no\"");
+        let nodes = parse_template_nodes(&text, "t").unwrap();
+        let err = group_specs(
+            &nodes,
+            &config(GroupingKey::Label("pool".into()), false),
+            "kwok-provider-templates",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("node metal")
+                && err.contains(CLOUD_CONTROLLER_MANAGER_ANNOTATION)
+                && err.contains("\"no\""),
+            "{err}"
+        );
     }
 }

@@ -46,6 +46,8 @@ async fn model_node(nodes: &Api<Node>, name: &str) -> ferroscale_model::Node {
     ferroscale_objects::node_from_k8s(&node).expect("convert node")
 }
 
+/// docs/behaviour.md KWOK-102, KWOK-109: groups grow and shrink through Node objects within their
+/// bounds, and `HasInstance` says which machines exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
     let control_plane = start_control_plane().await;
@@ -161,7 +163,10 @@ async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
     // Refresh resets the target to the existing nodes.
     provider.refresh().await.unwrap();
     assert_eq!(group.target_size().await.unwrap(), 2);
-    assert!(provider.has_instance(&first).await.unwrap());
+    // The deleted node's machine is gone; the remaining one's is there.
+    assert!(!provider.has_instance(&first).await.unwrap());
+    let remaining = model_node(&nodes, &created[1]).await;
+    assert!(provider.has_instance(&remaining).await.unwrap());
 
     // Cleanup removes every node the provider created, and the group forgets them at once.
     provider.cleanup().await.expect("cleanup");
@@ -169,6 +174,77 @@ async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
     assert_eq!(group.nodes().await.unwrap(), Vec::new());
     provider.refresh().await.unwrap();
     assert_eq!(group.target_size().await.unwrap(), 0);
+}
+
+/// docs/behaviour.md KWOK-108, KWOK-109: a group whose template says it has no cloud-controller-manager
+/// creates Nodes as a kubelet with `--cloud-provider=external` registers them (uninitialized
+/// taint, no zone or instance-type label), and deleting a machine leaves its Node object behind,
+/// no longer played by kwok, still placed in its group by `NodeGroupForNode` but no longer one of
+/// its instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_ccm_nodes_register_uninitialized_and_outlive_their_machines() {
+    let control_plane = start_control_plane().await;
+    let client = client_for(&control_plane).await;
+    put_configmap(&client, "kwok-provider-config", "config", CONFIG).await;
+    let templates = templates(0, 3).replace(
+        "labels: {pool: workers}",
+        "labels: {pool: workers, topology.kubernetes.io/zone: zone-a, node.kubernetes.io/instance-type: m.large}",
+    ).replace(
+        "annotations:\n",
+        "annotations:\n      cluster-autoscaler.kwok.nodegroup/cloud-controller-manager: \"false\"\n",
+    );
+    put_configmap(&client, "kwok-provider-templates", "templates", &templates).await;
+    let source = ConfigSource::ConfigMap {
+        namespace: NAMESPACE.to_string(),
+        name: "kwok-provider-config".to_string(),
+    };
+    let provider = KwokProvider::build(client.clone(), &source, Some(NAMESPACE))
+        .await
+        .expect("provider builds from the ConfigMaps");
+    let group = provider.node_groups().await.unwrap().remove(0);
+    let template = group.template_node_info().await.expect("template");
+    assert_eq!(
+        template.node.label("topology.kubernetes.io/zone"),
+        Some("zone-a")
+    );
+
+    let nodes: Api<Node> = Api::all(client.clone());
+    group.increase_size(1).await.expect("increase by 1");
+    let created = wait_node_count(&nodes, 1).await;
+    wait_instances_running(group.as_ref()).await;
+    let node = model_node(&nodes, &created[0]).await;
+    assert!(node.has_taint("node.cloudprovider.kubernetes.io/uninitialized"));
+    assert_eq!(node.label("topology.kubernetes.io/zone"), None);
+    assert_eq!(node.label("node.kubernetes.io/instance-type"), None);
+    assert_eq!(node.label("pool"), Some("workers"));
+
+    group
+        .delete_nodes(std::slice::from_ref(&node))
+        .await
+        .expect("delete the machine");
+    assert_eq!(node_names(&nodes).await, created, "the Node object stays");
+    let left = nodes.get(&created[0]).await.expect("the Node");
+    let annotations = left.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key("kwok.x-k8s.io/node"),
+        "{annotations:?}"
+    );
+    assert_eq!(
+        annotations
+            .get("cluster-autoscaler.kwok.nodegroup/machine-deleted")
+            .map(String::as_str),
+        Some("true")
+    );
+    provider.refresh().await.unwrap();
+    assert_eq!(group.nodes().await.unwrap(), Vec::new());
+    assert_eq!(group.target_size().await.unwrap(), 0);
+    assert!(!provider.has_instance(&node).await.unwrap());
+    let placed = provider
+        .node_group_for_node(&node)
+        .await
+        .unwrap()
+        .expect("still placed in its group");
+    assert_eq!(placed.id(), "workers");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,7 +32,7 @@ td.t { white-space: nowrap; font-variant-numeric: tabular-nums; color: #374151; 
 .k-nodes-ready { background: #dcfce7; } .k-failure { background: #fee2e2; } .k-backoff { background: #fee2e2; }
 .k-expectation { background: #ede9fe; } .k-unneeded { background: #e0f2fe; } .k-blocked { background: #ffedd5; }
 .k-cooldown { background: #f1f5f9; } .k-drain { background: #fce7f3; } .k-scale-down { background: #ccfbf1; }
-.k-request { background: #e0e7ff; } .k-buffer { background: #d1fae5; } .k-quota { background: #ffe4e6; }
+.k-request { background: #e0e7ff; } .k-buffer { background: #d1fae5; } .k-quota { background: #ffe4e6; } .k-cloud-node { background: #ecfccb; }
 .ok { color: #15803d; font-weight: 600; } .fail { color: #b91c1c; font-weight: 600; }
 .why { color: #4b5563; }
 table.timeline td:nth-child(2) { width: 42%; }
@@ -73,6 +73,7 @@ fn kind_class(kind: EntryKind) -> &'static str {
         EntryKind::Request => "k-request",
         EntryKind::Buffer => "k-buffer",
         EntryKind::Quota => "k-quota",
+        EntryKind::CloudNode => "k-cloud-node",
     }
 }
 
@@ -299,6 +300,7 @@ pub fn render_html(result: &SimulationResult) -> String {
     }
     out.push_str("</table>");
     resize_section(&mut out, summary);
+    cloud_nodes_section(&mut out, summary);
 
     if !summary.capacity.is_empty() {
         capacity_section(&mut out, &summary.capacity);
@@ -334,6 +336,37 @@ pub fn render_html(result: &SimulationResult) -> String {
     }
     out.push_str("</table></body></html>\n");
     out
+}
+
+/// Groups without a cloud-controller-manager, and what the cloud node controller did with their
+/// Nodes (docs/scenario.md, "Clouds without a cloud-controller-manager"); nothing when no group
+/// has such a line.
+fn cloud_nodes_section(out: &mut String, summary: &crate::record::Summary) {
+    let lines: Vec<_> = summary
+        .groups
+        .iter()
+        .filter_map(|(id, g)| Some((id, g.cloud_nodes.as_ref()?)))
+        .collect();
+    if lines.is_empty() {
+        return;
+    }
+    out.push_str("<h2>Node initialization and removal</h2><p class=\"sub\">without a cloud-controller-manager a group's new nodes register with the uninitialized taint and without the template's zone and instance-type labels, and a Node outlives its machine; the cloud node controller (cloud-node-controller) initializes the first and deletes the second</p><table><tr><th>group</th><th>cloud-controller-manager</th><th class=\"num\">initialized</th><th class=\"num\">Node objects deleted</th><th class=\"num\">left behind at the end</th></tr>");
+    for (id, c) in lines {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+            escape(id),
+            if c.cloud_controller_manager {
+                "yes"
+            } else {
+                "none"
+            },
+            c.initialized,
+            c.node_objects_deleted,
+            c.left_behind
+        );
+    }
+    out.push_str("</table>");
 }
 
 /// `Accepted=True (reason) at 1m10s` lines, one per change.

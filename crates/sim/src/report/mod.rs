@@ -170,6 +170,7 @@ pub(crate) mod tests {
                                     },
                                 ],
                             },
+                            cloud_nodes: None,
                         },
                     ),
                     ("b".to_string(), GroupSummary::default()),

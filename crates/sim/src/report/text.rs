@@ -96,6 +96,22 @@ pub fn render_text(result: &SimulationResult) -> String {
         );
     }
     resize_lines(&mut out, summary);
+    for (id, g) in &summary.groups {
+        if let Some(c) = &g.cloud_nodes {
+            let _ = writeln!(
+                out,
+                "  {id} nodes: {}; {} initialized, {} Node object(s) deleted, {} left behind",
+                if c.cloud_controller_manager {
+                    "cloud-controller-manager"
+                } else {
+                    "no cloud-controller-manager"
+                },
+                c.initialized,
+                c.node_objects_deleted,
+                c.left_behind
+            );
+        }
+    }
     let pods = &summary.pods;
     let _ = writeln!(
         out,

@@ -2,9 +2,9 @@
 //! argument, the upstream scalability scenarios (docs/behaviour.md SIM-101), a full simulated
 //! day, a StatefulSet whose volumes pin it to one zone, and GPUs claimed through Dynamic Resource
 //! Allocation, the capacity APIs (a buffer, a quota, ProvisioningRequests of both classes), a
-//! Deployment whose pods arrive at a controller's pace (resize calls per burst), and two large
-//! clusters (15,000 nodes / 450,000 pods and 65,000 nodes / 1,000,000 pods).
-
+//! Deployment whose pods arrive at a controller's pace (resize calls per burst), a cloud without
+//! a cloud-controller-manager and the cloud node controller, and two large clusters (15,000
+//! nodes / 450,000 pods and 65,000 nodes / 1,000,000 pods).
 use std::path::Path;
 
 use super::{Scenario, ScenarioError, parse_scenario};
@@ -52,6 +52,10 @@ pub const BUNDLED: &[(&str, &str)] = &[
     (
         "controller-rate",
         include_str!("../../scenarios/controller-rate.yaml"),
+    ),
+    (
+        "bare-metal",
+        include_str!("../../scenarios/bare-metal.yaml"),
     ),
     ("large-15k", include_str!("../../scenarios/large-15k.yaml")),
     ("large-65k", include_str!("../../scenarios/large-65k.yaml")),

@@ -102,6 +102,12 @@ pub struct ScenarioNodeGroup {
     /// `devices`: the DRA devices the group's nodes publish as node-local ResourceSlices (and
     /// its template with them).
     pub devices: Vec<GroupDevices>,
+    /// `cloudControllerManager` (default true): `false` makes the group a cloud without a
+    /// cloud-controller-manager — the nodes it adds register with the
+    /// `node.cloudprovider.kubernetes.io/uninitialized` taint and without the template's zone,
+    /// region and instance-type labels, and a Node whose machine is gone stays, not Ready, until
+    /// something deletes it (`cloud-node-controller` in `options:`).
+    pub cloud_controller_manager: bool,
 }
 
 /// Cloud provider calls a failure window can make fail.
@@ -854,6 +860,7 @@ impl Validator<'_> {
             nodes: raw.nodes,
             csi_drivers,
             devices,
+            cloud_controller_manager: raw.cloud_controller_manager.unwrap_or(true),
         })
     }
 

@@ -55,6 +55,8 @@ pub(super) struct RawNodeGroup {
     /// DRA devices the group's nodes publish as ResourceSlices.
     #[serde(default)]
     pub devices: Vec<RawDevices>,
+    /// `false`: the group's cloud has no cloud-controller-manager.
+    pub cloud_controller_manager: Option<bool>,
 }
 
 /// `count` devices of one driver on every node of a group, named `<name>-<i>`, with the same

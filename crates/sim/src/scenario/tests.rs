@@ -269,6 +269,27 @@ fn unknown_fields_are_refused() {
     assert_eq!(e.line, Some(line_of(VALID, "maxSize: 100")));
 }
 
+/// docs/behaviour.md SIM-106: `cloudControllerManager` defaults to true; `false` is read; a value
+/// that is not a boolean names the field.
+#[test]
+fn cloud_controller_manager_is_a_boolean_defaulting_to_true() {
+    let s = parse(VALID).unwrap();
+    assert!(s.node_groups.iter().all(|g| g.cloud_controller_manager));
+    let without = mutate(
+        "    provisioningDelay: 90s\n",
+        "    provisioningDelay: 90s\n    cloudControllerManager: false\n",
+    );
+    let s = parse(&without).unwrap();
+    assert!(!s.node_groups[0].cloud_controller_manager);
+    assert!(s.node_groups[1].cloud_controller_manager);
+    let bad = mutate(
+        "    provisioningDelay: 90s\n",
+        "    provisioningDelay: 90s\n    cloudControllerManager: sometimes\n",
+    );
+    let e = parse_err(&bad);
+    assert!(e.to_string().contains("cloudControllerManager"), "{e}");
+}
+
 #[test]
 fn bad_durations() {
     assert_error(

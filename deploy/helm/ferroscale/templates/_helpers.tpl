@@ -113,6 +113,32 @@ true
 {{- end -}}
 {{- end -}}
 
+{{- /* Non-empty when extraArgs or customArgs turn --cloud-node-controller on: a true value
+(Go's spellings), or the bare flag (a null value in the map form, `--cloud-node-controller` alone in
+a list). */ -}}
+{{- define "ferroscale.cloudNodeControllerEnabled" -}}
+{{- $name := "cloud-node-controller" -}}
+{{- $on := false -}}
+{{- if has (include "ferroscale.extraFlag" (dict "root" . "name" $name)) (list "true" "1" "t" "T" "TRUE" "True") -}}
+{{- $on = true -}}
+{{- end -}}
+{{- if kindIs "map" .Values.extraArgs -}}
+{{- range $key, $value := .Values.extraArgs -}}
+{{- if and (eq (regexFind "^[^_]+" $key) $name) (kindIs "invalid" $value) -}}
+{{- $on = true -}}
+{{- end -}}
+{{- end -}}
+{{- else if has (printf "--%s" $name) .Values.extraArgs -}}
+{{- $on = true -}}
+{{- end -}}
+{{- if has (printf "--%s" $name) .Values.customArgs -}}
+{{- $on = true -}}
+{{- end -}}
+{{- if $on -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{- /* clusterapi: the value of upstream's --node-group-auto-discovery from autoDiscovery: clusterName,
 namespace, then each label, comma-separated. */ -}}
 {{- define "ferroscale.clusterapiAutoDiscovery" -}}
