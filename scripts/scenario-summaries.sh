@@ -24,7 +24,7 @@ cargo build --release --locked -p ferroscale
 target=${CARGO_TARGET_DIR:-target}
 binary="$target/release/ferroscale"
 scenarios=(default upstream-1 upstream-2 upstream-3 upstream-4 upstream-5 upstream-6 full-day
-  zonal-volumes gpu-dra capacity-apis controller-rate)
+  zonal-volumes gpu-dra capacity-apis controller-rate bare-metal)
 if [[ "$large" == --large ]]; then
   scenarios+=(large-15k large-65k)
 fi
