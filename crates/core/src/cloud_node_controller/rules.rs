@@ -501,21 +501,32 @@ pub fn labels_to_write(
     (add, kept)
 }
 
+/// The Node read back is the object decided about: same uid, same provider ID.
+fn still_the_same_node(
+    live: &Node,
+    name: &str,
+    uid: &str,
+    provider_id: &str,
+) -> Result<(), String> {
+    if live.uid != uid {
+        return Err(format!(
+            "node {name} was replaced (uid {uid} is now {})",
+            live.uid
+        ));
+    }
+    if live.provider_id != provider_id {
+        return Err(format!(
+            "node {name}'s provider ID changed from {provider_id:?} to {:?}",
+            live.provider_id
+        ));
+    }
+    Ok(())
+}
+
 /// The last look before initializing: the Node read back from the API server is still the one
 /// decided about and still carries the taint (CNC-104).
 pub fn check_before_initializing(live: &Node, planned: &Initialization) -> Result<(), String> {
-    if live.uid != planned.uid {
-        return Err(format!(
-            "node {} was replaced (uid {} is now {})",
-            planned.node, planned.uid, live.uid
-        ));
-    }
-    if live.provider_id != planned.provider_id {
-        return Err(format!(
-            "node {}'s provider ID changed from {:?} to {:?}",
-            planned.node, planned.provider_id, live.provider_id
-        ));
-    }
+    still_the_same_node(live, &planned.node, &planned.uid, &planned.provider_id)?;
     if !is_uninitialized(live) {
         return Err(format!(
             "node {} no longer has the {UNINITIALIZED_TAINT} taint",
@@ -528,18 +539,7 @@ pub fn check_before_initializing(live: &Node, planned: &Initialization) -> Resul
 /// The last look before deleting: the Node read back from the API server is still the one
 /// decided about, with the same provider ID, and still not Ready (CNC-108).
 pub fn check_before_deleting(live: &Node, planned: &Deletion) -> Result<(), String> {
-    if live.uid != planned.uid {
-        return Err(format!(
-            "node {} was replaced (uid {} is now {})",
-            planned.node, planned.uid, live.uid
-        ));
-    }
-    if live.provider_id != planned.provider_id {
-        return Err(format!(
-            "node {}'s provider ID changed from {:?} to {:?}",
-            planned.node, planned.provider_id, live.provider_id
-        ));
-    }
+    still_the_same_node(live, &planned.node, &planned.uid, &planned.provider_id)?;
     if !is_not_ready(live) {
         return Err(format!("node {} is Ready again", planned.node));
     }
