@@ -728,6 +728,11 @@ impl DraState {
         true
     }
 
+    /// Whether simulated nodes' slices were ever recorded.
+    pub(crate) fn has_simulated_slices(&self) -> bool {
+        !self.simulated_slices.is_empty()
+    }
+
     pub(crate) fn set_simulated_slices(&mut self, node_name: &str, slices: Vec<ResourceSlice>) {
         // Callers set the same slices for a template copy again and again: nothing changes then
         // (and the catalogue does not grow).

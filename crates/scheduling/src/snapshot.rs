@@ -139,11 +139,17 @@ impl FitSummary {
 #[derive(Debug, Clone)]
 enum Undo {
     AddedNode(NodeId),
-    RemovedNode(NodeId, NodeInfo),
+    /// Boxed, as is a DRA change: the log holds one entry per change of a branch, and the
+    /// common entries (a pod placed or taken off) are a few words.
+    RemovedNode(NodeId, Box<NodeInfo>),
     AddedPod(NodeId),
     RemovedPod(NodeId, usize, Arc<Pod>),
+    /// A pod placed at this position of the node's pods (not at the end).
+    InsertedPod(NodeId, usize),
+    /// The node object of a slot replaced; the previous one.
+    ReplacedNode(NodeId, Arc<Node>),
     /// A change of a claim's allocation or reservation.
-    Dra(DraUndo),
+    Dra(Box<DraUndo>),
 }
 
 /// An in-memory cluster on which scheduling is simulated.
@@ -295,7 +301,7 @@ impl Snapshot {
             }
         }
         for change in changes {
-            self.record(Undo::Dra(change));
+            self.record(Undo::Dra(Box::new(change)));
         }
         added
     }
@@ -358,7 +364,7 @@ impl Snapshot {
             return Vec::new();
         };
         let pods = info.pods.clone();
-        self.record(Undo::RemovedNode(id, info));
+        self.record(Undo::RemovedNode(id, Box::new(info)));
         for pod in &pods {
             if pod.has_resource_claims() {
                 self.release_claims(pod);
@@ -393,7 +399,7 @@ impl Snapshot {
         self.dra
             .place_pod(pod, &node.name, &node.labels, &mut changes);
         for change in changes {
-            self.record(Undo::Dra(change));
+            self.record(Undo::Dra(Box::new(change)));
         }
     }
 
@@ -404,8 +410,75 @@ impl Snapshot {
         let mut changes = Vec::new();
         self.dra.unplace_pod(pod, &mut changes);
         for change in changes {
-            self.record(Undo::Dra(change));
+            self.record(Undo::Dra(Box::new(change)));
         }
+    }
+
+    /// Places a pod at `position` among the node's pods (at the end when `position` is past
+    /// it), without checking whether it fits. The kept snapshot of the loop uses it to keep
+    /// every node's pods in the order a snapshot built from the same pod list has.
+    pub fn insert_pod(&mut self, id: NodeId, position: usize, pod: Arc<Pod>) {
+        let Some(info) = self.node(id) else {
+            return;
+        };
+        let position = position.min(info.pods.len());
+        let with_claims = pod.has_resource_claims().then(|| pod.clone());
+        self.attach_pod(id, pod, Some(position));
+        self.record(Undo::InsertedPod(id, position));
+        if let Some(pod) = with_claims {
+            self.place_claims(id, &pod);
+        }
+    }
+
+    /// Removes the pod at `position` among the node's pods; returns it.
+    pub fn remove_pod_at(&mut self, id: NodeId, position: usize) -> Option<Arc<Pod>> {
+        let pod = self.detach_pod(id, position)?;
+        self.record(Undo::RemovedPod(id, position, pod.clone()));
+        if pod.has_resource_claims() {
+            self.release_claims(&pod);
+        }
+        Some(pod)
+    }
+
+    /// Replaces the object of a node in its slot, keeping its pods (in their order) and its
+    /// handle: a Node update (labels, taints, allocatable, conditions). The indexes are
+    /// recomputed for the node; when the new object equals the old one only the handle on it
+    /// changes. Returns `false` when `id` is not a live node or the new object has another name.
+    pub fn replace_node(&mut self, id: NodeId, node: Arc<Node>) -> bool {
+        let Some(info) = self.slots.get_mut(id.index()).and_then(Option::as_mut) else {
+            return false;
+        };
+        if info.node.name != node.name {
+            return false;
+        }
+        let previous = if *info.node == *node {
+            std::mem::replace(&mut info.node, node)
+        } else {
+            self.swap_node_object(id, node)
+        };
+        self.record(Undo::ReplacedNode(id, previous));
+        true
+    }
+
+    /// Takes the node out of its slot and puts it back with `node` as its object; returns the
+    /// previous object.
+    fn swap_node_object(&mut self, id: NodeId, node: Arc<Node>) -> Arc<Node> {
+        let Some(mut info) = self.detach_node(id) else {
+            return node;
+        };
+        let previous = std::mem::replace(&mut info.node, node);
+        self.attach_node(id, info);
+        previous
+    }
+
+    /// Forgets what the simulation recorded for nodes that exist only in it (the CSINodes and
+    /// ResourceSlices of template copies and placeholders): they are not part of what-if
+    /// branches, so a snapshot kept across loops drops them when a loop ends. Returns whether
+    /// simulated ResourceSlices were recorded; the DRA catalogue was built with them, so such
+    /// a snapshot is not kept.
+    pub fn forget_simulated_objects(&mut self) -> bool {
+        self.simulated_csi_nodes.clear();
+        self.dra.has_simulated_slices()
     }
 
     /// Removes the pod with this uid from a node; returns it.
@@ -779,7 +852,7 @@ impl Snapshot {
                     self.fit_summaries.truncate(self.slots.len());
                 }
             }
-            Undo::RemovedNode(id, info) => self.attach_node(id, info),
+            Undo::RemovedNode(id, info) => self.attach_node(id, *info),
             Undo::AddedPod(id) => {
                 if let Some(last) = self
                     .node(id)
@@ -789,7 +862,19 @@ impl Snapshot {
                 }
             }
             Undo::RemovedPod(id, index, pod) => self.attach_pod(id, pod, Some(index)),
-            Undo::Dra(change) => self.dra.undo(change),
+            Undo::InsertedPod(id, index) => {
+                self.detach_pod(id, index);
+            }
+            Undo::ReplacedNode(id, previous) => {
+                if let Some(info) = self.slots.get_mut(id.index()).and_then(Option::as_mut)
+                    && *info.node == *previous
+                {
+                    info.node = previous;
+                } else {
+                    self.swap_node_object(id, previous);
+                }
+            }
+            Undo::Dra(change) => self.dra.undo(*change),
         }
     }
 

@@ -37,9 +37,9 @@ use crate::stopwatch::Stopwatch;
 use ferroscale_capacity::buffers::Injection;
 
 use super::gather::{self, Gathered};
+use super::kept::{LoopView, ViewInput};
 use super::provisioning::{RequestsInput, RequestsTurn};
 use super::salvo::SalvoStart;
-use super::snapshot::{LoopSnapshot, SnapshotInput, build_snapshot};
 use super::{
     Autoscaler, DecideTimer, EarlyEnd, LoopError, LoopOutcome, cluster_resources,
     group_accelerators,
@@ -126,11 +126,24 @@ impl Autoscaler {
             outcome.ended_early = Some(end);
             return Ok(());
         }
-        let LoopSnapshot {
-            snapshot: mut base,
-            mut pending,
-            draining_pods,
-        } = self.loop_snapshot(&gathered, &report, &views);
+        // The kept snapshot is taken out for the loop (its branch borrows it while the stages
+        // borrow the autoscaler) and put back when the branch is gone.
+        let mut kept = std::mem::take(&mut self.kept);
+        let draining = self.draining_nodes();
+        let view = ViewInput {
+            report: &report,
+            views: &views,
+            draining: &draining,
+        };
+        let (
+            refresh,
+            LoopView {
+                snapshot: mut base,
+                mut pending,
+                draining_pods,
+            },
+        ) = kept.open(&gathered.objects, &self.options, view);
+        outcome.snapshot_refresh = Some(refresh);
         let gpu_label = cloud.gpu_label().to_string();
         let provider = ProviderFacts {
             gpu_label: &gpu_label,
@@ -166,6 +179,10 @@ impl Autoscaler {
             .await;
         self.enforce_min_size(step, &base, timer, outcome, events)
             .await;
+        // Undoes the loop's placeholders and simulations: the base is the cluster again.
+        drop(base);
+        kept.close(std::mem::take(&mut gathered.objects.pods));
+        self.kept = kept;
         Ok(())
     }
 
@@ -367,28 +384,15 @@ impl Autoscaler {
         ends.then_some(EarlyEnd::SizesFixed)
     }
 
-    /// The snapshot with upcoming placeholders, the pending pods and the pods of nodes being
-    /// drained (docs/behaviour.md LOOP-111, LOOP-112, SU-15).
-    fn loop_snapshot(
-        &self,
-        gathered: &Gathered,
-        report: &ClusterStateReport,
-        views: &[NodeGroupView],
-    ) -> LoopSnapshot {
-        let draining: HashSet<String> = self
-            .deletions
+    /// The nodes whose scale-down deletion drains them: their recreatable pods are planned for
+    /// as if pending (docs/behaviour.md SU-15).
+    fn draining_nodes(&self) -> HashSet<String> {
+        self.deletions
             .in_progress()
             .into_iter()
             .filter(|d| d.kind == RemovalKind::Drain)
             .map(|d| d.node)
-            .collect();
-        build_snapshot(SnapshotInput {
-            objects: &gathered.objects,
-            report,
-            views,
-            draining: &draining,
-            options: &self.options,
-        })
+            .collect()
     }
 
     /// Scale-up: the plan (or a ProvisioningRequests turn's), its execution, salvo rounds, and

@@ -17,9 +17,11 @@ mod buffers;
 mod external_expander;
 mod gather;
 mod iteration;
+mod kept;
 mod provisioning;
 mod recorder;
 mod salvo;
+#[cfg(test)]
 mod snapshot;
 mod templates;
 
@@ -51,6 +53,7 @@ pub use crate::act::PlannedAction;
 pub use crate::stopwatch::{NoStopwatch, Stopwatch};
 pub use external_expander::EXTERNAL_EXPANDER_FAILED;
 pub use gather::{GatherCall, GatherFailure, GatherSubject};
+pub use kept::{Rebuild, SnapshotRefresh};
 pub use provisioning::RequestUpdate;
 pub use recorder::{EVENT_REPEAT_INTERVAL, EventRecorder};
 pub use templates::{TemplateCache, TemplateSource, daemonset_runs_on};
@@ -110,6 +113,9 @@ pub struct LoopOutcome {
     /// The kinds Gather read from a view that may be behind the cluster, with why: scale-down
     /// did not act this loop (docs/behaviour.md LOOP-121).
     pub caches_behind: Vec<String>,
+    /// How the kept snapshot took in this loop's objects (docs/behaviour.md LOOP-124); `None`
+    /// when the loop ended before the snapshot.
+    pub snapshot_refresh: Option<SnapshotRefresh>,
     /// The kinds left out of the view for want of permission (docs/behaviour.md LOOP-123).
     pub missing_permissions: Vec<String>,
     /// Mutating calls made (or, in dry-run mode, that would have been made), in order.
@@ -266,6 +272,9 @@ pub struct Autoscaler {
     /// The accelerator labels of the nodes being deleted, taken when their deletion started, for
     /// the scale-down counters of the iteration that sees them go.
     deletion_accelerators: HashMap<String, AcceleratorLabels>,
+    /// The snapshot's registered nodes and bound pods, kept from one loop to the next
+    /// (docs/behaviour.md LOOP-124).
+    kept: kept::KeptSnapshot,
 }
 
 /// Measures the pure calls of one iteration.
@@ -319,6 +328,7 @@ impl Autoscaler {
             external_expander: None,
             workers: Workers::for_machine(options_parallelism),
             deletion_accelerators: HashMap::new(),
+            kept: kept::KeptSnapshot::default(),
         }
     }
 

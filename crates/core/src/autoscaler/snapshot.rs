@@ -1,6 +1,7 @@
-//! Building the loop's snapshot, a pure step: from the
-//! gathered objects and the cluster-state report to the snapshot the decide steps share, the
-//! pending pods and the pods of nodes being drained.
+//! The loop's snapshot built from scratch, a pure step: from the gathered objects and the
+//! cluster-state report to the snapshot the decide steps share, the pending pods and the pods of
+//! nodes being drained. The loop keeps its snapshot across loops instead (`super::kept`); this
+//! straightforward build is the reference the kept one is checked against.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

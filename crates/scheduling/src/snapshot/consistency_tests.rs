@@ -54,6 +54,13 @@ enum Op {
     RemoveNode(u8),
     AddPod(u8, PodShape),
     RemovePod(u8, u8),
+    /// Places a pod at a position among the node's pods (`insert_pod`).
+    InsertPod(u8, u8, PodShape),
+    /// Removes the pod at a position (`remove_pod_at`).
+    RemovePodAt(u8, u8),
+    /// Replaces a node's object with one of another shape and the same name (`replace_node`);
+    /// `None` replaces it with an equal copy.
+    ReplaceNode(u8, Option<NodeShape>),
     Fork,
     Revert,
     Commit,
@@ -117,6 +124,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<u8>().prop_map(Op::RemoveNode),
         8 => (any::<u8>(), pod_shape()).prop_map(|(n, p)| Op::AddPod(n, p)),
         3 => (any::<u8>(), any::<u8>()).prop_map(|(n, p)| Op::RemovePod(n, p)),
+        2 => (any::<u8>(), any::<u8>(), pod_shape()).prop_map(|(n, i, p)| Op::InsertPod(n, i, p)),
+        1 => (any::<u8>(), any::<u8>()).prop_map(|(n, i)| Op::RemovePodAt(n, i)),
+        1 => (any::<u8>(), proptest::option::of(node_shape()))
+            .prop_map(|(n, shape)| Op::ReplaceNode(n, shape)),
         1 => Just(Op::Fork),
         1 => Just(Op::Revert),
         1 => Just(Op::Commit),
@@ -386,6 +397,33 @@ fn run(s: &mut Snapshot, ops: &[Op], serial: &mut usize, floor: usize) {
                         let uid = pods[*j as usize % pods.len()].uid.clone();
                         s.remove_pod(id, &uid);
                     }
+                }
+            }
+            Op::InsertPod(i, at, shape) => {
+                if let Some(id) = pick(*i) {
+                    s.insert_pod(id, *at as usize % 4, make_pod(shape, *serial));
+                }
+            }
+            Op::RemovePodAt(i, at) => {
+                if let Some(id) = pick(*i) {
+                    let len = s.node(id).unwrap().pods.len();
+                    if len > 0 {
+                        s.remove_pod_at(id, *at as usize % len);
+                    }
+                }
+            }
+            Op::ReplaceNode(i, shape) => {
+                if let Some(id) = pick(*i) {
+                    let current = s.node(id).unwrap().node.clone();
+                    let replacement = match shape {
+                        Some(shape) => {
+                            let mut node = (*make_node(shape, *serial)).clone();
+                            node.name = current.name.clone();
+                            node
+                        }
+                        None => (*current).clone(),
+                    };
+                    assert!(s.replace_node(id, Arc::new(replacement)));
                 }
             }
             Op::Fork => s.fork(),
