@@ -5,6 +5,10 @@
 //! second scales up once the pending pods are old enough), with the decide time per function,
 //! the resident memory, and with `full` the wall time of the whole 30-minute simulation.
 //!
+//! With `steady` it measures, after the first loop, the engine running again on the same
+//! cluster: once to take in what the first loop wrote, once with nothing changed, and once after
+//! 1 % of the pods were updated (a new object each, as a status update makes).
+//!
 //! Each scenario runs in its own process so that the peak resident memory (`VmHWM`) is its own:
 //!
 //! ```text
@@ -83,15 +87,39 @@ fn describe_loop(outcome: &LoopOutcome) -> String {
         ),
         _ => String::new(),
     };
+    let snapshot = match &outcome.snapshot_refresh {
+        Some(refresh) => match refresh.rebuilt {
+            Some(reason) => format!("snapshot rebuilt ({reason})"),
+            None => format!(
+                "snapshot kept ({} node and {} pod changes)",
+                refresh.node_changes, refresh.pod_changes
+            ),
+        },
+        None => "no snapshot".to_string(),
+    };
     format!(
-        "decide {:.0} ms ({}); {} pending pods, scale-up adds {added} nodes, {unneeded} nodes unneeded {status}",
+        "decide {:.0} ms ({}); {snapshot}; {} pending pods, scale-up adds {added} nodes, {unneeded} nodes unneeded {status}",
         outcome.decide_millis,
         functions.join(", "),
         outcome.pending_pods.len(),
     )
 }
 
-fn measure(name: &str, full: bool, setup_only: bool) {
+/// Runs the engine again without the scenario moving; `label` says what changed before.
+fn repeat(simulation: &mut Simulation<'_>, name: &str, label: &str) {
+    let cpu = cpu_seconds();
+    let started = Instant::now();
+    let report = simulation.repeat_loop();
+    println!(
+        "large_cluster: {name}: loop again, {label}: whole loop {:.3} s (CPU {:.3} s); {}; {}",
+        started.elapsed().as_secs_f64(),
+        cpu_seconds() - cpu,
+        describe_loop(&report.outcome),
+        memory()
+    );
+}
+
+fn measure(name: &str, full: bool, setup_only: bool, steady: bool) {
     let Some(text) = bundled(name) else {
         fail(format!("bundled scenario {name} is missing"));
     };
@@ -122,7 +150,8 @@ fn measure(name: &str, full: bool, setup_only: bool) {
     if setup_only {
         return;
     }
-    for n in 1..=2 {
+    let loops = if steady { 1 } else { 2 };
+    for n in 1..=loops {
         let cpu = cpu_seconds();
         let started = Instant::now();
         let Some(report) = simulation.next_loop() else {
@@ -143,6 +172,21 @@ fn measure(name: &str, full: bool, setup_only: bool) {
             "large_cluster: {name}: simulated cluster up to the next loop {:.2} s",
             started.elapsed().as_secs_f64()
         );
+    }
+    if steady {
+        repeat(&mut simulation, name, "after the first loop's writes");
+        for _ in 0..3 {
+            repeat(&mut simulation, name, "nothing changed");
+        }
+        for _ in 0..3 {
+            let every = 100;
+            let touched = simulation.touch_pods(every);
+            repeat(
+                &mut simulation,
+                name,
+                &format!("{touched} pods (1 %) updated"),
+            );
+        }
     }
     drop(simulation);
     if !full {
@@ -202,6 +246,7 @@ fn main() {
         .collect();
     let full = args.iter().any(|a| a == "full");
     let setup_only = args.iter().any(|a| a == "setup");
+    let steady = args.iter().any(|a| a == "steady");
     let names: Vec<&str> = args
         .iter()
         .map(String::as_str)
@@ -209,13 +254,14 @@ fn main() {
         .collect();
     // A filter meant for another bench target (not a scenario, not `full`) skips this one.
     if args.iter().any(|a| {
-        !["full", "setup", "large_cluster"].contains(&a.as_str()) && !a.starts_with("large-")
+        !["full", "setup", "steady", "large_cluster"].contains(&a.as_str())
+            && !a.starts_with("large-")
     }) {
         return;
     }
     match names.as_slice() {
-        [] => measure("large-15k", full, setup_only),
-        [name] => measure(name, full, setup_only),
+        [] => measure("large-15k", full, setup_only, steady),
+        [name] => measure(name, full, setup_only, steady),
         _ => fail("name one scenario per run: the peak memory is the process's".to_string()),
     }
 }

@@ -374,6 +374,32 @@ impl Cluster {
         })
     }
 
+    /// Replaces every `every`-th live pod by a copy with a changed annotation (what an update
+    /// of the pod's status makes: a new object, nothing the scheduler reads). Returns how many.
+    pub fn touch_pods(&mut self, every: usize) -> usize {
+        let mut touched = 0;
+        for record in self
+            .pods
+            .iter_mut()
+            .filter(|r| r.deleted_at.is_none())
+            .step_by(every.max(1))
+        {
+            let mut pod = (*record.pod).clone();
+            let generation = pod
+                .annotations
+                .get("ferroscale.bench/touched")
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            pod.annotations.insert(
+                "ferroscale.bench/touched".to_string(),
+                (generation + 1).to_string(),
+            );
+            record.pod = Arc::new(pod);
+            touched += 1;
+        }
+        touched
+    }
+
     /// Live pods: bound and pending, not deleted.
     pub fn live_pods(&self) -> impl Iterator<Item = &PodRecord> {
         self.pods.iter().filter(|r| r.deleted_at.is_none())

@@ -702,6 +702,21 @@ impl<'p> Simulation<'p> {
         Some(report)
     }
 
+    /// Runs the engine once more at the time of the last loop, without playing the scenario: the
+    /// cluster holds what the last loop left (its writes included). For the benchmarks of a loop
+    /// in which nothing, or only a chosen part, changed (`large_cluster ... steady`).
+    pub fn repeat_loop(&mut self) -> LoopReport {
+        let at = (self.next_loop - self.scan_interval).max(SIMULATION_START);
+        self.engine_loop(at)
+    }
+
+    /// Replaces every `every`-th live pod by an updated copy (a changed annotation, as a status
+    /// update makes a new object): a change of that share of the pods for the engine's next loop,
+    /// nothing the scheduler reads. Returns how many pods changed. For the benchmarks.
+    pub fn touch_pods(&mut self, every: usize) -> usize {
+        self.cluster.touch_pods(every)
+    }
+
     /// Plays the scenario up to the next engine loop (events, provisioning, scheduling) without
     /// running it, so that the setup and the loop can be told apart (the benchmarks time them
     /// separately); the next [`Simulation::next_loop`] then only runs the loop.

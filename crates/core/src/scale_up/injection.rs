@@ -101,17 +101,30 @@ pub fn proactive_fake_pods(
         .iter()
         .filter(|p| !p.is_bound() && !p.is_terminal() && p.is_marked_unschedulable())
         .collect();
-    let scheduled = pods.iter().filter(|p| p.is_bound() && !p.is_terminal());
-    for pod in scheduled.chain(unschedulable.iter().copied()) {
-        let Some(tally) = pod
+    // A controller's sample is its first unschedulable pod: without one it gets no fakes, and
+    // when no controller has one the bound pods (a million in a large cluster) are not counted.
+    let mut sampled = false;
+    for pod in unschedulable.iter().copied() {
+        if let Some(tally) = pod
             .controller()
             .and_then(|owner| tallies.get_mut(owner.uid.as_str()))
-        else {
-            continue;
-        };
-        tally.pods += 1;
-        if tally.sample.is_none() && !pod.is_bound() {
-            tally.sample = Some(pod);
+        {
+            tally.pods += 1;
+            if tally.sample.is_none() {
+                tally.sample = Some(pod);
+                sampled = true;
+            }
+        }
+    }
+    if !sampled {
+        return FakePods::default();
+    }
+    for pod in pods.iter().filter(|p| p.is_bound() && !p.is_terminal()) {
+        if let Some(tally) = pod
+            .controller()
+            .and_then(|owner| tallies.get_mut(owner.uid.as_str()))
+        {
+            tally.pods += 1;
         }
     }
     // The claims only samples with claims look up, indexed once.
