@@ -37,8 +37,9 @@ pub struct WorkloadController {
 #[derive(Debug, Clone, Default)]
 pub struct ClusterObjects {
     pub nodes: Vec<Arc<Node>>,
-    /// Every pod, bound and pending.
-    pub pods: Vec<Arc<Pod>>,
+    /// Every pod, bound and pending. Shared: a source hands out the same list (the same `Arc`)
+    /// for as long as no pod changed, so a loop that finds it unchanged reads none of it.
+    pub pods: Arc<Vec<Arc<Pod>>>,
     pub pdbs: Vec<PodDisruptionBudget>,
     pub daemonsets: Vec<DaemonSet>,
     /// Controllers that exist (ReplicationControllers, ReplicaSets, Jobs, StatefulSets,

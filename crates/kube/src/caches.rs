@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use ferroscale_core::kubernetes::{ClusterObjects, WorkloadController};
@@ -266,6 +266,8 @@ struct KindStore<M> {
     /// [`Dispensable`]); `None` for the kinds it cannot act without.
     dispensable: Option<Dispensable>,
     state: RwLock<StoreState<M>>,
+    /// The last list [`KindStore::shared_values`] handed out, with the generation it was made at.
+    shared: Mutex<Option<(u64, Arc<Vec<M>>)>>,
 }
 
 /// A kind Ferroscale runs without when the API server forbids reading it (docs/behaviour.md
@@ -310,6 +312,8 @@ struct StoreState<M> {
     failing: Option<(String, u64)>,
     /// An optional kind whose API the server does not serve: held as synced and empty.
     not_served: bool,
+    /// Moves with every write: a list handed out at one generation is current while it stays.
+    generation: u64,
     /// A dispensable kind the API server forbids this identity to read: held as synced and
     /// empty.
     forbidden: bool,
@@ -330,7 +334,9 @@ impl<M> KindStore<M> {
                 failing: None,
                 not_served: false,
                 forbidden: false,
+                generation: 0,
             }),
+            shared: Mutex::new(None),
         }
     }
 
@@ -404,7 +410,9 @@ impl<M> KindStore<M> {
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, StoreState<M>> {
-        self.state.write().unwrap_or_else(|p| p.into_inner())
+        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+        state.generation = state.generation.wrapping_add(1);
+        state
     }
 
     /// Applies one watch event; `convert` runs outside the lock.
@@ -489,6 +497,24 @@ impl<M> KindStore<M> {
         M: Clone,
     {
         self.read().objects.values().cloned().collect()
+    }
+
+    /// The objects as one shared list: the same list (the same `Arc`) as the last call while no
+    /// write came in between, so a loop over a quiet cluster neither copies nor reads it.
+    fn shared_values(&self) -> Arc<Vec<M>>
+    where
+        M: Clone,
+    {
+        let state = self.read();
+        let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((generation, list)) = shared.as_ref()
+            && *generation == state.generation
+        {
+            return list.clone();
+        }
+        let list = Arc::new(state.objects.values().cloned().collect::<Vec<M>>());
+        *shared = Some((state.generation, list.clone()));
+        list
     }
 
     /// Records a failed attempt of the watch.
@@ -1131,7 +1157,7 @@ impl ClusterCaches {
             behind,
             missing_permissions,
             nodes: stores.nodes.values(),
-            pods: stores.pods.values(),
+            pods: stores.pods.shared_values(),
             pdbs: stores.pdbs.values(),
             daemonsets,
             controllers,
@@ -1736,6 +1762,47 @@ mod tests {
         assert_eq!(store.values().len(), 1);
         store.apply(Event::InitDone, convert);
         assert!(behind(&store).is_empty());
+    }
+
+    /// docs/behaviour.md LOOP-124: while nothing is written to a cache, every loop gets the same
+    /// shared list (nothing copied, and the kept snapshot sees at once that nothing changed);
+    /// any event, a deletion or a re-list included, gives the next loop a new list with it.
+    #[test]
+    fn a_quiet_cache_hands_out_the_same_list_and_a_write_a_new_one() {
+        let store: KindStore<Arc<ResourceSlice>> = KindStore::new("ResourceSlice");
+        let convert = |s: &resource::ResourceSlice| resource_slice_from_k8s(s).map(Arc::new);
+        store.apply(Event::Init, convert);
+        store.apply(Event::InitApply(slice("s1")), convert);
+        store.apply(Event::InitDone, convert);
+        let first = store.shared_values();
+        let again = store.shared_values();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "nothing written: the same list"
+        );
+        assert_eq!(first.len(), 1);
+
+        store.apply(Event::Apply(slice("s2")), convert);
+        let applied = store.shared_values();
+        assert!(!Arc::ptr_eq(&first, &applied));
+        assert_eq!(applied.len(), 2);
+        assert_eq!(first.len(), 1, "a list handed out never changes");
+
+        store.apply(Event::Delete(slice("s1")), convert);
+        let deleted = store.shared_values();
+        assert_eq!(
+            deleted.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            vec!["s2"]
+        );
+        store.apply(Event::Init, convert);
+        store.apply(Event::InitApply(slice("s3")), convert);
+        store.apply(Event::InitDone, convert);
+        let relisted = store.shared_values();
+        assert_eq!(
+            relisted.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            vec!["s3"]
+        );
+        assert!(Arc::ptr_eq(&relisted, &store.shared_values()));
     }
 
     /// A capacity kind whose feature is off is never watched, and must not hold up the first sync.

@@ -97,7 +97,7 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
     ClusterObjects {
         nodes: cluster.nodes().map(|n| n.node.clone()).collect(),
         controllers: implied_controllers(cluster, &pods),
-        pods,
+        pods: Arc::new(pods),
         pdbs: cluster.pdbs_with_status(),
         daemonsets: cluster.daemonsets().to_vec(),
         namespaces: cluster.namespaces().to_vec(),

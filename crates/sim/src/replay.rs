@@ -1583,7 +1583,7 @@ objects:
             now: Timestamp::from_secs(1_700_000_000),
             objects: ClusterObjects {
                 nodes: vec![Arc::new(group_node), Arc::new(outside)],
-                pods: vec![Arc::new(bound), Arc::new(pending), Arc::new(finished)],
+                pods: Arc::new(vec![Arc::new(bound), Arc::new(pending), Arc::new(finished)]),
                 pdbs: vec![PodDisruptionBudget {
                     namespace: "shop".into(),
                     name: "web".into(),

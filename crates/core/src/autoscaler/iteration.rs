@@ -181,7 +181,7 @@ impl Autoscaler {
             .await;
         // Undoes the loop's placeholders and simulations: the base is the cluster again.
         drop(base);
-        kept.close(std::mem::take(&mut gathered.objects.pods));
+        kept.close(gathered.objects.pods.clone());
         self.kept = kept;
         Ok(())
     }

@@ -159,7 +159,7 @@ struct Kept {
     /// The pod list last applied, in gathered order, and where each pod is. Between
     /// [`KeptSnapshot::open`] and [`KeptSnapshot::close`] the list is the loop's (`awaiting`):
     /// the loop hands it over when it ends instead of the base copying a million handles.
-    pods: Vec<Arc<Pod>>,
+    pods: Arc<Vec<Arc<Pod>>>,
     awaiting_pods: bool,
     places: Vec<Place>,
     /// The pods of `pods` by uid, to tell a pod that went from one that came; built the first
@@ -250,7 +250,7 @@ impl KeptSnapshot {
 
     /// Ends a loop whose view was dropped, taking back the loop's pod list (the one `open` was
     /// given): what the loop recorded outside its branch goes too.
-    pub(super) fn close(&mut self, pods: Vec<Arc<Pod>>) {
+    pub(super) fn close(&mut self, pods: Arc<Vec<Arc<Pod>>>) {
         let Some(kept) = self.kept.as_mut() else {
             return;
         };
@@ -333,7 +333,7 @@ impl Kept {
             nodes: Vec::new(),
             node_slots: Vec::new(),
             node_ids: FastMap::default(),
-            pods: Vec::new(),
+            pods: Arc::default(),
             places: Vec::new(),
             uids: None,
             awaiting_pods: false,
@@ -442,10 +442,16 @@ impl Kept {
     /// in both stays where it is; one whose uid is in both was updated and moves; one only in
     /// the old list went; one only in the new list came. Each change happens at the position the
     /// walk has reached on its node, so every node's pods stay in gathered order.
-    fn apply_pods(&mut self, new: &[Arc<Pod>], rules: &PodRules<'_>) -> Result<usize, Rebuild> {
+    fn apply_pods(
+        &mut self,
+        new: &Arc<Vec<Arc<Pod>>>,
+        rules: &PodRules<'_>,
+    ) -> Result<usize, Rebuild> {
         let old = std::mem::take(&mut self.pods);
         self.awaiting_pods = true;
-        if same_arcs(&old, new) {
+        // The same list as last time (a quiet cluster's watch cache hands it out again), or
+        // a list of the same pods.
+        if Arc::ptr_eq(&old, new) || same_arcs(&old, new) {
             return Ok(0);
         }
         let old_places = std::mem::take(&mut self.places);

@@ -236,7 +236,7 @@ impl Autoscaler {
         // Booking: the capacity of provisioned requests is kept in the snapshot for the pods
         // not scheduled yet; once they all are, the booking has been consumed.
         let mut scheduled: HashMap<String, usize> = HashMap::new();
-        for pod in &gathered.objects.pods {
+        for pod in gathered.objects.pods.iter() {
             if pod.node_name.is_some()
                 && !pod.is_terminal()
                 && let Some(name) = consumed_request(pod)

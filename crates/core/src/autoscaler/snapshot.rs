@@ -162,7 +162,7 @@ mod tests {
             .collect();
         let objects = ClusterObjects {
             nodes,
-            pods: pods.clone(),
+            pods: Arc::new(pods.clone()),
             ..ClusterObjects::default()
         };
         let built = build_snapshot(SnapshotInput {

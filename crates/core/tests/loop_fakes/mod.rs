@@ -392,7 +392,7 @@ impl ClusterApi for FakeCluster {
         Ok(ClusterObjects {
             behind: state.behind.clone(),
             nodes: state.nodes.values().cloned().map(Arc::new).collect(),
-            pods: state.pods.values().cloned().map(Arc::new).collect(),
+            pods: Arc::new(state.pods.values().cloned().map(Arc::new).collect()),
             controllers: state.controllers.clone(),
             volumes: state.volumes.clone(),
             dra: state.dra.clone(),

@@ -280,10 +280,10 @@ impl Cluster {
             Op::AddPod(shape, at) => {
                 let pod = self.make_pod(shape);
                 let at = *at as usize % (pods_len + 1);
-                self.objects.pods.insert(at, pod);
+                Arc::make_mut(&mut self.objects.pods).insert(at, pod);
             }
             Op::RemovePod(i) if pods_len > 0 => {
-                self.objects.pods.remove(*i as usize % pods_len);
+                Arc::make_mut(&mut self.objects.pods).remove(*i as usize % pods_len);
             }
             Op::ChangePod(i, change) if pods_len > 0 => {
                 let at = *i as usize % pods_len;
@@ -302,7 +302,7 @@ impl Cluster {
                     }
                     PodChange::Touch => {}
                 }
-                self.objects.pods[at] = Arc::new(pod);
+                Arc::make_mut(&mut self.objects.pods)[at] = Arc::new(pod);
             }
             Op::Namespace(k) => {
                 let mut labels = Labels::new();
