@@ -300,9 +300,7 @@ impl Snapshot {
                 added += 1;
             }
         }
-        for change in changes {
-            self.record(Undo::Dra(Box::new(change)));
-        }
+        self.record_dra(changes);
         added
     }
 
@@ -398,9 +396,7 @@ impl Snapshot {
         let mut changes = Vec::new();
         self.dra
             .place_pod(pod, &node.name, &node.labels, &mut changes);
-        for change in changes {
-            self.record(Undo::Dra(Box::new(change)));
-        }
+        self.record_dra(changes);
     }
 
     /// The DynamicResources part of removing a pod: its reservations go, and its claims that
@@ -409,9 +405,7 @@ impl Snapshot {
     fn release_claims(&mut self, pod: &Pod) {
         let mut changes = Vec::new();
         self.dra.unplace_pod(pod, &mut changes);
-        for change in changes {
-            self.record(Undo::Dra(Box::new(change)));
-        }
+        self.record_dra(changes);
     }
 
     /// Places a pod at `position` among the node's pods (at the end when `position` is past
@@ -451,13 +445,21 @@ impl Snapshot {
         if info.node.name != node.name {
             return false;
         }
-        let previous = if *info.node == *node {
-            std::mem::replace(&mut info.node, node)
-        } else {
-            self.swap_node_object(id, node)
-        };
+        let previous = self.set_node_object(id, node);
         self.record(Undo::ReplacedNode(id, previous));
         true
+    }
+
+    /// Makes `node` the object of a live slot; returns the previous object. An equal object
+    /// only changes the handle; another one is taken out and put back with the node's pods, so
+    /// every index sees the new object.
+    fn set_node_object(&mut self, id: NodeId, node: Arc<Node>) -> Arc<Node> {
+        if let Some(info) = self.slots.get_mut(id.index()).and_then(Option::as_mut)
+            && *info.node == *node
+        {
+            return std::mem::replace(&mut info.node, node);
+        }
+        self.swap_node_object(id, node)
     }
 
     /// Takes the node out of its slot and puts it back with `node` as its object; returns the
@@ -484,12 +486,7 @@ impl Snapshot {
     /// Removes the pod with this uid from a node; returns it.
     pub fn remove_pod(&mut self, id: NodeId, uid: &str) -> Option<Arc<Pod>> {
         let index = self.node(id)?.pods.iter().position(|p| p.uid == uid)?;
-        let pod = self.detach_pod(id, index)?;
-        self.record(Undo::RemovedPod(id, index, pod.clone()));
-        if pod.has_resource_claims() {
-            self.release_claims(&pod);
-        }
-        Some(pod)
+        self.remove_pod_at(id, index)
     }
 
     /// Opens a what-if branch: the returned guard is the snapshot (it derefs to it), and every
@@ -685,6 +682,17 @@ impl Snapshot {
         )
     }
 
+    /// Logs DRA changes for undo, boxed only when a branch is open to take them.
+    fn record_dra(&mut self, changes: Vec<DraUndo>) {
+        if !self.fork_points.is_empty() {
+            self.undo.extend(
+                changes
+                    .into_iter()
+                    .map(|change| Undo::Dra(Box::new(change))),
+            );
+        }
+    }
+
     fn record(&mut self, op: Undo) {
         if !self.fork_points.is_empty() {
             self.undo.push(op);
@@ -866,13 +874,7 @@ impl Snapshot {
                 self.detach_pod(id, index);
             }
             Undo::ReplacedNode(id, previous) => {
-                if let Some(info) = self.slots.get_mut(id.index()).and_then(Option::as_mut)
-                    && *info.node == *previous
-                {
-                    info.node = previous;
-                } else {
-                    self.swap_node_object(id, previous);
-                }
+                self.set_node_object(id, previous);
             }
             Undo::Dra(change) => self.dra.undo(*change),
         }

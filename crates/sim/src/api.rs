@@ -94,9 +94,11 @@ impl<'c> SimClusterApi<'c> {
 /// The objects Gather would read from the API server now.
 pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
     let pods: Vec<Arc<Pod>> = cluster.live_pods().map(|r| r.pod.clone()).collect();
+    let controllers = implied_controllers(cluster, &pods);
+    let capacity = capacity_objects(cluster, &pods);
     ClusterObjects {
         nodes: cluster.nodes().map(|n| n.node.clone()).collect(),
-        controllers: implied_controllers(cluster, &pods),
+        controllers,
         pods: Arc::new(pods),
         pdbs: cluster.pdbs_with_status(),
         daemonsets: cluster.daemonsets().to_vec(),
@@ -104,7 +106,7 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
         priority_expander_config: None,
         volumes: cluster.storage().objects().clone(),
         dra: cluster.dra().objects().clone(),
-        capacity: capacity_objects(cluster),
+        capacity,
         // The simulated cluster is read directly: never behind, everything readable.
         behind: Vec::new(),
         missing_permissions: Vec::new(),
@@ -113,12 +115,11 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
 
 /// The capacity-API objects Gather reads, with every buffer's `scalableRef` resolved against the
 /// live workloads.
-fn capacity_objects(cluster: &Cluster) -> CapacityObjects {
+fn capacity_objects(cluster: &Cluster, live: &[Arc<Pod>]) -> CapacityObjects {
     let capacity = cluster.capacity();
     if capacity.is_empty() {
         return CapacityObjects::default();
     }
-    let live: Vec<Arc<Pod>> = cluster.live_pods().map(|r| r.pod.clone()).collect();
     let mut objects = capacity.objects().clone();
     objects.scalables = capacity.resolve_scalables(live.iter());
     objects

@@ -22,6 +22,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use ferroscale_model::{Namespace, Node, Pod};
@@ -177,6 +178,8 @@ struct Kept {
 #[derive(Default)]
 pub(crate) struct KeptSnapshot {
     kept: Option<Box<Kept>>,
+    /// Why the last base was dropped at the end of a loop, for the next refresh to report.
+    dropped: Option<Rebuild>,
 }
 
 /// The loop's view: a branch of the kept base, with the pending and draining pods.
@@ -228,7 +231,7 @@ impl KeptSnapshot {
             expendable_cutoff: options.expendable_pods_priority_cutoff,
         };
         let reason = match self.kept.as_mut() {
-            None => Rebuild::First,
+            None => self.dropped.take().unwrap_or(Rebuild::First),
             Some(kept) if kept.awaiting_pods => Rebuild::First,
             Some(kept) => match kept.built_with.rebuild_for(objects) {
                 Some(reason) => reason,
@@ -257,6 +260,7 @@ impl KeptSnapshot {
         if kept.base.forget_simulated_objects() {
             // The DRA catalogue holds the simulated nodes' slices: the next loop rebuilds.
             self.kept = None;
+            self.dropped = Some(Rebuild::SimulatedSlices);
             return;
         }
         if kept.awaiting_pods {
@@ -264,6 +268,22 @@ impl KeptSnapshot {
             kept.awaiting_pods = false;
         }
     }
+}
+
+/// An empty snapshot set up for `objects`: the filters follow the scheduler profile of
+/// `--scheduler-config-file` (docs/behaviour.md SCHED-101); the volume filters read the cluster's
+/// claims, volumes, classes and CSINodes (docs/behaviour.md VOL-101–VOL-108); the
+/// DynamicResources filter reads the cluster's devices, classes and claims, whose allocations
+/// are the devices in use (docs/dra.md DRA-121); namespace selectors read the namespaces' labels.
+pub(super) fn empty_snapshot(objects: &ClusterObjects, options: &AutoscalingOptions) -> Snapshot {
+    let mut snapshot = Snapshot::with_scheduler_profile(options.scheduler_profile());
+    snapshot.set_volume_catalogue(Arc::new(VolumeCatalogue::new(&objects.volumes)));
+    snapshot.set_csi_node_limits(options.enable_csi_node_aware_scheduling);
+    snapshot.set_dra_objects(&objects.dra);
+    for ns in &objects.namespaces {
+        snapshot.set_namespace_labels(ns.name.clone(), ns.labels.clone());
+    }
+    snapshot
 }
 
 /// Bookkeeping for one walk over the pods: how many pods of each node the walk has put in their
@@ -316,20 +336,8 @@ impl Kept {
     }
 
     fn empty(objects: &ClusterObjects, options: &AutoscalingOptions) -> Kept {
-        // The filters follow the scheduler profile of `--scheduler-config-file` (docs/behaviour.md
-        // SCHED-101); the volume filters read the cluster's claims, volumes, classes and CSINodes
-        // (docs/behaviour.md VOL-101–VOL-108).
-        let mut base = Snapshot::with_scheduler_profile(options.scheduler_profile());
-        base.set_volume_catalogue(Arc::new(VolumeCatalogue::new(&objects.volumes)));
-        base.set_csi_node_limits(options.enable_csi_node_aware_scheduling);
-        // The DynamicResources filter reads the cluster's devices, classes and claims; the claims'
-        // allocations are the devices in use (docs/dra.md DRA-121).
-        base.set_dra_objects(&objects.dra);
-        for ns in &objects.namespaces {
-            base.set_namespace_labels(ns.name.clone(), ns.labels.clone());
-        }
         Kept {
-            base,
+            base: empty_snapshot(objects, options),
             nodes: Vec::new(),
             node_slots: Vec::new(),
             node_ids: FastMap::default(),
@@ -455,6 +463,11 @@ impl Kept {
             return Ok(0);
         }
         let old_places = std::mem::take(&mut self.places);
+        // The places describe the list the last loop gave back; any other list is not one the
+        // walk can follow.
+        if old_places.len() != old.len() {
+            return Err(Rebuild::Inconsistent);
+        }
         let mut places: Vec<Place> = Vec::with_capacity(new.len());
         let mut cursors = Cursors {
             on_node: vec![0; self.base.slot_count()],
@@ -483,7 +496,7 @@ impl Kept {
                 }
                 (Some(o), Some(n)) if o.uid == n.uid => {
                     self.take_out(o, old_places[i], &cursors)?;
-                    self.replace_uid(n);
+                    self.remember_uid(n);
                     places.push(self.put_in(n, rules, &mut cursors));
                     i += 1;
                     j += 1;
@@ -570,11 +583,6 @@ impl Kept {
         Place::Node(id)
     }
 
-    fn uid_hash(&self, uid: &str) -> u64 {
-        use std::hash::BuildHasher;
-        self.hasher.hash_one(uid)
-    }
-
     /// Whether a pod of this uid is in the last list or came earlier in this walk. The first
     /// call of a walk without a table builds it: from the last list, and the pods this walk
     /// added so far (`walked[k]` for each `k` in `added`).
@@ -594,25 +602,23 @@ impl Kept {
                 self.remember_uid(pod);
             }
         }
-        let hash = self.uid_hash(uid);
+        let hash = self.hasher.hash_one(uid);
         self.uids
             .as_ref()
             .is_some_and(|uids| uids.find(hash, |p| p.uid == uid).is_some())
     }
 
+    /// Records a pod that came, or the new object of one that changed (until the table is
+    /// built, the lists are the record).
     fn remember_uid(&mut self, pod: &Arc<Pod>) {
-        if self.uids.is_none() {
-            return;
-        }
-        let hash = self.uid_hash(&pod.uid);
-        let hasher = &self.hasher;
         let Some(uids) = self.uids.as_mut() else {
             return;
         };
+        let hasher = &self.hasher;
         match uids.entry(
-            hash,
+            hasher.hash_one(pod.uid.as_str()),
             |p| p.uid == pod.uid,
-            |p| std::hash::BuildHasher::hash_one(hasher, p.uid.as_str()),
+            |p| hasher.hash_one(p.uid.as_str()),
         ) {
             hashbrown::hash_table::Entry::Occupied(mut entry) => *entry.get_mut() = pod.clone(),
             hashbrown::hash_table::Entry::Vacant(entry) => {
@@ -621,18 +627,12 @@ impl Kept {
         }
     }
 
-    fn replace_uid(&mut self, pod: &Arc<Pod>) {
-        self.remember_uid(pod);
-    }
-
     fn forget_uid(&mut self, pod: &Arc<Pod>) {
-        if self.uids.is_none() {
+        let Some(uids) = self.uids.as_mut() else {
             return;
-        }
-        let hash = self.uid_hash(&pod.uid);
-        if let Some(uids) = self.uids.as_mut()
-            && let Ok(entry) = uids.find_entry(hash, |p| Arc::ptr_eq(p, pod))
-        {
+        };
+        let hash = self.hasher.hash_one(pod.uid.as_str());
+        if let Ok(entry) = uids.find_entry(hash, |p| Arc::ptr_eq(p, pod)) {
             entry.remove();
         }
     }

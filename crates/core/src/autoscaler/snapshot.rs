@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use ferroscale_model::Pod;
-use ferroscale_scheduling::{NodeId, Snapshot, VolumeCatalogue};
+use ferroscale_scheduling::{NodeId, Snapshot};
 
 use crate::cluster_state::ClusterStateReport;
 use crate::kubernetes::ClusterObjects;
@@ -61,19 +61,9 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
         .filter(|p| allowed.is_empty() || allowed.contains(&p.scheduler_name))
         .filter(|p| p.deletion_time.is_none() && !p.is_terminal())
         .collect();
-    // The filters follow the scheduler profile of `--scheduler-config-file` (docs/behaviour.md
-    // SCHED-101), resolved once here for the whole loop.
-    let mut snapshot = Snapshot::with_scheduler_profile(options.scheduler_profile());
-    // The volume filters read the cluster's claims, volumes, classes and CSINodes
-    // (docs/behaviour.md VOL-101–VOL-108); placeholders and template copies carry their group's CSINode.
-    snapshot.set_volume_catalogue(Arc::new(VolumeCatalogue::new(&objects.volumes)));
-    snapshot.set_csi_node_limits(options.enable_csi_node_aware_scheduling);
-    // The DynamicResources filter reads the cluster's devices, classes and claims; the claims'
-    // allocations are the devices in use (docs/dra.md DRA-121).
-    snapshot.set_dra_objects(&objects.dra);
-    for ns in &objects.namespaces {
-        snapshot.set_namespace_labels(ns.name.clone(), ns.labels.clone());
-    }
+    // The set-up (profile, volume catalogue, DRA objects, namespaces) is the kept one's: what
+    // this reference checks is where nodes and pods go.
+    let mut snapshot = super::kept::empty_snapshot(objects, options);
     // The handle of every added node by name, kept here with a fast hasher so that placing a
     // bound pod costs no SipHash of its node's name; consecutive pods of one node (the usual
     // order) reuse the last answer.
