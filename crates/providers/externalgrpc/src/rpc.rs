@@ -154,11 +154,14 @@ impl RpcError {
     }
 
     /// Status 14: the service is down, unreachable or shedding load, or the connection broke.
+    /// Status 1 too: the client never cancels a call but at its deadline (reported as the
+    /// deadline, see `Caller::send`), so a CANCELLED is the connection torn down under the call,
+    /// as when the server stops.
     fn is_unavailable(&self) -> bool {
         matches!(
             self.failure,
             Failure::Status {
-                code: Code::Unavailable,
+                code: Code::Unavailable | Code::Cancelled,
                 ..
             }
         )

@@ -102,6 +102,20 @@ async fn a_server_that_answers_unavailable_is_unavailable_and_other_codes_are_pr
     assert!(text.contains("status 14"), "{text}");
     assert!(text.contains("the cloud API is rate-limiting"), "{text}");
 
+    // A call cancelled under the client (it cancels none itself but at its deadline) is the
+    // connection going, as when the server stops: unavailable too.
+    cloud.script().failures.insert(
+        "NodeGroupIncreaseSize",
+        Status::cancelled("the server is shutting down"),
+    );
+    assert!(
+        matches!(
+            group.increase_size(1).await,
+            Err(CloudError::Unavailable(text)) if text.contains("status 1 ")
+        ),
+        "a cancelled call"
+    );
+
     // The codes around it keep their meaning: a failure of unknown kind, or the deadline.
     for status in [
         Status::unknown("quota exceeded"),
