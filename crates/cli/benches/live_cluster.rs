@@ -101,6 +101,7 @@ async fn bench() {
 
     let mut latencies = Vec::new();
     let before_bursts = Usage::now(&autoscaler);
+    let functions_before = function_seconds(&autoscaler);
     for burst in 0..bursts {
         let latency = one_burst(&cluster, burst, burst_pods).await;
         println!(
@@ -122,6 +123,31 @@ async fn bench() {
         "during bursts: RSS {:.0} MiB (peak of the whole run {:.0} MiB), {:.3} CPU s per loop over {} loops",
         during.rss_mib, during.peak_mib, during.cpu_per_loop, during.loops
     );
+    // Where a loop's wall time went during the bursts: each `function_duration_seconds` series'
+    // growth, per loop.
+    let functions_after = function_seconds(&autoscaler);
+    let per_loop: Vec<String> = functions_after
+        .iter()
+        .map(|(function, seconds)| {
+            let grew = seconds - functions_before.get(function).copied().unwrap_or(0.0);
+            format!("{function} {:.1} ms", grew * 1000.0 / during.loops as f64)
+        })
+        .collect();
+    println!("during bursts, per loop: {}", per_loop.join(", "));
+}
+
+/// The `function_duration_seconds` sums by function.
+fn function_seconds(autoscaler: &Autoscaler) -> std::collections::BTreeMap<String, f64> {
+    const PREFIX: &str = "cluster_autoscaler_function_duration_seconds_sum{function=\"";
+    let text = autoscaler.metrics().unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(PREFIX)?;
+            let (function, rest) = rest.split_once('"')?;
+            let value = rest.rsplit_once(' ')?.1.parse().ok()?;
+            Some((function.to_string(), value))
+        })
+        .collect()
 }
 
 /// Resident memory once two scan intervals have passed (two loops over what the caches hold),
@@ -219,13 +245,6 @@ async fn one_burst(cluster: &Cluster, burst: usize, count: usize) -> Duration {
     let app = format!("burst-{burst}");
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), harness::APPS);
     let nodes: Api<Node> = cluster.nodes();
-    let pod_version = pods
-        .list_metadata(&ListParams::default().limit(1))
-        .await
-        .expect("pods version")
-        .metadata
-        .resource_version
-        .expect("resourceVersion");
     let node_version = nodes
         .list_metadata(&ListParams::default().labels(POOL_LABEL).limit(1))
         .await
@@ -235,8 +254,11 @@ async fn one_burst(cluster: &Cluster, burst: usize, count: usize) -> Duration {
         .expect("resourceVersion");
     let pod_params = WatchParams::default().labels(&format!("app={app}"));
     let node_params = WatchParams::default().labels(POOL_LABEL);
+    // No pod of this burst exists yet, so the watch can start anywhere ("0": the API server's
+    // cache, with the objects it holds as ADDED events); a version read from a list can be ahead
+    // of that cache on a loaded control plane, and such a watch ends at once.
     let mut pod_events = pods
-        .watch(&pod_params, &pod_version)
+        .watch(&pod_params, "0")
         .await
         .expect("watch pods")
         .boxed();
@@ -248,18 +270,26 @@ async fn one_burst(cluster: &Cluster, burst: usize, count: usize) -> Duration {
 
     let first_unschedulable = async {
         while let Some(event) = pod_events.next().await {
-            if let Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod)) = event
-                && is_unschedulable(&pod)
-            {
-                return Instant::now();
+            match event {
+                Ok(WatchEvent::Added(pod) | WatchEvent::Modified(pod))
+                    if is_unschedulable(&pod) =>
+                {
+                    return Instant::now();
+                }
+                Ok(WatchEvent::Error(error)) => eprintln!("pod watch: {error:?}"),
+                Err(error) => eprintln!("pod watch: {error}"),
+                Ok(_) => {}
             }
         }
         panic!("the pod watch ended before a pod was marked unschedulable")
     };
     let first_node = async {
         while let Some(event) = node_events.next().await {
-            if let Ok(WatchEvent::Added(_)) = event {
-                return Instant::now();
+            match event {
+                Ok(WatchEvent::Added(_)) => return Instant::now(),
+                Ok(WatchEvent::Error(error)) => eprintln!("node watch: {error:?}"),
+                Err(error) => eprintln!("node watch: {error}"),
+                Ok(_) => {}
             }
         }
         panic!("the node watch ended before a node was added")

@@ -105,7 +105,10 @@ impl Autoscaler {
             .await?;
         // Refresh the cloud's view, then move running deletions forward so the snapshot
         // gathered below sees their effects.
-        cloud.refresh().await.map_err(LoopError::Refresh)?;
+        timer
+            .time_call("cloudProviderRefresh", cloud.refresh())
+            .await
+            .map_err(LoopError::Refresh)?;
         let groups = cloud.node_groups().await.map_err(LoopError::NodeGroups)?;
         self.advance_deletions(cluster, &groups, now, outcome, events)
             .await;

@@ -139,7 +139,8 @@ pub struct LoopOutcome {
     /// Time spent in the pure planning calls, as measured by the caller's stopwatch.
     pub decide_millis: f64,
     /// `decide_millis` split by upstream `function_duration_seconds` label (`updateClusterState`,
-    /// `scaleUp`, `findUnneeded`, `writeStatus`).
+    /// `scaleUp`, `findUnneeded`, `writeStatus`), and the provider's refresh
+    /// (`cloudProviderRefresh`, a call out, not part of `decide_millis`).
     pub function_millis: Vec<(&'static str, f64)>,
     /// Capacity of the nodes not being deleted (docs/behaviour.md LOOP-110); `None` when the
     /// iteration stopped before the nodes were gathered.
@@ -293,6 +294,21 @@ impl DecideTimer<'_> {
         let value = f();
         let took = (self.stopwatch.elapsed_millis() - started).max(0.0);
         self.total += took;
+        self.add(function, took);
+        value
+    }
+
+    /// Awaits `call` (a call out of the process, not part of Decide's total) and records its
+    /// time under `function`.
+    async fn time_call<T>(&mut self, function: &'static str, call: impl Future<Output = T>) -> T {
+        let started = self.stopwatch.elapsed_millis();
+        let value = call.await;
+        let took = (self.stopwatch.elapsed_millis() - started).max(0.0);
+        self.add(function, took);
+        value
+    }
+
+    fn add(&mut self, function: &'static str, took: f64) {
         match self
             .by_function
             .iter_mut()
@@ -301,7 +317,6 @@ impl DecideTimer<'_> {
             Some((_, millis)) => *millis += took,
             None => self.by_function.push((function, took)),
         }
-        value
     }
 }
 
