@@ -22,10 +22,13 @@
 
 pub mod config;
 pub mod templates;
+mod watch;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use ferroscale_core::cloud::{
@@ -776,7 +779,8 @@ impl NodeGroup for KwokNodeGroup {
     }
 }
 
-/// What `refresh` and `cleanup` read of a listed Node: its name, annotations and providerID.
+/// What `refresh`, `cleanup` and the membership watch read of a listed Node: its name, annotations
+/// and providerID, and the resourceVersion a watch resumes from.
 /// Everything else (status, images, managed fields: most of each object's bytes) is skipped
 /// while parsing instead of being built into a full `Node` and dropped; at 1,000 nodes that
 /// parse, once per loop, took about a tenth of the autoscaler's CPU (docs/benchmarks.md, "The
@@ -797,6 +801,9 @@ struct ListedNodeFields {
 #[derive(serde::Deserialize)]
 struct ListedNodeMeta {
     name: Option<String>,
+    /// What a watch resumes from (the membership watch, KWOK-110).
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
     annotations: Option<std::collections::BTreeMap<String, String>>,
 }
 
@@ -808,12 +815,14 @@ struct ListedNodeSpec {
 
 impl From<ListedNodeFields> for ListedNode {
     fn from(fields: ListedNodeFields) -> ListedNode {
-        let (name, annotations) = fields
-            .metadata
-            .map_or((None, None), |meta| (meta.name, meta.annotations));
+        let (name, resource_version, annotations) =
+            fields.metadata.map_or((None, None, None), |meta| {
+                (meta.name, meta.resource_version, meta.annotations)
+            });
         ListedNode {
             metadata: ObjectMeta {
                 name,
+                resource_version,
                 annotations,
                 ..ObjectMeta::default()
             },
@@ -850,6 +859,38 @@ impl kube::Resource for ListedNode {
     }
 }
 
+/// Whether a Node is one the provider manages (kwok's fake-node annotation and a group
+/// annotation), and then its group and provider ID.
+fn managed_member(node: &ListedNode) -> Option<watch::Member> {
+    let annotations = node.metadata.annotations.as_ref()?;
+    if annotations.get(KWOK_NODE_ANNOTATION).map(String::as_str) != Some(KWOK_NODE_ANNOTATION_VALUE)
+    {
+        return None;
+    }
+    let group = annotations.get(GROUP_NAME_ANNOTATION)?;
+    Some((group.clone(), node.provider_id.clone()))
+}
+
+/// What the last list of Nodes was taken against: the membership watch's change count and each
+/// group's version when it started, and when.
+#[derive(Debug, PartialEq)]
+struct LastList {
+    changes: u64,
+    versions: Vec<u64>,
+    started: Instant,
+}
+
+impl LastList {
+    /// The cluster's managed Nodes are still the ones that list found, and the groups hold all
+    /// it said: no membership change since it started, no change by the provider either (a
+    /// change during the list is one the list may not show), and not too long ago.
+    fn still_holds(&self, changes: u64, versions: &[u64], now: Instant) -> bool {
+        self.changes == changes
+            && self.versions == versions
+            && now.duration_since(self.started) < watch::LIST_AT_LEAST_EVERY
+    }
+}
+
 /// The kwok provider.
 pub struct KwokProvider {
     config: KwokConfig,
@@ -857,6 +898,11 @@ pub struct KwokProvider {
     /// The same Nodes, parsed only as far as [`ListedNode`].
     listed_nodes_api: Api<ListedNode>,
     groups: Vec<Arc<KwokNodeGroup>>,
+    /// Started by the first `refresh` (which runs on a tokio runtime; building the provider
+    /// need not).
+    membership: OnceLock<watch::MembershipWatch>,
+    last_list: Mutex<Option<LastList>>,
+    node_lists: AtomicU64,
 }
 
 impl KwokProvider {
@@ -905,7 +951,22 @@ impl KwokProvider {
             nodes_api,
             listed_nodes_api,
             groups,
+            membership: OnceLock::new(),
+            last_list: Mutex::new(None),
+            node_lists: AtomicU64::new(0),
         }
+    }
+
+    /// How many times the provider has listed the cluster's Nodes (`refresh`, `cleanup`): a
+    /// diagnostic, which shows that a quiet cluster's refreshes list nothing (KWOK-110).
+    pub fn node_lists(&self) -> u64 {
+        self.node_lists.load(Ordering::Relaxed)
+    }
+
+    fn last_list(&self) -> MutexGuard<'_, Option<LastList>> {
+        self.last_list
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn groups(&self) -> &[Arc<KwokNodeGroup>] {
@@ -915,6 +976,7 @@ impl KwokProvider {
     /// Every Node this provider manages (the fake-node and group annotations), as much of each
     /// as `refresh` and `cleanup` read.
     async fn managed_nodes(&self) -> Result<Vec<ListedNode>, CloudError> {
+        self.node_lists.fetch_add(1, Ordering::Relaxed);
         let list = self
             .listed_nodes_api
             .list(&ListParams::default())
@@ -923,13 +985,7 @@ impl KwokProvider {
         Ok(list
             .items
             .into_iter()
-            .filter(|node| {
-                node.metadata.annotations.as_ref().is_some_and(|a| {
-                    a.get(KWOK_NODE_ANNOTATION).map(String::as_str)
-                        == Some(KWOK_NODE_ANNOTATION_VALUE)
-                        && a.contains_key(GROUP_NAME_ANNOTATION)
-                })
-            })
+            .filter(|node| managed_member(node).is_some())
             .collect())
     }
 }
@@ -991,10 +1047,26 @@ impl CloudProvider for KwokProvider {
         }))
     }
 
+    /// Lists the Nodes and merges each group's into its state, unless the membership watch says
+    /// the last list still holds (KWOK-110).
     async fn refresh(&self) -> Result<(), CloudError> {
         let listed_at: Vec<u64> = self.groups.iter().map(|g| g.state().version).collect();
+        let membership = self.membership.get_or_init(|| {
+            watch::MembershipWatch::start(self.listed_nodes_api.clone(), managed_member)
+        });
+        // Read before the list starts: a change during the list moves it past this mark.
+        let changes = membership.changes();
+        let started = Instant::now();
+        if let Some(changes) = changes
+            && self
+                .last_list()
+                .as_ref()
+                .is_some_and(|last| last.still_holds(changes, &listed_at, started))
+        {
+            return Ok(());
+        }
         let nodes = self.managed_nodes().await?;
-        for (group, listed_at) in self.groups.iter().zip(listed_at) {
+        for (group, listed_at) in self.groups.iter().zip(&listed_at) {
             let members: Vec<(String, String)> = nodes
                 .iter()
                 .filter(|node| {
@@ -1013,8 +1085,13 @@ impl CloudProvider for KwokProvider {
                     (name, provider_id)
                 })
                 .collect();
-            group.state().merge_listed(members, listed_at);
+            group.state().merge_listed(members, *listed_at);
         }
+        *self.last_list() = changes.map(|changes| LastList {
+            changes,
+            versions: listed_at,
+            started,
+        });
         Ok(())
     }
 
@@ -1075,6 +1152,7 @@ mod tests {
             "metadata": {
                 "name": "kwok-fake-small-1",
                 "uid": "u1",
+                "resourceVersion": "42",
                 "labels": {"kubernetes.io/hostname": "kwok-fake-small-1"},
                 "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_ANNOTATION_VALUE, GROUP_NAME_ANNOTATION: "small"},
                 "managedFields": [{"manager": "kwok", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}],
@@ -1102,6 +1180,8 @@ mod tests {
             Some("kwok:kwok-fake-small-1")
         );
         assert!(listed.metadata.labels.is_none() && listed.metadata.managed_fields.is_none());
+        // A watch of listed Nodes resumes from the last one's version.
+        assert_eq!(listed.metadata.resource_version.as_deref(), Some("42"));
 
         let bare: ListedNode =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "n"}, "spec": null}))

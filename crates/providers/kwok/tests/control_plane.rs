@@ -176,6 +176,85 @@ async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
     assert_eq!(group.target_size().await.unwrap(), 0);
 }
 
+/// docs/behaviour.md KWOK-110: once the provider's watch of the Nodes follows them, a refresh in a
+/// quiet cluster lists no Node (what a Node does that is not about membership, a label here, does
+/// not make it list), and a Node of the group deleted by someone else is still seen by the next
+/// refreshes, well before the list the provider takes at least once a minute anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_refresh_lists_no_node_and_still_sees_a_node_deleted_by_others() {
+    let control_plane = start_control_plane().await;
+    let client = client_for(&control_plane).await;
+    configure(&client, 0, 3).await;
+    let source = ConfigSource::ConfigMap {
+        namespace: NAMESPACE.to_string(),
+        name: "kwok-provider-config".to_string(),
+    };
+    let provider = KwokProvider::build(client.clone(), &source, Some(NAMESPACE))
+        .await
+        .expect("provider builds from the ConfigMaps");
+    let group = provider.node_groups().await.unwrap().remove(0);
+    let nodes: Api<Node> = Api::all(client.clone());
+    group.increase_size(2).await.expect("increase by 2");
+    let created = wait_node_count(&nodes, 2).await;
+    wait_instances_running(group.as_ref()).await;
+
+    // The provider's own changes and the watch's first list each make a refresh list; then the
+    // refreshes go quiet.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let before = provider.node_lists();
+        provider.refresh().await.expect("refresh");
+        if provider.node_lists() == before {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "every refresh still lists the Nodes ({} lists)",
+            provider.node_lists()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let quiet = provider.node_lists();
+    let labelled = serde_json::json!({"metadata": {"labels": {"ferroscale.test/touched": "yes"}}});
+    nodes
+        .patch(
+            &created[0],
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&labelled),
+        )
+        .await
+        .expect("label a node");
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    for _ in 0..5 {
+        provider.refresh().await.expect("refresh");
+    }
+    assert_eq!(
+        provider.node_lists(),
+        quiet,
+        "a quiet refresh lists nothing"
+    );
+    assert_eq!(group.target_size().await.unwrap(), 2);
+
+    // Someone else deletes one of the group's Nodes: the next refreshes see it go.
+    nodes
+        .delete(&created[0], &kube::api::DeleteParams::default())
+        .await
+        .expect("delete a node behind the provider's back");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while group.target_size().await.unwrap() != 1 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a Node deleted by others was not seen within 20 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        provider.refresh().await.expect("refresh");
+    }
+    assert!(provider.node_lists() > quiet);
+    let instances = group.nodes().await.unwrap();
+    assert_eq!(instances.len(), 1);
+    assert_eq!(instances[0].id, format!("kwok:{}", created[1]));
+}
+
 /// docs/behaviour.md KWOK-108, KWOK-109: a group whose template says it has no cloud-controller-manager
 /// creates Nodes as a kubelet with `--cloud-provider=external` registers them (uninitialized
 /// taint, no zone or instance-type label), and deleting a machine leaves its Node object behind,
