@@ -93,13 +93,17 @@ impl<'c> SimClusterApi<'c> {
 
 /// The objects Gather would read from the API server now.
 pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
-    let pods: Vec<Arc<Pod>> = cluster.live_pods().map(|r| r.pod.clone()).collect();
-    let controllers = implied_controllers(cluster, &pods);
+    let GatheredPods {
+        pods,
+        workloads: mut controllers,
+        ..
+    } = gathered_pods(cluster);
+    controllers.extend(daemonset_controllers(cluster));
     let capacity = capacity_objects(cluster, &pods);
     ClusterObjects {
         nodes: cluster.nodes().map(|n| n.node.clone()).collect(),
         controllers,
-        pods: Arc::new(pods),
+        pods,
         pdbs: cluster.pdbs_with_status(),
         daemonsets: cluster.daemonsets().to_vec(),
         namespaces: cluster.namespaces().to_vec(),
@@ -111,6 +115,52 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
         behind: Vec::new(),
         missing_permissions: Vec::new(),
     }
+}
+
+/// The live pods and the workload controllers implied from them, as Gather last handed them out:
+/// the same shared list loop after loop while no pod changed (the generation of the cluster's pod
+/// records did not move), as `ferroscale run`'s pod cache hands it out, so that the engine's kept
+/// snapshot finds nothing to walk and no million `Arc`s are cloned and dropped per loop.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct GatheredPods {
+    generation: u64,
+    pods: Arc<Vec<Arc<Pod>>>,
+    workloads: Vec<WorkloadController>,
+}
+
+fn gathered_pods(cluster: &Cluster) -> GatheredPods {
+    let generation = cluster.pods_generation();
+    let mut kept = cluster.gathered_pods();
+    if let Some(gathered) = kept.as_ref().filter(|g| g.generation == generation) {
+        // Every debug build (every simulator test and scenario run by the tests) checks that an
+        // unmoved generation means unchanged pods.
+        #[cfg(debug_assertions)]
+        {
+            let fresh: Vec<Arc<Pod>> = cluster.live_pods().map(|r| r.pod.clone()).collect();
+            debug_assert!(
+                fresh.len() == gathered.pods.len()
+                    && fresh
+                        .iter()
+                        .zip(gathered.pods.iter())
+                        .all(|(a, b)| Arc::ptr_eq(a, b)),
+                "a pod changed without moving the pod records' generation"
+            );
+            debug_assert!(
+                workload_controllers(cluster, &fresh) == gathered.workloads,
+                "the implied controllers changed without moving the pod records' generation"
+            );
+        }
+        return gathered.clone();
+    }
+    let pods: Arc<Vec<Arc<Pod>>> = Arc::new(cluster.live_pods().map(|r| r.pod.clone()).collect());
+    let workloads = workload_controllers(cluster, &pods);
+    let gathered = GatheredPods {
+        generation,
+        pods,
+        workloads,
+    };
+    *kept = Some(gathered.clone());
+    gathered
 }
 
 /// The capacity-API objects Gather reads, with every buffer's `scalableRef` resolved against the
@@ -129,8 +179,8 @@ fn capacity_objects(cluster: &Cluster, live: &[Arc<Pod>]) -> CapacityObjects {
 /// simulator has no Deployments or ReplicaSets of its own); their replicas are the number of live
 /// pods they own plus the pods a `create` with a `rate` has still to make for them, as a
 /// ReplicaSet's `spec.replicas` counts pods it has not created yet. DaemonSets come from the
-/// scenario's objects.
-fn implied_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadController> {
+/// scenario's objects ([`daemonset_controllers`]).
+fn workload_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadController> {
     let mut by_owner: HashMap<(&str, &str, &str), (usize, i32)> = HashMap::default();
     let mut controllers: Vec<WorkloadController> = Vec::new();
     // Pods of one controller mostly come one after another (created together): they count
@@ -186,14 +236,18 @@ fn implied_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadCont
             controller.replicas = Some(replicas.saturating_add(announced));
         }
     }
-    controllers.extend(cluster.daemonsets().iter().map(|ds| WorkloadController {
+    controllers
+}
+
+/// The scenario's DaemonSets as controllers.
+fn daemonset_controllers(cluster: &Cluster) -> impl Iterator<Item = WorkloadController> + '_ {
+    cluster.daemonsets().iter().map(|ds| WorkloadController {
         kind: "DaemonSet".to_string(),
         namespace: ds.namespace.clone(),
         name: ds.name.clone(),
         uid: ds.uid.clone(),
         replicas: None,
-    }));
-    controllers
+    })
 }
 
 fn node_not_found(node: &str) -> ClusterError {
@@ -491,6 +545,34 @@ mod tests {
             ]
         );
         assert_eq!(objects.pdbs[0].disruptions_allowed, Some(1));
+    }
+
+    /// Gather hands out the same pod list while no pod changed, as the live pod cache does, and a
+    /// new one with the changed pod as soon as one did.
+    #[test]
+    fn gather_shares_the_pod_list_until_a_pod_changes() {
+        let mut cluster = cluster();
+        let first = gather_objects(&cluster);
+        let again = gather_objects(&cluster);
+        assert!(Arc::ptr_eq(&first.pods, &again.pods));
+        assert_eq!(first.controllers, again.controllers);
+
+        assert_eq!(cluster.touch_pods(5), 1);
+        let touched = gather_objects(&cluster);
+        assert!(!Arc::ptr_eq(&first.pods, &touched.pods));
+        assert_eq!(touched.pods.len(), first.pods.len());
+        let changed = touched
+            .pods
+            .iter()
+            .zip(first.pods.iter())
+            .filter(|(now, before)| !Arc::ptr_eq(now, before))
+            .count();
+        assert_eq!(changed, 1);
+        // A controller deleted by the scenario is gone from the next gather although no pod
+        // record changed.
+        cluster.delete_controller("ReplicaSet", "default", "web");
+        let after = gather_objects(&cluster);
+        assert!(after.controllers.iter().all(|c| c.name != "web"));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::collections::HashSet;
 // hasher is foldhash's fast one (SipHash's resistance to collision attacks buys nothing on keys
 // the simulator builds itself, and hashing was a tenth of building the pods).
 use foldhash::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ferroscale_model::resources::PODS;
 use ferroscale_model::{
@@ -31,6 +31,7 @@ use ferroscale_model::{
 use ferroscale_objects::K8sObject;
 use ferroscale_scheduling::{NodeId, SchedulerProfile, Snapshot, find_node};
 
+use crate::api::GatheredPods;
 use crate::capacity::ClusterCapacity;
 use crate::cloud::{daemonset_pod_for, daemonset_runs_on};
 use crate::dra::{ClusterDra, GroupDevices};
@@ -41,6 +42,65 @@ const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 
 /// Index of a pod in [`Cluster::pods`]; stable for the whole run.
 pub type PodIndex = usize;
+
+/// Every pod record, read as a slice; every way to change one goes through a method that moves
+/// `generation`, so that Gather can hand the engine the same shared pod list for as long as no
+/// pod changed (as `ferroscale run`'s pod cache does), without a pass over the pods to find out.
+#[derive(Debug, Default)]
+struct PodRecords {
+    records: Vec<PodRecord>,
+    generation: u64,
+}
+
+impl std::ops::Deref for PodRecords {
+    type Target = [PodRecord];
+
+    fn deref(&self) -> &[PodRecord] {
+        &self.records
+    }
+}
+
+impl PodRecords {
+    /// Something Gather derives from the pods changed without a record changing (a controller
+    /// deleted, pods announced).
+    fn changed(&mut self) {
+        self.generation += 1;
+    }
+
+    fn get_mut(&mut self, index: PodIndex) -> Option<&mut PodRecord> {
+        self.changed();
+        self.records.get_mut(index)
+    }
+
+    fn iter_mut(&mut self) -> std::slice::IterMut<'_, PodRecord> {
+        self.changed();
+        self.records.iter_mut()
+    }
+
+    fn push(&mut self, record: PodRecord) {
+        self.changed();
+        self.records.push(record);
+    }
+
+    fn reserve(&mut self, additional: usize) {
+        self.records.reserve(additional);
+    }
+}
+
+impl std::ops::Index<PodIndex> for PodRecords {
+    type Output = PodRecord;
+
+    fn index(&self, index: PodIndex) -> &PodRecord {
+        &self.records[index]
+    }
+}
+
+impl std::ops::IndexMut<PodIndex> for PodRecords {
+    fn index_mut(&mut self, index: PodIndex) -> &mut PodRecord {
+        self.changed();
+        &mut self.records[index]
+    }
+}
 
 /// A pod and its life in the simulation.
 #[derive(Debug, Clone)]
@@ -143,7 +203,7 @@ pub struct Cluster {
     nodes: HashMap<String, ClusterNode>,
     /// Node names in registration order.
     node_order: Vec<String>,
-    pods: Vec<PodRecord>,
+    pods: PodRecords,
     pod_by_uid: HashMap<String, PodIndex>,
     /// Pods waiting for a node, in no particular order.
     pending: Vec<PodIndex>,
@@ -194,6 +254,8 @@ pub struct Cluster {
     changed_nodes: HashMap<String, u64>,
     /// Counter giving `changed_nodes` their order.
     node_changes: u64,
+    /// What Gather last derived from the pods, reused while their generation stays.
+    gathered_pods: Mutex<Option<GatheredPods>>,
 }
 
 /// Pods whose `spec.nodeName` named a node that had no room for them: the node refused them, as a
@@ -330,6 +392,7 @@ impl Cluster {
         if !deleted.contains(&entry) {
             deleted.push(entry);
         }
+        self.pods.changed();
     }
 
     /// `pod`'s controller has `count` more pods to create after the ones being created now (0:
@@ -348,6 +411,7 @@ impl Cluster {
         if count > 0 {
             self.announced.push((key, count));
         }
+        self.pods.changed();
     }
 
     /// How many pods the controller `(kind, namespace, name)` has still to create.
@@ -469,6 +533,19 @@ impl Cluster {
 
     pub fn pods(&self) -> &[PodRecord] {
         &self.pods
+    }
+
+    /// Gather's kept pod list (see [`GatheredPods`]).
+    pub(crate) fn gathered_pods(&self) -> MutexGuard<'_, Option<GatheredPods>> {
+        self.gathered_pods
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Moves whenever a pod record changes, or what Gather derives from the pods (implied
+    /// controllers) may have: equal generations mean the same live pods, the same objects.
+    pub fn pods_generation(&self) -> u64 {
+        self.pods.generation
     }
 
     pub fn pod_index(&self, uid: &str) -> Option<PodIndex> {
@@ -1107,8 +1184,10 @@ impl Cluster {
                     if let Some(shape) = record.shape {
                         failed_shapes.insert(shape);
                     }
-                    let record = &mut self.pods[index];
-                    if !record.pod.is_marked_unschedulable() {
+                    // Read first: a pod already marked is left as it is (its record and the
+                    // pod list Gather hands out unchanged).
+                    if !self.pods[index].pod.is_marked_unschedulable() {
+                        let record = &mut self.pods[index];
                         Arc::make_mut(&mut record.pod).scheduled_condition = Some(PodCondition {
                             status: ConditionStatus::False,
                             reason: "Unschedulable".to_string(),
