@@ -384,3 +384,43 @@ fn no_scale_down_while_the_view_may_be_behind_and_the_unneeded_time_starts_over(
         vec!["cloud.delete_nodes pool spare"]
     );
 }
+
+/// The provider's refresh, a call out of the process, is timed under upstream's
+/// `cloudProviderRefresh` label and kept out of Decide's total (docs/operations.md,
+/// `function_duration_seconds`).
+#[test]
+fn the_refresh_is_timed_under_its_own_label_and_not_as_decide() {
+    /// Advances a millisecond at each reading.
+    struct Ticking(std::cell::Cell<f64>);
+    impl ferroscale_core::stopwatch::Stopwatch for Ticking {
+        fn elapsed_millis(&self) -> f64 {
+            let now = self.0.get() + 1.0;
+            self.0.set(now);
+            now
+        }
+    }
+    let (_log, cloud, cluster) = cluster_with_one_node();
+    cluster.add_pod(pod_on("base", "n0", 3500));
+    let mut autoscaler = Autoscaler::new(AutoscalingOptions::default(), 7);
+    let outcome = futures::executor::block_on(autoscaler.run_once(
+        &cloud,
+        &cluster,
+        t(100),
+        &Ticking(std::cell::Cell::new(0.0)),
+    ));
+    let millis = |label: &str| {
+        outcome
+            .function_millis
+            .iter()
+            .find(|(function, _)| *function == label)
+            .map(|(_, millis)| *millis)
+    };
+    assert_eq!(millis("cloudProviderRefresh"), Some(1.0));
+    let decide: f64 = outcome
+        .function_millis
+        .iter()
+        .filter(|(function, _)| *function != "cloudProviderRefresh")
+        .map(|(_, millis)| millis)
+        .sum();
+    assert_eq!(outcome.decide_millis, decide);
+}
