@@ -8,6 +8,8 @@
 //! typed, as a [`GatherFailure`] in the loop's outcome, where the binary logs and counts it.
 
 use std::collections::{HashMap, HashSet};
+
+use crate::FastMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -122,7 +124,7 @@ pub(super) struct Gathered {
     pub(super) groups: Vec<Arc<dyn NodeGroup>>,
     pub(super) views: Vec<NodeGroupView>,
     /// Node name → index into `groups`.
-    pub(super) group_of_node: HashMap<String, usize>,
+    pub(super) group_of_node: FastMap<String, usize>,
     /// Per group (index into `groups`): its registered nodes, in the order of `objects.nodes`
     /// (the nodes `group_of_node` maps to it).
     pub(super) nodes_of_group: Vec<Vec<Arc<Node>>>,
@@ -271,13 +273,13 @@ pub(super) async fn gather_groups(
     // A node whose providerID is an instance of a group belongs to that group; only the
     // other nodes are asked about with NodeGroupForNode (concurrently), so the calls per loop
     // grow with the nodes outside any group, not with every node.
-    let mut group_of_instance: HashMap<&str, usize> = HashMap::new();
+    let mut group_of_instance: FastMap<&str, usize> = FastMap::default();
     for (i, (instances, _, _)) in per_group.iter().enumerate() {
         for instance in instances.iter().flatten() {
             group_of_instance.entry(instance.id.as_str()).or_insert(i);
         }
     }
-    let mut group_of_node = HashMap::new();
+    let mut group_of_node = FastMap::default();
     let mut unresolved = Vec::new();
     for node in &objects.nodes {
         match group_of_instance.get(node.provider_id.as_str()) {

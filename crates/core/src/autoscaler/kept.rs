@@ -34,7 +34,7 @@ use crate::kubernetes::ClusterObjects;
 use crate::options::AutoscalingOptions;
 use crate::scale_up::{NodeGroupView, inject_upcoming_nodes};
 
-type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+use crate::FastMap;
 
 /// Why the base was built from scratch instead of changed in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,6 +15,8 @@ mod readiness;
 pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use crate::FastSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -382,7 +384,7 @@ impl ClusterStateRegistry {
             .retain(|group, _| known_groups.contains(group.as_str()));
 
         let mut report = ClusterStateReport::default();
-        let registered_ids: HashSet<&str> = all_nodes
+        let registered_ids: FastSet<&str> = all_nodes
             .iter()
             .chain(observations.iter().flat_map(|o| o.nodes.iter()))
             .map(|n| n.provider_id.as_str())
@@ -544,7 +546,7 @@ impl ClusterStateRegistry {
         // `--unready-nodes-scope=cluster`, or when their group could not be looked up
         // (docs/behaviour.md CS-111).
         let mut health_counts = report.total;
-        let grouped: HashSet<&str> = observations
+        let grouped: FastSet<&str> = observations
             .iter()
             .flat_map(|o| o.nodes.iter().map(|n| n.name.as_str()))
             .collect();
@@ -576,7 +578,7 @@ impl ClusterStateRegistry {
     fn observe_group(
         &self,
         observation: &GroupObservation,
-        registered_ids: &HashSet<&str>,
+        registered_ids: &FastSet<&str>,
         now: Timestamp,
         options: &AutoscalingOptions,
     ) -> GroupWork {
@@ -586,7 +588,7 @@ impl ClusterStateRegistry {
             .max_node_startup_time
             .unwrap_or(options.max_node_startup_time);
         let provision_time = self.provision_time_of(&group.id);
-        let instance_ids: HashSet<&str> = observation
+        let instance_ids: FastSet<&str> = observation
             .instances
             .iter()
             .map(|i| i.id.as_str())

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use ferroscale_model::{Pod, PodClaimSource, ResourceClaim};
 
+use crate::FastMap;
 use crate::kubernetes::WorkloadController;
 
 /// How long a controller whose fake pods could not be helped gets no fake pods (upstream's
@@ -70,7 +71,8 @@ pub fn proactive_fake_pods(
     limit: i64,
 ) -> FakePods {
     let mut order: Vec<&str> = Vec::new();
-    let mut tallies: HashMap<&str, Tally<'_>> = HashMap::new();
+    // Looked up once per bound pod (a million in a large cluster): the fast hasher.
+    let mut tallies: FastMap<&str, Tally<'_>> = FastMap::default();
     for controller in controllers {
         let Some(desired) = controller.replicas else {
             continue;
@@ -119,6 +121,9 @@ pub fn proactive_fake_pods(
     if !sampled {
         return FakePods::default();
     }
+    // Only a sampled controller gets fakes, so only its bound pods are worth counting: most of a
+    // million bound pods then miss a small table instead of matching an entry's uid.
+    tallies.retain(|_, tally| tally.sample.is_some());
     for pod in pods.iter().filter(|p| p.is_bound() && !p.is_terminal()) {
         if let Some(tally) = pod
             .controller()
