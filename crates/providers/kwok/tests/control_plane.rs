@@ -54,13 +54,7 @@ async fn kwok_groups_grow_shrink_and_keep_their_bounds() {
     let client = client_for(&control_plane).await;
     configure(&client, 1, 3).await;
 
-    let source = ConfigSource::ConfigMap {
-        namespace: NAMESPACE.to_string(),
-        name: "kwok-provider-config".to_string(),
-    };
-    let provider = KwokProvider::build(client.clone(), &source, Some(NAMESPACE))
-        .await
-        .expect("provider builds from the ConfigMaps");
+    let provider = build_provider(&client).await;
     let groups = provider.node_groups().await.unwrap();
     assert_eq!(groups.len(), 1);
     let group = &groups[0];
@@ -185,13 +179,7 @@ async fn a_quiet_refresh_lists_no_node_and_still_sees_a_node_deleted_by_others()
     let control_plane = start_control_plane().await;
     let client = client_for(&control_plane).await;
     configure(&client, 0, 3).await;
-    let source = ConfigSource::ConfigMap {
-        namespace: NAMESPACE.to_string(),
-        name: "kwok-provider-config".to_string(),
-    };
-    let provider = KwokProvider::build(client.clone(), &source, Some(NAMESPACE))
-        .await
-        .expect("provider builds from the ConfigMaps");
+    let provider = build_provider(&client).await;
     let group = provider.node_groups().await.unwrap().remove(0);
     let nodes: Api<Node> = Api::all(client.clone());
     group.increase_size(2).await.expect("increase by 2");
@@ -273,13 +261,7 @@ async fn without_a_ccm_nodes_register_uninitialized_and_outlive_their_machines()
         "annotations:\n      cluster-autoscaler.kwok.nodegroup/cloud-controller-manager: \"false\"\n",
     );
     put_configmap(&client, "kwok-provider-templates", "templates", &templates).await;
-    let source = ConfigSource::ConfigMap {
-        namespace: NAMESPACE.to_string(),
-        name: "kwok-provider-config".to_string(),
-    };
-    let provider = KwokProvider::build(client.clone(), &source, Some(NAMESPACE))
-        .await
-        .expect("provider builds from the ConfigMaps");
+    let provider = build_provider(&client).await;
     let group = provider.node_groups().await.unwrap().remove(0);
     let template = group.template_node_info().await.expect("template");
     assert_eq!(
@@ -457,13 +439,7 @@ async fn nodes_that_cannot_be_created_are_failed_instances_and_a_warning() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 
-    let source = ConfigSource::ConfigMap {
-        namespace: NAMESPACE.to_string(),
-        name: "kwok-provider-config".to_string(),
-    };
-    let provider = KwokProvider::build(client.clone(), &source, Some(NAMESPACE))
-        .await
-        .expect("provider builds from the ConfigMaps");
+    let provider = build_provider(&client).await;
     let group = provider.node_groups().await.unwrap().remove(0);
     group
         .increase_size(2)

@@ -17,7 +17,6 @@ use ferroscale_externalgrpc_proto::v1::{
     CleanupRequest, NodeGroupIncreaseSizeRequest, NodeGroupNodesRequest, NodeGroupTargetSizeRequest,
 };
 use ferroscale_externalgrpc_sdk::{ProviderServer, Tls};
-use ferroscale_provider_kwok::{ConfigSource, KwokProvider};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use support::*;
@@ -29,13 +28,7 @@ const CLIENT_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The kwok provider of the control plane, served on a loopback port; the sender stops it.
 async fn serve_kwok(client: &kube::Client) -> (CloudProviderClient<Channel>, oneshot::Sender<()>) {
-    let source = ConfigSource::ConfigMap {
-        namespace: NAMESPACE.to_string(),
-        name: "kwok-provider-config".to_string(),
-    };
-    let provider = KwokProvider::build(client.clone(), &source, Some(NAMESPACE))
-        .await
-        .expect("provider builds from the ConfigMaps");
+    let provider = build_provider(client).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();

@@ -78,6 +78,17 @@ pub async fn put_configmap(client: &Client, name: &str, key: &str, text: &str) {
 }
 
 /// The configuration and templates ConfigMaps of one `workers` group with these bounds.
+/// The provider built from the ConfigMaps [`configure`] (or a test) wrote.
+pub async fn build_provider(client: &Client) -> ferroscale_provider_kwok::KwokProvider {
+    let source = ferroscale_provider_kwok::ConfigSource::ConfigMap {
+        namespace: NAMESPACE.to_string(),
+        name: "kwok-provider-config".to_string(),
+    };
+    ferroscale_provider_kwok::KwokProvider::build(client.clone(), &source, Some(NAMESPACE))
+        .await
+        .expect("provider builds from the ConfigMaps")
+}
+
 pub async fn configure(client: &Client, min: usize, max: usize) {
     put_configmap(client, "kwok-provider-config", "config", CONFIG).await;
     put_configmap(
