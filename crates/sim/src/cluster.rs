@@ -61,8 +61,9 @@ impl std::ops::Deref for PodRecords {
 }
 
 impl PodRecords {
-    /// Something Gather derives from the pods changed without a record changing (a controller
-    /// deleted, pods announced).
+    /// Moves the generation: every mutable access below calls it, and the cluster does directly
+    /// when something Gather derives from the pods changes without a record changing (a
+    /// controller deleted, pods announced).
     fn changed(&mut self) {
         self.generation += 1;
     }

@@ -8,8 +8,6 @@
 //! typed, as a [`GatherFailure`] in the loop's outcome, where the binary logs and counts it.
 
 use std::collections::{HashMap, HashSet};
-
-use crate::FastMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -17,6 +15,7 @@ use ferroscale_model::dra::{ResourceSlice, complete_pools_by_driver};
 use ferroscale_model::{Node, Pod, Timestamp};
 use futures::StreamExt;
 
+use crate::FastMap;
 use crate::cloud::{CloudError, CloudProvider, Instance, NodeGroup, ResourceLimits};
 use crate::cluster_state::GroupObservation;
 use crate::kubernetes::ClusterObjects;

@@ -292,7 +292,7 @@ impl DecideTimer<'_> {
     fn time<T>(&mut self, function: &'static str, f: impl FnOnce() -> T) -> T {
         let started = self.stopwatch.elapsed_millis();
         let value = f();
-        let took = (self.stopwatch.elapsed_millis() - started).max(0.0);
+        let took = self.since(started);
         self.total += took;
         self.add(function, took);
         value
@@ -303,9 +303,13 @@ impl DecideTimer<'_> {
     async fn time_call<T>(&mut self, function: &'static str, call: impl Future<Output = T>) -> T {
         let started = self.stopwatch.elapsed_millis();
         let value = call.await;
-        let took = (self.stopwatch.elapsed_millis() - started).max(0.0);
+        let took = self.since(started);
         self.add(function, took);
         value
+    }
+
+    fn since(&self, started: f64) -> f64 {
+        (self.stopwatch.elapsed_millis() - started).max(0.0)
     }
 
     fn add(&mut self, function: &'static str, took: f64) {

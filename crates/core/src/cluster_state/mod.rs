@@ -15,8 +15,6 @@ mod readiness;
 pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-
-use crate::FastSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +22,7 @@ use ferroscale_model::taints::TO_BE_DELETED;
 use ferroscale_model::time::format_duration;
 use ferroscale_model::{Node, Timestamp};
 
+use crate::FastSet;
 use crate::backoff::{BackoffReason, NodeGroupBackoff};
 use crate::cloud::{ErrorClass, Instance, InstanceErrorInfo, InstanceState, InstanceStatus};
 use crate::events::{Event, EventObject, reasons};

@@ -859,21 +859,25 @@ impl kube::Resource for ListedNode {
     }
 }
 
-/// Whether a Node is one the provider manages (kwok's fake-node annotation and a group
-/// annotation), and then its group and provider ID.
-fn managed_member(node: &ListedNode) -> Option<watch::Member> {
+/// The group of a Node the provider manages (kwok's fake-node annotation and a group
+/// annotation); `None` for any other Node.
+fn managed_group(node: &ListedNode) -> Option<&str> {
     let annotations = node.metadata.annotations.as_ref()?;
     if annotations.get(KWOK_NODE_ANNOTATION).map(String::as_str) != Some(KWOK_NODE_ANNOTATION_VALUE)
     {
         return None;
     }
-    let group = annotations.get(GROUP_NAME_ANNOTATION)?;
-    Some((group.clone(), node.provider_id.clone()))
+    annotations.get(GROUP_NAME_ANNOTATION).map(String::as_str)
+}
+
+/// A managed Node's group and provider ID, what the membership watch compares.
+fn managed_member(node: &ListedNode) -> Option<watch::Member> {
+    Some((managed_group(node)?.to_owned(), node.provider_id.clone()))
 }
 
 /// What the last list of Nodes was taken against: the membership watch's change count and each
 /// group's version when it started, and when.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct LastList {
     changes: u64,
     versions: Vec<u64>,
@@ -985,7 +989,7 @@ impl KwokProvider {
         Ok(list
             .items
             .into_iter()
-            .filter(|node| managed_member(node).is_some())
+            .filter(|node| managed_group(node).is_some())
             .collect())
     }
 }
@@ -1069,13 +1073,7 @@ impl CloudProvider for KwokProvider {
         for (group, listed_at) in self.groups.iter().zip(&listed_at) {
             let members: Vec<(String, String)> = nodes
                 .iter()
-                .filter(|node| {
-                    node.metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(GROUP_NAME_ANNOTATION))
-                        == Some(&group.spec.id)
-                })
+                .filter(|node| managed_group(node) == Some(group.spec.id.as_str()))
                 .map(|node| {
                     let name = node.metadata.name.clone().unwrap_or_default();
                     let provider_id = node
