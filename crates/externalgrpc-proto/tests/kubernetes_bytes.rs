@@ -10,7 +10,7 @@ use ferroscale_model::{
     NodeConditions, NodeInclusionPolicy, NodeOperator, NodeRequirement, NodeSelector,
     NodeSelectorTerm, OwnerRef, Pod, PodAffinityTerm, PodCondition, PodPhase, Protocol, Resources,
     RestartPolicy, Taint, TaintEffect, Timestamp, Toleration, TolerationOperator,
-    TopologySpreadConstraint, UnsatisfiableAction, Volume, VolumeSource,
+    TopologySpreadConstraint, UnsatisfiableAction, Volume, VolumeSource, thin_vec,
 };
 use k8s_pb::api::core::v1 as pb;
 use k8s_pb::apimachinery::pkg::api::resource::Quantity as PbQuantity;
@@ -356,7 +356,7 @@ fn rich_pod() -> Pod {
         uid: "pod-uid-1".to_string(),
         labels: labels(&[("app", "web")]),
         annotations: labels(&[("cluster-autoscaler.kubernetes.io/safe-to-evict", "true")]),
-        owner_references: vec![OwnerRef {
+        owner_references: thin_vec![OwnerRef {
             api_version: "apps/v1".to_string(),
             kind: "ReplicaSet".to_string(),
             name: "web-7d4f".to_string(),
@@ -399,19 +399,19 @@ fn rich_pod() -> Pod {
                 },
             ],
         }),
-        pod_affinity: vec![PodAffinityTerm {
+        pod_affinity: thin_vec![PodAffinityTerm {
             label_selector: Some(LabelSelector::default()),
             namespaces: vec!["shop".to_string(), "cache".to_string()],
             namespace_selector: None,
             topology_key: "topology.kubernetes.io/zone".to_string(),
         }],
-        pod_anti_affinity: vec![PodAffinityTerm {
+        pod_anti_affinity: thin_vec![PodAffinityTerm {
             label_selector: Some(selector("app", "web")),
             namespaces: vec![],
             namespace_selector: Some(LabelSelector::default()),
             topology_key: "kubernetes.io/hostname".to_string(),
         }],
-        tolerations: vec![
+        tolerations: thin_vec![
             Toleration {
                 key: "nvidia.com/gpu".to_string(),
                 operator: TolerationOperator::Exists,
@@ -425,7 +425,7 @@ fn rich_pod() -> Pod {
                 effect: None,
             },
         ],
-        host_ports: vec![
+        host_ports: thin_vec![
             HostPort {
                 port: 8080,
                 protocol: Protocol::Tcp,
@@ -437,7 +437,7 @@ fn rich_pod() -> Pod {
                 host_ip: "10.0.0.5".to_string(),
             },
         ],
-        topology_spread: vec![TopologySpreadConstraint {
+        topology_spread: thin_vec![TopologySpreadConstraint {
             max_skew: 2,
             topology_key: "topology.kubernetes.io/zone".to_string(),
             when_unsatisfiable: UnsatisfiableAction::ScheduleAnyway,
@@ -446,7 +446,7 @@ fn rich_pod() -> Pod {
             node_affinity_policy: NodeInclusionPolicy::Ignore,
             node_taints_policy: NodeInclusionPolicy::Honor,
         }],
-        volumes: vec![
+        volumes: thin_vec![
             Volume {
                 name: "host".to_string(),
                 source: VolumeSource::HostPath,
@@ -468,8 +468,8 @@ fn rich_pod() -> Pod {
                 source: VolumeSource::Other,
             },
         ],
-        resource_claims: Vec::new(),
-        resource_claim_statuses: Vec::new(),
+        resource_claims: thin_vec![],
+        resource_claim_statuses: thin_vec![],
     }
 }
 

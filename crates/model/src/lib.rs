@@ -43,6 +43,8 @@ pub use pod::{
 pub use quantity::{Quantity, QuantityError};
 pub use resources::{ResourceName, Resources};
 pub use taints::{Taint, TaintEffect, Toleration, TolerationOperator};
+/// The one-pointer vector of the model's mostly empty lists (see [`Pod`]).
+pub use thin_vec::{ThinVec, thin_vec};
 pub use time::{DurationError, Timestamp, parse_go_duration};
 pub use volumes::{
     AccessMode, ClaimPhase, ClaimRef, CsiNode, CsiNodeDriver, PersistentVolume,

@@ -6,6 +6,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use thin_vec::ThinVec;
+
 use crate::quantity::{Quantity, QuantityError};
 
 /// Name of an extended resource. Shared, so copying resource vectors never copies names.
@@ -25,8 +27,9 @@ pub struct Resources {
     pub memory: i64,
     pub ephemeral_storage: i64,
     pub pods: i64,
-    /// Sorted by name, no duplicates, no zero entries.
-    extended: Vec<(ResourceName, i64)>,
+    /// Sorted by name, no duplicates, no zero entries. One pointer wide: most pods and nodes have
+    /// no extended resource.
+    extended: ThinVec<(ResourceName, i64)>,
 }
 
 impl Resources {
@@ -198,7 +201,7 @@ impl Resources {
         if other.extended.is_empty() && self.extended.is_empty() {
             return;
         }
-        let mut merged = Vec::with_capacity(self.extended.len() + other.extended.len());
+        let mut merged = ThinVec::with_capacity(self.extended.len() + other.extended.len());
         let (mut i, mut j) = (0, 0);
         while i < self.extended.len() || j < other.extended.len() {
             let take = match (self.extended.get(i), other.extended.get(j)) {

@@ -11,8 +11,8 @@ use ferroscale_model::{
     NodeOperator, NodeRequirement, NodeSelector, NodeSelectorTerm, OwnerRef, Pod, PodAffinityTerm,
     PodClaimSource, PodCondition, PodDisruptionBudget, PodPhase, PodResourceClaim,
     PodResourceClaimStatus, PreemptionPolicy, PriorityClass, Protocol, Quantity, Resources,
-    RestartPolicy, Taint, TaintEffect, Timestamp, Toleration, TolerationOperator,
-    TopologySpreadConstraint, UnsatisfiableAction, effective_requests,
+    RestartPolicy, Taint, TaintEffect, ThinVec, Timestamp, Toleration, TolerationOperator,
+    TopologySpreadConstraint, UnsatisfiableAction, effective_requests, thin_vec,
 };
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
@@ -434,8 +434,8 @@ fn affinity_terms(
     field: &str,
     terms: Option<&Vec<core::PodAffinityTerm>>,
     pod_labels: &Labels,
-) -> Result<Vec<PodAffinityTerm>, ConvertError> {
-    let mut out = Vec::new();
+) -> Result<ThinVec<PodAffinityTerm>, ConvertError> {
+    let mut out = ThinVec::new();
     for (i, term) in terms.into_iter().flatten().enumerate() {
         let term_field = format!("{field}[{i}]");
         let selector = term
@@ -521,7 +521,7 @@ fn host_ports(
     ctx: &ObjectContext,
     field: &str,
     container: &core::Container,
-    out: &mut Vec<HostPort>,
+    out: &mut ThinVec<HostPort>,
 ) -> Result<(), ConvertError> {
     for (i, port) in container.ports.iter().flatten().enumerate() {
         let port_field = format!("{field}.ports[{i}]");
@@ -595,7 +595,7 @@ fn pod_from_parts(
     let pod_labels = labels(metadata.labels.as_ref());
 
     let mut containers = Vec::new();
-    let mut ports = Vec::new();
+    let mut ports = ThinVec::new();
     for (i, container) in spec.containers.iter().enumerate() {
         let field = format!("spec.containers[{i}]");
         containers.push(container_requests(ctx, &field, container)?);
@@ -655,7 +655,7 @@ fn pod_from_parts(
         &pod_labels,
     )?;
 
-    let mut tolerations = Vec::new();
+    let mut tolerations = ThinVec::new();
     for (i, tol) in spec.tolerations.iter().flatten().enumerate() {
         let operator = match tol.operator.as_deref() {
             None | Some("Equal") => TolerationOperator::Equal,
@@ -686,7 +686,7 @@ fn pod_from_parts(
         });
     }
 
-    let mut topology_spread = Vec::new();
+    let mut topology_spread = ThinVec::new();
     for (i, constraint) in spec
         .topology_spread_constraints
         .iter()
@@ -750,7 +750,7 @@ fn pod_from_parts(
         .flatten()
         .enumerate()
         .map(|(i, v)| pod_volume(ctx, &format!("spec.volumes[{i}]"), v))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<ThinVec<_>, _>>()?;
 
     let restart_policy = match spec.restart_policy.as_deref() {
         None | Some("Always") => RestartPolicy::Always,
@@ -848,7 +848,7 @@ fn pod_from_parts(
 fn pod_resource_claims(
     ctx: &ObjectContext,
     spec: &core::PodSpec,
-) -> Result<Vec<PodResourceClaim>, ConvertError> {
+) -> Result<ThinVec<PodResourceClaim>, ConvertError> {
     spec.resource_claims
         .iter()
         .flatten()
@@ -932,7 +932,7 @@ pub fn daemonset_from_k8s(
         field: format!("spec.template.{}", e.field),
         ..e
     })?;
-    pod.owner_references = vec![OwnerRef {
+    pod.owner_references = thin_vec![OwnerRef {
         api_version: "apps/v1".to_string(),
         kind: "DaemonSet".to_string(),
         name: name.clone(),

@@ -53,8 +53,8 @@ use std::sync::Arc;
 use ferroscale_model::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 use ferroscale_model::taints::first_untolerated;
 use ferroscale_model::{
-    Labels, NodeInclusionPolicy, NodeSelector, OwnerRef, Pod, PodAffinityTerm, Taint, Toleration,
-    TopologySpreadConstraint, UnsatisfiableAction,
+    Labels, NodeInclusionPolicy, NodeSelector, OwnerRef, Pod, PodAffinityTerm, Taint, ThinVec,
+    Toleration, TopologySpreadConstraint, UnsatisfiableAction,
 };
 
 use crate::dra::{DraUnfit, NodeAllocation, PodPlan};
@@ -755,12 +755,12 @@ pub(crate) struct InterPodPlan {
 struct PodShape {
     namespace: String,
     labels: Labels,
-    pod_affinity: Vec<PodAffinityTerm>,
-    pod_anti_affinity: Vec<PodAffinityTerm>,
-    topology_spread: Vec<TopologySpreadConstraint>,
+    pod_affinity: ThinVec<PodAffinityTerm>,
+    pod_anti_affinity: ThinVec<PodAffinityTerm>,
+    topology_spread: ThinVec<TopologySpreadConstraint>,
     node_selector: Labels,
     required_node_affinity: Option<NodeSelector>,
-    tolerations: Vec<Toleration>,
+    tolerations: ThinVec<Toleration>,
     /// The controller whose pods the profile's default spread constraints count, when they apply.
     default_spread_owner: Option<OwnerRef>,
 }

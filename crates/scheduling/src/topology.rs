@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use ferroscale_model::taints::first_untolerated;
 use ferroscale_model::{
-    LabelSelector, Labels, Node, NodeSelector, OwnerRef, Pod, PodAffinityTerm, Toleration,
+    LabelSelector, Labels, Node, NodeSelector, OwnerRef, Pod, PodAffinityTerm, ThinVec, Toleration,
 };
 
 use crate::filters::PlanCache;
@@ -56,7 +56,7 @@ const UNCOUNTED: u32 = u32::MAX;
 /// Labels of the namespaces, by name.
 pub(crate) type NamespaceLabels = HashMap<String, Labels>;
 
-static NO_LABELS: Labels = Labels::new();
+static NO_LABELS: std::sync::LazyLock<Labels> = std::sync::LazyLock::new(Labels::new);
 
 /// Which namespaces a pod affinity term (or spread constraint) looks at.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -201,7 +201,7 @@ pub(crate) struct NodeEligibility {
     /// `nodeAffinityPolicy: Honor` with a pod that has a node selector or required node affinity.
     pub node_affinity: Option<(Labels, Option<NodeSelector>)>,
     /// `nodeTaintsPolicy: Honor`: the pod's tolerations.
-    pub tolerations: Option<Vec<Toleration>>,
+    pub tolerations: Option<ThinVec<Toleration>>,
 }
 
 impl NodeEligibility {

@@ -1268,6 +1268,7 @@ mod tests {
         HostPort, OwnerRef, PodCondition, TopologySpreadConstraint, Volume,
     };
     use ferroscale_model::taints::{Taint, TaintEffect, Toleration};
+    use ferroscale_model::thin_vec;
     use ferroscale_objects::k8s_openapi::api::core::v1 as core;
     use ferroscale_objects::{PriorityClasses, node_from_k8s, pod_from_k8s};
 
@@ -1411,7 +1412,7 @@ mod tests {
                 source,
             });
         }
-        pod.resource_claims = vec![
+        pod.resource_claims = thin_vec![
             ferroscale_model::PodResourceClaim {
                 name: "gpu".into(),
                 source: PodClaimSource::Template("one-gpu".into()),
@@ -1421,7 +1422,7 @@ mod tests {
                 source: PodClaimSource::Claim("team-gpu".into()),
             },
         ];
-        pod.resource_claim_statuses = vec![ferroscale_model::PodResourceClaimStatus {
+        pod.resource_claim_statuses = thin_vec![ferroscale_model::PodResourceClaimStatus {
             name: "gpu".into(),
             claim_name: Some("web-1-gpu-bcdfg".into()),
         }];

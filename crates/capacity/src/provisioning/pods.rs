@@ -89,7 +89,7 @@ pub fn pods_for_request(
                 PROVISIONING_CLASS_ANNOTATION.to_string(),
                 request.class.clone(),
             );
-            pod.owner_references = vec![OwnerRef {
+            pod.owner_references = ferroscale_model::thin_vec![OwnerRef {
                 api_version: "autoscaling.x-k8s.io/v1".into(),
                 kind: "ProvisioningRequest".into(),
                 name: request.name.clone(),

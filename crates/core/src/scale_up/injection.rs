@@ -237,7 +237,7 @@ mod tests {
     use super::*;
     use ferroscale_model::{
         ClaimAllocation, ClaimConsumer, ConditionStatus, OwnerRef, PodCondition, PodPhase,
-        PodResourceClaim, PodResourceClaimStatus,
+        PodResourceClaim, PodResourceClaimStatus, thin_vec,
     };
 
     fn controller(kind: &str, uid: &str, replicas: i32) -> WorkloadController {
@@ -374,7 +374,7 @@ mod tests {
     /// and an entry `shared` naming the shared claim `shared`.
     fn with_claims(pod: &Arc<Pod>, claim: &str) -> Arc<Pod> {
         let mut pod = (**pod).clone();
-        pod.resource_claims = vec![
+        pod.resource_claims = thin_vec![
             PodResourceClaim {
                 name: "gpu".into(),
                 source: PodClaimSource::Template("gpu-template".into()),
@@ -384,7 +384,7 @@ mod tests {
                 source: PodClaimSource::Claim("shared".into()),
             },
         ];
-        pod.resource_claim_statuses = vec![PodResourceClaimStatus {
+        pod.resource_claim_statuses = thin_vec![PodResourceClaimStatus {
             name: "gpu".into(),
             claim_name: Some(claim.into()),
         }];

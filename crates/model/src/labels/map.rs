@@ -14,19 +14,22 @@ use std::fmt;
 use std::iter::FusedIterator;
 use std::ops::Index;
 
+use thin_vec::ThinVec;
+
 /// Label or annotation map. Ordered by key, so equal maps compare and hash equally.
 #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Labels {
     /// Sorted by key, keys unique. Built maps are shrunk to their length, and `insert` grows by one
-    /// entry at a time, because most maps are written once and never grow.
-    entries: Vec<(String, String)>,
+    /// entry at a time, because most maps are written once and never grow. One pointer wide, and
+    /// no allocation when empty, as most node selectors and many label maps are.
+    entries: ThinVec<(String, String)>,
 }
 
 impl Labels {
     /// The empty map; allocates nothing.
-    pub const fn new() -> Labels {
+    pub fn new() -> Labels {
         Labels {
-            entries: Vec::new(),
+            entries: ThinVec::new(),
         }
     }
 
@@ -101,7 +104,7 @@ impl Labels {
     }
 
     pub fn clear(&mut self) {
-        self.entries = Vec::new();
+        self.entries = ThinVec::new();
     }
 
     /// The entries in key order.
@@ -189,7 +192,7 @@ impl<const N: usize> From<[(String, String); N]> for Labels {
 impl From<BTreeMap<String, String>> for Labels {
     /// Already sorted and unique: no sort needed.
     fn from(map: BTreeMap<String, String>) -> Labels {
-        let mut entries: Vec<(String, String)> = map.into_iter().collect();
+        let mut entries: ThinVec<(String, String)> = map.into_iter().collect();
         entries.shrink_to_fit();
         Labels { entries }
     }
@@ -229,7 +232,7 @@ impl PartialEq<Labels> for BTreeMap<String, String> {
 
 impl IntoIterator for Labels {
     type Item = (String, String);
-    type IntoIter = std::vec::IntoIter<(String, String)>;
+    type IntoIter = thin_vec::IntoIter<(String, String)>;
 
     /// The entries in key order.
     fn into_iter(self) -> Self::IntoIter {

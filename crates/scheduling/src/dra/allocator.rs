@@ -16,7 +16,7 @@ use ferroscale_model::dra::MAX_CLAIM_CONSUMERS;
 use ferroscale_model::{
     AllocatedDevice, AllocationMode, ClaimAllocation, DeviceAttribute, DeviceRequestKind,
     DeviceScope, ExactDeviceRequest, Labels, NodeOperator, NodeRequirement, NodeSelector,
-    NodeSelectorTerm, Pod, PodClaimSource, PodResourceClaim, PodResourceClaimStatus,
+    NodeSelectorTerm, Pod, PodClaimSource, PodResourceClaim, PodResourceClaimStatus, ThinVec,
 };
 
 use super::cel::DeviceView;
@@ -97,8 +97,8 @@ struct PlanKey {
     uid: String,
     namespace: String,
     name: String,
-    claims: Vec<PodResourceClaim>,
-    statuses: Vec<PodResourceClaimStatus>,
+    claims: ThinVec<PodResourceClaim>,
+    statuses: ThinVec<PodResourceClaimStatus>,
     epoch: u64,
 }
 

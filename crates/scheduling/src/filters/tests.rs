@@ -307,7 +307,7 @@ fn host_ports_conflict_by_port_protocol_and_address() {
     };
     let with_ports = |name: &str, ports: Vec<HostPort>| {
         let mut p = pod(name);
-        p.host_ports = ports;
+        p.host_ports = ports.into();
         p
     };
     place(
