@@ -37,6 +37,10 @@ use crate::cloud::{daemonset_pod_for, daemonset_runs_on};
 use crate::dra::{ClusterDra, GroupDevices};
 use crate::storage::ClusterStorage;
 
+mod pod_table;
+
+use pod_table::{ByName, ByUid, PodTable};
+
 /// The taint kube-controller-manager puts on a node whose kubelet stopped reporting.
 const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 
@@ -205,7 +209,7 @@ pub struct Cluster {
     /// Node names in registration order.
     node_order: Vec<String>,
     pods: PodRecords,
-    pod_by_uid: HashMap<String, PodIndex>,
+    pod_by_uid: PodTable<ByUid>,
     /// Pods waiting for a node, in no particular order.
     pending: Vec<PodIndex>,
     /// Pods created since the last scheduling pass.
@@ -230,7 +234,7 @@ pub struct Cluster {
     /// next places a pod.
     dra_stale: bool,
     /// Live pods (not deleted) by `namespace/name`.
-    live_by_key: HashMap<String, PodIndex>,
+    live_by_key: PodTable<ByName>,
     /// Re-creations so far, for unique names of re-created pods.
     recreated: usize,
     /// Controllers deleted by the scenario by name, with their (kind, namespace): they no longer
@@ -473,8 +477,8 @@ impl Cluster {
     /// The live pod `namespace/name`.
     pub fn live_pod(&self, namespace: &str, name: &str) -> Option<&PodRecord> {
         self.live_by_key
-            .get(&format!("{namespace}/{name}"))
-            .and_then(|i| self.pods.get(*i))
+            .get((namespace, name), &self.pods)
+            .and_then(|i| self.pods.get(i))
     }
 
     /// Disruptions a budget allows now: healthy (bound) covered pods minus the healthy count it
@@ -550,7 +554,7 @@ impl Cluster {
     }
 
     pub fn pod_index(&self, uid: &str) -> Option<PodIndex> {
-        self.pod_by_uid.get(uid).copied()
+        self.pod_by_uid.get(uid, &self.pods)
     }
 
     /// Pending pods (not deleted, not bound).
@@ -632,17 +636,18 @@ impl Cluster {
             // Its devices went with the node: the pod waits for new ones (a DaemonSet pod is
             // gone, with the claims it owned).
             self.release_claims(&pod, pod.is_daemonset_pod());
-            let Some(index) = self.pod_by_uid.get(&pod.uid).copied() else {
+            let Some(index) = self.pod_by_uid.get(&pod.uid, &self.pods) else {
                 continue;
             };
+            if pod.is_daemonset_pod() {
+                self.live_by_key.remove_if_filed(index, &self.pods);
+            }
             let Some(record) = self.pods.get_mut(index) else {
                 continue;
             };
             if pod.is_daemonset_pod() {
                 record.deleted_at = Some(now);
                 record.end = Some(PodEnd::NodeGone);
-                let key = record.pod.key();
-                self.live_by_key.remove(&key);
                 continue;
             }
             let pod = Arc::make_mut(&mut record.pod);
@@ -727,7 +732,11 @@ impl Cluster {
             .iter()
             .filter(|ds| daemonset_runs_on(ds, &node))
             .map(|ds| daemonset_pod_for(ds, &node))
-            .filter(|pod| !self.live_by_key.contains_key(&pod.key()))
+            .filter(|pod| {
+                !self
+                    .live_by_key
+                    .contains((&pod.namespace, &pod.name), &self.pods)
+            })
             .collect();
         for pod in daemon_pods {
             let index = self.insert_pod(pod, now, None);
@@ -807,8 +816,7 @@ impl Cluster {
         name: &str,
         now: Timestamp,
     ) -> Result<Eviction, EvictionRefusal> {
-        let key = format!("{namespace}/{name}");
-        let Some(index) = self.live_by_key.get(&key).copied() else {
+        let Some(index) = self.live_by_key.get((namespace, name), &self.pods) else {
             return Err(EvictionRefusal::NotFound);
         };
         let pod = self.pods[index].pod.clone();
@@ -853,7 +861,7 @@ impl Cluster {
         };
         self.pods[index].end = Some(PodEnd::Evicted { replacement });
         Ok(Eviction {
-            pod: key,
+            pod: pod.key(),
             node: pod.node_name.clone(),
             replacement: replacement.map(|i| self.pods[i].pod.key()),
             daemonset: pod.is_daemonset_pod(),
@@ -869,12 +877,9 @@ impl Cluster {
             return;
         }
         record.deleted_at = Some(now);
-        let key = record.pod.key();
         let uid = record.pod.uid.clone();
         let node_name = record.pod.node_name.clone();
-        if self.live_by_key.get(&key) == Some(&index) {
-            self.live_by_key.remove(&key);
-        }
+        self.live_by_key.remove_if_filed(index, &self.pods);
         match node_name.and_then(|n| self.nodes.get(&n)) {
             Some(entry) => {
                 self.snapshot.remove_pod(entry.id, &uid);
@@ -978,8 +983,8 @@ impl Cluster {
     /// growing the pod list and its indexes step by step, rehashing as they go.
     pub fn reserve_pods(&mut self, additional: usize) {
         self.pods.reserve(additional);
-        self.pod_by_uid.reserve(additional);
-        self.live_by_key.reserve(additional);
+        self.pod_by_uid.reserve(additional, &self.pods);
+        self.live_by_key.reserve(additional, &self.pods);
     }
 
     fn note_refusal(&mut self, node: &str, reason: &str) {
@@ -1006,16 +1011,9 @@ impl Cluster {
 
     fn insert_pod(&mut self, mut pod: Pod, now: Timestamp, shape: Option<usize>) -> PodIndex {
         let index = self.pods.len();
-        if pod.uid.is_empty() || self.pod_by_uid.contains_key(&pod.uid) {
+        if pod.uid.is_empty() || self.pod_by_uid.contains(&pod.uid, &self.pods) {
             pod.uid = sized_uid(index, &pod.namespace, &pod.name);
         }
-        self.pod_by_uid.insert(pod.uid.clone(), index);
-        // `Pod::key`, allocated once at its final size.
-        let mut key = String::with_capacity(pod.namespace.len() + 1 + pod.name.len());
-        key.push_str(&pod.namespace);
-        key.push('/');
-        key.push_str(&pod.name);
-        self.live_by_key.insert(key, index);
         if pod.has_checked_volumes() && self.storage.adopt_ephemeral_claims(&pod) {
             self.storage_changed();
         }
@@ -1032,6 +1030,8 @@ impl Cluster {
             end: None,
             replaces: None,
         });
+        self.pod_by_uid.insert(index, &self.pods);
+        self.live_by_key.insert(index, &self.pods);
         index
     }
 
@@ -1117,10 +1117,7 @@ impl Cluster {
             let record = &mut self.pods[*index];
             record.deleted_at = Some(now);
             record.end = Some(PodEnd::DeletedByScenario);
-            let key = record.pod.key();
-            if self.live_by_key.get(&key) == Some(index) {
-                self.live_by_key.remove(&key);
-            }
+            self.live_by_key.remove_if_filed(*index, &self.pods);
             let record = &self.pods[*index];
             if let Some(node_name) = &record.pod.node_name
                 && let Some(entry) = self.nodes.get(node_name)
