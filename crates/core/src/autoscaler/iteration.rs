@@ -30,8 +30,9 @@ use crate::scale_down::{
     plan_scale_down,
 };
 use crate::scale_up::{
-    ExternalExpanderStep, FakePods, INJECTION_BACKOFF, NodeGroupView, ProviderFacts, ScaleUpInput,
-    ScaleUpPlan, plan_min_size_enforcement, plan_scale_up, proactive_fake_pods,
+    BoundPodsOfControllers, ExternalExpanderStep, FakePods, INJECTION_BACKOFF, NodeGroupView,
+    ProviderFacts, ScaleUpInput, ScaleUpPlan, plan_min_size_enforcement, plan_scale_up,
+    proactive_fake_pods,
 };
 use crate::stopwatch::Stopwatch;
 use ferroscale_capacity::buffers::Injection;
@@ -49,6 +50,8 @@ use super::{
 #[derive(Clone, Copy)]
 pub(super) struct Stage<'a> {
     pub(super) gathered: &'a Gathered,
+    /// The controllers' bound pods among the gathered ones, kept with the snapshot.
+    pub(super) bound_of_controllers: &'a BoundPodsOfControllers,
     /// The node groups with this iteration's health.
     pub(super) views: &'a [NodeGroupView],
     /// Scale-up asked to skip scale-down this loop.
@@ -144,6 +147,7 @@ impl Autoscaler {
                 snapshot: mut base,
                 mut pending,
                 draining_pods,
+                bound_of_controllers,
             },
         ) = kept.open(&gathered.objects, &self.options, view);
         outcome.snapshot_refresh = Some(refresh);
@@ -155,6 +159,7 @@ impl Autoscaler {
         };
         let step = Stage {
             gathered: &gathered,
+            bound_of_controllers,
             views: &views,
             skip_this_loop: false,
             provider,
@@ -421,6 +426,7 @@ impl Autoscaler {
     ) -> bool {
         let Stage {
             gathered,
+            bound_of_controllers,
             views,
             provider,
             now,
@@ -442,6 +448,7 @@ impl Autoscaler {
             .extra_pods(
                 cluster,
                 gathered,
+                bound_of_controllers,
                 base,
                 pending,
                 requests.is_some(),
@@ -495,6 +502,7 @@ impl Autoscaler {
         &mut self,
         cluster: &dyn ClusterApi,
         gathered: &Gathered,
+        bound_of_controllers: &BoundPodsOfControllers,
         base: &mut Snapshot,
         pending: &[Arc<Pod>],
         requests_turn: bool,
@@ -515,7 +523,7 @@ impl Autoscaler {
                 .collect();
             proactive_fake_pods(
                 &controllers,
-                &gathered.objects.pods,
+                bound_of_controllers,
                 pending,
                 &gathered.objects.dra.claims,
                 self.options.pod_injection_limit,

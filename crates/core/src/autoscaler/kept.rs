@@ -32,7 +32,7 @@ use hashbrown::HashTable;
 use crate::cluster_state::ClusterStateReport;
 use crate::kubernetes::ClusterObjects;
 use crate::options::AutoscalingOptions;
-use crate::scale_up::{NodeGroupView, inject_upcoming_nodes};
+use crate::scale_up::{BoundPodsOfControllers, NodeGroupView, inject_upcoming_nodes};
 
 use crate::FastMap;
 
@@ -171,6 +171,8 @@ struct Kept {
     expendable_on: Vec<u32>,
     /// Pods bound to a node the base does not hold (orphans, and pods of removed nodes).
     stranded: usize,
+    /// The controllers' bound pods among `pods`, moved by every pod the walk takes out or puts in.
+    bound_of_controllers: BoundPodsOfControllers,
     built_with: BuiltWith,
 }
 
@@ -191,6 +193,9 @@ pub(super) struct LoopView<'a> {
     pub(super) pending: Vec<Arc<Pod>>,
     /// Recreatable pods of nodes being drained, with `node_name` cleared.
     pub(super) draining_pods: Vec<Arc<Pod>>,
+    /// The controllers' pods bound to nodes, among every gathered pod (proactive scale-up's
+    /// count).
+    pub(super) bound_of_controllers: &'a BoundPodsOfControllers,
 }
 
 /// What [`KeptSnapshot::open`] reads besides the kept base.
@@ -332,6 +337,7 @@ impl Kept {
             snapshot,
             pending,
             draining_pods,
+            bound_of_controllers: &self.bound_of_controllers,
         }
     }
 
@@ -348,6 +354,7 @@ impl Kept {
             hasher: foldhash::fast::RandomState::default(),
             expendable_on: Vec::new(),
             stranded: 0,
+            bound_of_controllers: BoundPodsOfControllers::default(),
             built_with: BuiltWith::of(objects),
         }
     }
@@ -536,6 +543,7 @@ impl Kept {
     /// Takes a pod that went (or changed) out of the base, from the position the walk reached
     /// on its node.
     fn take_out(&mut self, pod: &Arc<Pod>, place: Place, cursors: &Cursors) -> Result<(), Rebuild> {
+        self.bound_of_controllers.remove(pod);
         match place {
             Place::Node(id) if self.base.node(id).is_some() => {
                 let taken = self.base.remove_pod_at(id, cursors.at(id));
@@ -560,6 +568,7 @@ impl Kept {
     /// position there, or nowhere (the pending pods are read from the places when a loop opens
     /// its view).
     fn put_in(&mut self, pod: &Arc<Pod>, rules: &PodRules<'_>, cursors: &mut Cursors) -> Place {
+        self.bound_of_controllers.add(pod);
         let scheduled_by_us = rules.allowed_schedulers.is_empty()
             || rules.allowed_schedulers.contains(&pod.scheduler_name);
         if !scheduled_by_us || pod.deletion_time.is_some() || pod.is_terminal() {

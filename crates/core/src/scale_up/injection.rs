@@ -43,6 +43,62 @@ pub fn is_fake_pod(pod: &Pod) -> bool {
         .is_some_and(|v| v == FAKE_POD_ANNOTATION_VALUE)
 }
 
+/// Each controller's pods that are bound to a node and not finished, by the controller's uid:
+/// the running replicas proactive scale-up counts. The loop's kept snapshot follows them pod by
+/// pod as it follows the cluster (`autoscaler::kept`), so no loop reads a million pods to count
+/// them; [`BoundPodsOfControllers::count`] counts a pod list from scratch.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BoundPodsOfControllers {
+    by_uid: FastMap<String, u32>,
+}
+
+impl BoundPodsOfControllers {
+    pub fn count(pods: &[Arc<Pod>]) -> BoundPodsOfControllers {
+        let mut counts = BoundPodsOfControllers::default();
+        for pod in pods {
+            counts.add(pod);
+        }
+        counts
+    }
+
+    /// The uid of the controller `pod` counts for, if it counts.
+    fn counted(pod: &Pod) -> Option<&str> {
+        if !pod.is_bound() || pod.is_terminal() {
+            return None;
+        }
+        pod.controller().map(|owner| owner.uid.as_str())
+    }
+
+    /// A pod came into the list (or a changed pod's new object).
+    pub fn add(&mut self, pod: &Pod) {
+        if let Some(uid) = Self::counted(pod) {
+            match self.by_uid.get_mut(uid) {
+                Some(n) => *n += 1,
+                None => {
+                    self.by_uid.insert(uid.to_string(), 1);
+                }
+            }
+        }
+    }
+
+    /// A pod left the list (or a changed pod's old object).
+    pub fn remove(&mut self, pod: &Pod) {
+        if let Some(uid) = Self::counted(pod)
+            && let Some(n) = self.by_uid.get_mut(uid)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.by_uid.remove(uid);
+            }
+        }
+    }
+
+    /// Bound, unfinished pods of the controller of this uid.
+    pub fn of(&self, controller_uid: &str) -> i64 {
+        self.by_uid.get(controller_uid).map_or(0, |n| i64::from(*n))
+    }
+}
+
 /// One controller's count so far.
 struct Tally<'a> {
     desired: i64,
@@ -60,12 +116,12 @@ pub struct FakePods {
     pub claims: Vec<Arc<ResourceClaim>>,
 }
 
-/// The fake pods to add to `pending` this iteration, and their claims. `pods` are every pod the
-/// iteration gathered, bound or not; `pending` the unbound ones; `claims` the cluster's
-/// ResourceClaims.
+/// The fake pods to add to `pending` this iteration, and their claims. `bound` counts the
+/// controllers' pods bound to nodes among every pod the iteration gathered; `pending` are the
+/// unbound pods; `claims` the cluster's ResourceClaims.
 pub fn proactive_fake_pods(
     controllers: &[WorkloadController],
-    pods: &[Arc<Pod>],
+    bound: &BoundPodsOfControllers,
     pending: &[Arc<Pod>],
     claims: &[Arc<ResourceClaim>],
     limit: i64,
@@ -121,16 +177,10 @@ pub fn proactive_fake_pods(
     if !sampled {
         return FakePods::default();
     }
-    // Only a sampled controller gets fakes, so only its bound pods are worth counting: most of a
-    // million bound pods then miss a small table instead of matching an entry's uid.
+    // Only a sampled controller gets fakes, so only its bound pods are worth counting.
     tallies.retain(|_, tally| tally.sample.is_some());
-    for pod in pods.iter().filter(|p| p.is_bound() && !p.is_terminal()) {
-        if let Some(tally) = pod
-            .controller()
-            .and_then(|owner| tallies.get_mut(owner.uid.as_str()))
-        {
-            tally.pods += 1;
-        }
+    for (uid, tally) in tallies.iter_mut() {
+        tally.pods += bound.of(uid);
     }
     // The claims only samples with claims look up, indexed once.
     let mut claim_index: Option<HashMap<(&str, &str), &ResourceClaim>> = None;
@@ -291,7 +341,7 @@ mod tests {
         let pending: Vec<_> = pods[1..].to_vec();
         let fakes = proactive_fake_pods(
             &[controller("ReplicaSet", "rs-a", 5)],
-            &pods,
+            &BoundPodsOfControllers::count(&pods),
             &pending,
             &[],
             5000,
@@ -312,7 +362,7 @@ mod tests {
         let pods = vec![pod("b-0", "rs-b", Some("n0")), Arc::new(done)];
         let none = proactive_fake_pods(
             &[controller("ReplicaSet", "rs-b", 4)],
-            &pods,
+            &BoundPodsOfControllers::count(&pods),
             &[],
             &[],
             5000,
@@ -322,7 +372,7 @@ mod tests {
         let pending = vec![pod("c-0", "rc-c", None)];
         let rc = proactive_fake_pods(
             &[controller("ReplicationController", "rc-c", 4)],
-            &pending,
+            &BoundPodsOfControllers::count(&pending),
             &pending,
             &[],
             5000,
@@ -336,7 +386,7 @@ mod tests {
         pods.extend(pending.iter().cloned());
         let fakes = proactive_fake_pods(
             &[controller("StatefulSet", "rs-b", 4)],
-            &pods,
+            &BoundPodsOfControllers::count(&pods),
             &pending,
             &[],
             5000,
@@ -354,19 +404,45 @@ mod tests {
             controller("ReplicaSet", "rs-a", 4),
             controller("Job", "rs-b", 3),
         ];
-        let all = proactive_fake_pods(&controllers, &pending, &pending, &[], 5000).pods;
+        let all = proactive_fake_pods(
+            &controllers,
+            &BoundPodsOfControllers::count(&pending),
+            &pending,
+            &[],
+            5000,
+        )
+        .pods;
         assert_eq!(all.len(), 5);
-        let capped = proactive_fake_pods(&controllers, &pending, &pending, &[], 4).pods;
+        let capped = proactive_fake_pods(
+            &controllers,
+            &BoundPodsOfControllers::count(&pending),
+            &pending,
+            &[],
+            4,
+        )
+        .pods;
         assert_eq!(names(&capped), vec!["b-0-copy-1", "b-0-copy-2"]);
         assert!(
-            proactive_fake_pods(&controllers, &pending, &pending, &[], 2)
-                .pods
-                .is_empty()
+            proactive_fake_pods(
+                &controllers,
+                &BoundPodsOfControllers::count(&pending),
+                &pending,
+                &[],
+                2
+            )
+            .pods
+            .is_empty()
         );
         assert!(
-            proactive_fake_pods(&controllers, &pending, &pending, &[], -1)
-                .pods
-                .is_empty()
+            proactive_fake_pods(
+                &controllers,
+                &BoundPodsOfControllers::count(&pending),
+                &pending,
+                &[],
+                -1
+            )
+            .pods
+            .is_empty()
         );
     }
 
@@ -425,7 +501,7 @@ mod tests {
         let pending = vec![sample.clone()];
         let fakes = proactive_fake_pods(
             &[controller("ReplicaSet", "rs-a", 3)],
-            &pending,
+            &BoundPodsOfControllers::count(&pending),
             &pending,
             &claims,
             5000,
@@ -460,7 +536,13 @@ mod tests {
         let controllers = [controller("ReplicaSet", "rs-a", 4)];
         let pending = vec![sample.clone()];
         let foreign = vec![resource_claim("a-0-gpu-x1", Some("someone-else"))];
-        let fakes = proactive_fake_pods(&controllers, &pending, &pending, &foreign, 5000);
+        let fakes = proactive_fake_pods(
+            &controllers,
+            &BoundPodsOfControllers::count(&pending),
+            &pending,
+            &foreign,
+            5000,
+        );
         assert_eq!(fakes.pods.len(), 3);
         assert!(fakes.claims.is_empty());
         assert_eq!(
@@ -469,7 +551,13 @@ mod tests {
         );
 
         let owned = vec![resource_claim("a-0-gpu-x1", Some(&sample.uid))];
-        let capped = proactive_fake_pods(&controllers, &pending, &pending, &owned, 3);
+        let capped = proactive_fake_pods(
+            &controllers,
+            &BoundPodsOfControllers::count(&pending),
+            &pending,
+            &owned,
+            3,
+        );
         assert_eq!(names(&capped.pods), vec!["a-0-copy-2", "a-0-copy-3"]);
         let claim_names: Vec<&str> = capped.claims.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(claim_names, vec!["a-0-gpu-x1-copy-2", "a-0-gpu-x1-copy-3"]);

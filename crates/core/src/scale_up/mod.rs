@@ -42,8 +42,8 @@ pub use external::{
     ExternalExpanderStep,
 };
 pub use injection::{
-    FAKE_POD_ANNOTATION, FAKE_POD_ANNOTATION_VALUE, FakePods, INJECTION_BACKOFF, is_fake_pod,
-    proactive_fake_pods,
+    BoundPodsOfControllers, FAKE_POD_ANNOTATION, FAKE_POD_ANNOTATION_VALUE, FakePods,
+    INJECTION_BACKOFF, is_fake_pod, proactive_fake_pods,
 };
 pub use min_size::plan_min_size_enforcement;
 pub use plan::plan_scale_up;

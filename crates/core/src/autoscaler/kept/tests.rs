@@ -233,6 +233,14 @@ impl Cluster {
                 controller: true,
                 api_version: "apps/v1".into(),
             });
+        } else {
+            pod.owner_references.push(OwnerRef {
+                kind: "ReplicaSet".into(),
+                name: format!("rs-{}", shape.app),
+                uid: format!("rs-{}", shape.app),
+                controller: true,
+                api_version: "apps/v1".into(),
+            });
         }
         if shape.other_scheduler {
             pod.scheduler_name = "other".into();
@@ -482,6 +490,12 @@ fn run_loop(kept: &mut KeptSnapshot, cluster: &Cluster, shape: &LoopShape) -> Sn
     let (refresh, mut view) = kept.open(&cluster.objects, &options, input);
     let observed = observe(&mut view.snapshot, &view.pending, &view.draining_pods);
     assert_eq!(observed, expected, "after {refresh:?}");
+    // Proactive scale-up's count of each controller's bound pods, followed with the snapshot.
+    assert_eq!(
+        view.bound_of_controllers,
+        &BoundPodsOfControllers::count(&cluster.objects.pods),
+        "after {refresh:?}"
+    );
     // The loop's own work on its branch: pending pods placed, nodes removed, nested branches.
     for (what, at) in &shape.work {
         let ids: Vec<NodeId> = view.snapshot.nodes().map(|(id, _)| id).collect();
