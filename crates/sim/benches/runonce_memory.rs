@@ -15,6 +15,22 @@ use std::process::{Command, ExitCode};
 
 use ferroscale_sim::upstream_runonce::{RunOnceWorkload, Workload};
 
+// The allocator of the `ferroscale` binary, with the options it starts jemalloc with (freed
+// memory goes back to the system from jemalloc's own thread about a second later;
+// crates/cli/src/profiling.rs): the resident set is the one `ferroscale` would have.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: MallocConf = MallocConf(c"background_thread:true,dirty_decay_ms:1000".as_ptr());
+
+/// A C string pointer as jemalloc declares `malloc_conf` (`const char *`): one machine word.
+#[repr(transparent)]
+struct MallocConf(*const std::ffi::c_char);
+
+// SAFETY: the pointer is to a string literal, immutable and alive for the whole process.
+unsafe impl Sync for MallocConf {}
+
 #[path = "../../core/benches/support/rss.rs"]
 mod rss;
 
