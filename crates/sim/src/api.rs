@@ -146,14 +146,14 @@ fn gathered_pods(cluster: &Cluster) -> GatheredPods {
                 "a pod changed without moving the pod records' generation"
             );
             debug_assert!(
-                workload_controllers(cluster, &fresh) == gathered.workloads,
+                workload_controllers(cluster) == gathered.workloads,
                 "the implied controllers changed without moving the pod records' generation"
             );
         }
         return gathered.clone();
     }
     let pods: Arc<Vec<Arc<Pod>>> = Arc::new(cluster.live_pods().map(|r| r.pod.clone()).collect());
-    let workloads = workload_controllers(cluster, &pods);
+    let workloads = workload_controllers(cluster);
     let gathered = GatheredPods {
         generation,
         pods,
@@ -179,15 +179,87 @@ fn capacity_objects(cluster: &Cluster, live: &[Arc<Pod>]) -> CapacityObjects {
 /// simulator has no Deployments or ReplicaSets of its own); their replicas are the number of live
 /// pods they own plus the pods a `create` with a `rate` has still to make for them, as a
 /// ReplicaSet's `spec.replicas` counts pods it has not created yet. DaemonSets come from the
-/// scenario's objects ([`daemonset_controllers`]).
-fn workload_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadController> {
-    let mut by_owner: HashMap<(&str, &str, &str), (usize, i32)> = HashMap::default();
+/// scenario's objects ([`daemonset_controllers`]). A controller is listed where its first live
+/// pod is, with that pod's reference's uid. The pods are counted by the owner id their records
+/// hold: each distinct owner is read once, not every pod's reference.
+fn workload_controllers(cluster: &Cluster) -> Vec<WorkloadController> {
+    /// What an owner id stands for in this count.
+    #[derive(Clone, Copy)]
+    enum Seen {
+        Not,
+        /// Not a workload controller, or deleted.
+        Skipped,
+        Controller(usize),
+    }
+    let owners = cluster.owners();
+    let mut seen = vec![Seen::Not; owners.len()];
+    let mut by_key: HashMap<(&str, &str, &str), usize> = HashMap::default();
     let mut controllers: Vec<WorkloadController> = Vec::new();
-    // Pods of one controller mostly come one after another (created together): they count
-    // towards the previous pod's entry without hashing its key again.
-    let mut previous: Option<(&str, &str, &str)> = None;
-    let mut run = 0;
-    for pod in pods {
+    let mut counts: Vec<i32> = Vec::new();
+    for record in cluster.live_pods() {
+        let Some(id) = record.owner else {
+            continue;
+        };
+        let Some(slot) = seen.get_mut(id as usize) else {
+            continue;
+        };
+        let index = match *slot {
+            Seen::Skipped => continue,
+            Seen::Controller(index) => index,
+            Seen::Not => {
+                let Some(owner) = owners.get(id) else {
+                    continue;
+                };
+                if !WORKLOAD_KINDS.contains(&owner.kind.as_str())
+                    || cluster.owner_deleted(&owner.kind, &owner.namespace, &owner.name)
+                {
+                    *slot = Seen::Skipped;
+                    continue;
+                }
+                let key = (
+                    owner.kind.as_str(),
+                    owner.namespace.as_str(),
+                    owner.name.as_str(),
+                );
+                let index = *by_key.entry(key).or_insert_with(|| {
+                    controllers.push(WorkloadController {
+                        kind: owner.kind.clone(),
+                        namespace: owner.namespace.clone(),
+                        name: owner.name.clone(),
+                        uid: owner.uid.clone(),
+                        replicas: Some(0),
+                    });
+                    counts.push(0);
+                    controllers.len() - 1
+                });
+                *slot = Seen::Controller(index);
+                index
+            }
+        };
+        counts[index] = counts[index].saturating_add(1);
+    }
+    for (controller, live) in controllers.iter_mut().zip(counts) {
+        let announced =
+            cluster.announced_pods(&controller.kind, &controller.namespace, &controller.name);
+        let announced = i32::try_from(announced).unwrap_or(i32::MAX);
+        controller.replicas = Some(live.saturating_add(announced));
+    }
+    #[cfg(debug_assertions)]
+    debug_assert!(
+        controllers == workload_controllers_by_scan(cluster),
+        "the pod records' owner ids imply other controllers than the pods' references"
+    );
+    controllers
+}
+
+/// [`workload_controllers`] read from every live pod's controller reference: what the owner ids
+/// must agree with (checked in debug builds, which every simulator test runs).
+#[cfg(debug_assertions)]
+fn workload_controllers_by_scan(cluster: &Cluster) -> Vec<WorkloadController> {
+    let mut by_owner: HashMap<(&str, &str, &str), usize> = HashMap::default();
+    let mut controllers: Vec<WorkloadController> = Vec::new();
+    for record in cluster.live_pods() {
+        let pod = &record.pod;
         let Some(owner) = pod.controller() else {
             continue;
         };
@@ -199,42 +271,24 @@ fn workload_controllers(cluster: &Cluster, pods: &[Arc<Pod>]) -> Vec<WorkloadCon
             pod.namespace.as_str(),
             owner.name.as_str(),
         );
-        if previous == Some(key) {
-            run += 1;
-            continue;
-        }
-        if let Some(previous) = previous.replace(key)
-            && let Some((_, replicas)) = by_owner.get_mut(&previous)
-        {
-            *replicas = replicas.saturating_add(run);
-        }
-        run = 0;
-        match by_owner.get_mut(&key) {
-            Some((_, replicas)) => *replicas = replicas.saturating_add(1),
-            None => {
-                by_owner.insert(key, (controllers.len(), 1));
-                controllers.push(WorkloadController {
-                    kind: owner.kind.clone(),
-                    namespace: pod.namespace.clone(),
-                    name: owner.name.clone(),
-                    uid: owner.uid.clone(),
-                    replicas: Some(0),
-                });
-            }
-        }
+        let index = *by_owner.entry(key).or_insert_with(|| {
+            controllers.push(WorkloadController {
+                kind: owner.kind.clone(),
+                namespace: pod.namespace.clone(),
+                name: owner.name.clone(),
+                uid: owner.uid.clone(),
+                replicas: Some(0),
+            });
+            controllers.len() - 1
+        });
+        let replicas = controllers[index].replicas.get_or_insert(0);
+        *replicas = replicas.saturating_add(1);
     }
-    if let Some(previous) = previous
-        && let Some((_, replicas)) = by_owner.get_mut(&previous)
-    {
-        *replicas = replicas.saturating_add(run);
-    }
-    for (index, replicas) in by_owner.into_values() {
-        if let Some(controller) = controllers.get_mut(index) {
-            let announced =
-                cluster.announced_pods(&controller.kind, &controller.namespace, &controller.name);
-            let announced = i32::try_from(announced).unwrap_or(i32::MAX);
-            controller.replicas = Some(replicas.saturating_add(announced));
-        }
+    for controller in &mut controllers {
+        let announced =
+            cluster.announced_pods(&controller.kind, &controller.namespace, &controller.name);
+        let announced = i32::try_from(announced).unwrap_or(i32::MAX);
+        controller.replicas = controller.replicas.map(|n| n.saturating_add(announced));
     }
     controllers
 }

@@ -37,8 +37,11 @@ use crate::cloud::{daemonset_pod_for, daemonset_runs_on};
 use crate::dra::{ClusterDra, GroupDevices};
 use crate::storage::ClusterStorage;
 
+mod owners;
 mod pod_table;
 
+pub(crate) use owners::Owners;
+pub use owners::{Owner, OwnerId};
 use pod_table::{ByName, ByUid, PodTable};
 
 /// The taint kube-controller-manager puts on a node whose kubelet stopped reporting.
@@ -124,6 +127,8 @@ pub struct PodRecord {
     pub end: Option<PodEnd>,
     /// The pod this one was re-created for by its controller after an eviction.
     pub replaces: Option<PodIndex>,
+    /// Its controller reference, in the cluster's [`Owners`].
+    pub(crate) owner: Option<OwnerId>,
 }
 
 /// Why a pod is gone.
@@ -210,6 +215,8 @@ pub struct Cluster {
     node_order: Vec<String>,
     pods: PodRecords,
     pod_by_uid: PodTable<ByUid>,
+    /// Every controller a pod named, by the id its records hold.
+    owners: Owners,
     /// Pods waiting for a node, in no particular order.
     pending: Vec<PodIndex>,
     /// Pods created since the last scheduling pass.
@@ -429,18 +436,22 @@ impl Cluster {
 
     /// Whether the pod's controller was deleted by the scenario.
     pub fn controller_deleted(&self, pod: &Pod) -> bool {
-        if self.deleted_controllers.is_empty() {
-            return false;
-        }
-        pod.controller().is_some_and(|c| {
-            self.deleted_controllers
-                .get(c.name.as_str())
-                .is_some_and(|deleted| {
-                    deleted
-                        .iter()
-                        .any(|(kind, namespace)| *kind == c.kind && *namespace == pod.namespace)
-                })
-        })
+        pod.controller()
+            .is_some_and(|c| self.owner_deleted(&c.kind, &pod.namespace, &c.name))
+    }
+
+    /// Whether the scenario deleted the controller `kind` `namespace/name`.
+    pub fn owner_deleted(&self, kind: &str, namespace: &str, name: &str) -> bool {
+        !self.deleted_controllers.is_empty()
+            && self
+                .deleted_controllers
+                .get(name)
+                .is_some_and(|deleted| deleted.iter().any(|(k, ns)| k == kind && ns == namespace))
+    }
+
+    /// The controllers pods named, by the id each pod record holds.
+    pub(crate) fn owners(&self) -> &Owners {
+        &self.owners
     }
 
     /// Replaces every `every`-th live pod by a copy with a changed annotation (what an update
@@ -1020,7 +1031,11 @@ impl Cluster {
         if pod.has_resource_claims() && self.dra.make_template_claims(&mut pod) {
             self.dra_stale = true;
         }
+        let owner = pod
+            .controller()
+            .map(|c| self.owners.id_of(&c.kind, &pod.namespace, &c.name, &c.uid));
         self.pods.push(PodRecord {
+            owner,
             pod: Arc::new(pod),
             pending_since: now,
             bound_at: None,

@@ -120,6 +120,7 @@ mod tests {
             shape: None,
             end: None,
             replaces: None,
+            owner: None,
         }
     }
 
