@@ -33,7 +33,7 @@ pub(crate) struct Owners {
     entries: Vec<Owner>,
     /// Ids by the owner's fields, read from `entries` (no second copy of the strings).
     ids: HashTable<OwnerId>,
-    state: foldhash::fast::FixedState,
+    state: foldhash::fast::RandomState,
     /// The id last asked for.
     last: Option<OwnerId>,
 }

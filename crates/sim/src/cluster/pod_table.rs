@@ -46,7 +46,7 @@ impl PodKey for ByName {
 #[derive(Debug, Default)]
 pub(crate) struct PodTable<K> {
     table: HashTable<PodIndex>,
-    state: foldhash::fast::FixedState,
+    state: foldhash::fast::RandomState,
     key: PhantomData<K>,
 }
 
