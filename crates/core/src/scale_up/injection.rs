@@ -404,46 +404,12 @@ mod tests {
             controller("ReplicaSet", "rs-a", 4),
             controller("Job", "rs-b", 3),
         ];
-        let all = proactive_fake_pods(
-            &controllers,
-            &BoundPodsOfControllers::count(&pending),
-            &pending,
-            &[],
-            5000,
-        )
-        .pods;
-        assert_eq!(all.len(), 5);
-        let capped = proactive_fake_pods(
-            &controllers,
-            &BoundPodsOfControllers::count(&pending),
-            &pending,
-            &[],
-            4,
-        )
-        .pods;
-        assert_eq!(names(&capped), vec!["b-0-copy-1", "b-0-copy-2"]);
-        assert!(
-            proactive_fake_pods(
-                &controllers,
-                &BoundPodsOfControllers::count(&pending),
-                &pending,
-                &[],
-                2
-            )
-            .pods
-            .is_empty()
-        );
-        assert!(
-            proactive_fake_pods(
-                &controllers,
-                &BoundPodsOfControllers::count(&pending),
-                &pending,
-                &[],
-                -1
-            )
-            .pods
-            .is_empty()
-        );
+        let bound = BoundPodsOfControllers::count(&pending);
+        let fakes = |limit| proactive_fake_pods(&controllers, &bound, &pending, &[], limit).pods;
+        assert_eq!(fakes(5000).len(), 5);
+        assert_eq!(names(&fakes(4)), vec!["b-0-copy-1", "b-0-copy-2"]);
+        assert!(fakes(2).is_empty());
+        assert!(fakes(-1).is_empty());
     }
 
     /// `pod` with a template claim entry `gpu` whose claim `claim` is recorded in its status,
