@@ -40,8 +40,7 @@ use crate::storage::ClusterStorage;
 mod owners;
 mod pod_table;
 
-pub(crate) use owners::Owners;
-pub use owners::{Owner, OwnerId};
+pub(crate) use owners::{OwnerId, Owners};
 use pod_table::{ByName, ByUid, PodTable};
 
 /// The taint kube-controller-manager puts on a node whose kubelet stopped reporting.
@@ -442,11 +441,9 @@ impl Cluster {
 
     /// Whether the scenario deleted the controller `kind` `namespace/name`.
     pub fn owner_deleted(&self, kind: &str, namespace: &str, name: &str) -> bool {
-        !self.deleted_controllers.is_empty()
-            && self
-                .deleted_controllers
-                .get(name)
-                .is_some_and(|deleted| deleted.iter().any(|(k, ns)| k == kind && ns == namespace))
+        self.deleted_controllers
+            .get(name)
+            .is_some_and(|deleted| deleted.iter().any(|(k, ns)| k == kind && ns == namespace))
     }
 
     /// The controllers pods named, by the id each pod record holds.
@@ -646,17 +643,18 @@ impl Cluster {
         for pod in self.snapshot.remove_node(entry.id) {
             // Its devices went with the node: the pod waits for new ones (a DaemonSet pod is
             // gone, with the claims it owned).
-            self.release_claims(&pod, pod.is_daemonset_pod());
+            let daemonset = pod.is_daemonset_pod();
+            self.release_claims(&pod, daemonset);
             let Some(index) = self.pod_by_uid.get(&pod.uid, &self.pods) else {
                 continue;
             };
-            if pod.is_daemonset_pod() {
+            if daemonset {
                 self.live_by_key.remove_if_filed(index, &self.pods);
             }
             let Some(record) = self.pods.get_mut(index) else {
                 continue;
             };
-            if pod.is_daemonset_pod() {
+            if daemonset {
                 record.deleted_at = Some(now);
                 record.end = Some(PodEnd::NodeGone);
                 continue;

@@ -102,6 +102,7 @@ impl BoundPodsOfControllers {
 /// One controller's count so far.
 struct Tally<'a> {
     desired: i64,
+    /// Its unschedulable pods.
     pods: i64,
     sample: Option<&'a Arc<Pod>>,
 }
@@ -127,7 +128,7 @@ pub fn proactive_fake_pods(
     limit: i64,
 ) -> FakePods {
     let mut order: Vec<&str> = Vec::new();
-    // Looked up once per bound pod (a million in a large cluster): the fast hasher.
+    // Looked up once per unschedulable pod (hundreds of thousands in a large cluster).
     let mut tallies: FastMap<&str, Tally<'_>> = FastMap::default();
     for controller in controllers {
         let Some(desired) = controller.replicas else {
@@ -159,28 +160,15 @@ pub fn proactive_fake_pods(
         .iter()
         .filter(|p| !p.is_bound() && !p.is_terminal() && p.is_marked_unschedulable())
         .collect();
-    // A controller's sample is its first unschedulable pod: without one it gets no fakes, and
-    // when no controller has one the bound pods (a million in a large cluster) are not counted.
-    let mut sampled = false;
+    // A controller's sample is its first unschedulable pod: without one it gets no fakes.
     for pod in unschedulable.iter().copied() {
         if let Some(tally) = pod
             .controller()
             .and_then(|owner| tallies.get_mut(owner.uid.as_str()))
         {
             tally.pods += 1;
-            if tally.sample.is_none() {
-                tally.sample = Some(pod);
-                sampled = true;
-            }
+            tally.sample.get_or_insert(pod);
         }
-    }
-    if !sampled {
-        return FakePods::default();
-    }
-    // Only a sampled controller gets fakes, so only its bound pods are worth counting.
-    tallies.retain(|_, tally| tally.sample.is_some());
-    for (uid, tally) in tallies.iter_mut() {
-        tally.pods += bound.of(uid);
     }
     // The claims only samples with claims look up, indexed once.
     let mut claim_index: Option<HashMap<(&str, &str), &ResourceClaim>> = None;
@@ -192,7 +180,9 @@ pub fn proactive_fake_pods(
         let Some(sample) = tally.sample else {
             continue;
         };
-        for i in 1..=(tally.desired - tally.pods).max(0) {
+        // Its pods: the unschedulable ones and those bound to a node and not finished.
+        let pods = tally.pods + bound.of(uid);
+        for i in 1..=(tally.desired - pods).max(0) {
             let mut fake = (**sample).clone();
             fake.name = format!("{}-copy-{i}", sample.name);
             fake.uid = format!("{uid}-{i}");

@@ -11,11 +11,11 @@ use std::hash::BuildHasher;
 use hashbrown::HashTable;
 
 /// Index of an owner in [`Owners`].
-pub type OwnerId = u32;
+pub(crate) type OwnerId = u32;
 
 /// A pod's controller reference, with the pod's namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Owner {
+#[derive(Debug)]
+pub(crate) struct Owner {
     pub kind: String,
     pub namespace: String,
     pub name: String,

@@ -77,7 +77,6 @@ pub async fn put_configmap(client: &Client, name: &str, key: &str, text: &str) {
         .expect("create ConfigMap");
 }
 
-/// The configuration and templates ConfigMaps of one `workers` group with these bounds.
 /// The provider built from the ConfigMaps [`configure`] (or a test) wrote.
 pub async fn build_provider(client: &Client) -> ferroscale_provider_kwok::KwokProvider {
     let source = ferroscale_provider_kwok::ConfigSource::ConfigMap {
@@ -89,6 +88,7 @@ pub async fn build_provider(client: &Client) -> ferroscale_provider_kwok::KwokPr
         .expect("provider builds from the ConfigMaps")
 }
 
+/// The configuration and templates ConfigMaps of one `workers` group with these bounds.
 pub async fn configure(client: &Client, min: usize, max: usize) {
     put_configmap(client, "kwok-provider-config", "config", CONFIG).await;
     put_configmap(
