@@ -101,7 +101,7 @@ pub fn gather_objects(cluster: &Cluster) -> ClusterObjects {
     controllers.extend(daemonset_controllers(cluster));
     let capacity = capacity_objects(cluster, &pods);
     ClusterObjects {
-        nodes: cluster.nodes().map(|n| n.node.clone()).collect(),
+        nodes: cluster.node_objects(),
         controllers,
         pods,
         pdbs: cluster.pdbs_with_status(),

@@ -267,6 +267,12 @@ pub struct Cluster {
     node_changes: u64,
     /// What Gather last derived from the pods, reused while their generation stays.
     gathered_pods: Mutex<Option<GatheredPods>>,
+    /// The nodes in registration order as Gather last listed them; `None` once a node came, went
+    /// or changed. Listing them walks the order and finds each node by name, which at 65,000
+    /// nodes costs more than the rest of a quiet loop's Gather.
+    gathered_nodes: Mutex<Option<Vec<Arc<Node>>>>,
+    /// Registered nodes per group, kept as nodes come and go: read every loop.
+    nodes_per_group: HashMap<String, usize>,
 }
 
 /// Pods whose `spec.nodeName` named a node that had no room for them: the node refused them, as a
@@ -529,6 +535,52 @@ impl Cluster {
     }
 
     /// Registered nodes in registration order.
+    /// The nodes' objects in registration order, as [`Cluster::nodes`] lists them, from the last
+    /// listing while no node came, went or changed.
+    pub fn node_objects(&self) -> Vec<Arc<Node>> {
+        let mut kept = self
+            .gathered_nodes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(nodes) = kept.as_ref() {
+            // Every debug build (every simulator test) checks that the kept list is current.
+            debug_assert!(
+                nodes.len() == self.nodes.len()
+                    && nodes
+                        .iter()
+                        .zip(self.nodes())
+                        .all(|(kept, node)| Arc::ptr_eq(kept, &node.node)),
+                "a node changed without the kept node list being dropped"
+            );
+            return nodes.clone();
+        }
+        let nodes: Vec<Arc<Node>> = self.nodes().map(|n| n.node.clone()).collect();
+        *kept = Some(nodes.clone());
+        nodes
+    }
+
+    /// How many registered nodes `group` has.
+    pub fn nodes_in_group(&self, group: &str) -> usize {
+        let count = self.nodes_per_group.get(group).copied().unwrap_or(0);
+        debug_assert_eq!(
+            count,
+            self.nodes
+                .values()
+                .filter(|n| n.group.as_deref() == Some(group))
+                .count(),
+            "the count of group {group}'s nodes drifted"
+        );
+        count
+    }
+
+    /// Drops the kept node list: a node came, went or changed.
+    fn nodes_changed(&mut self) {
+        *self
+            .gathered_nodes
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
     pub fn nodes(&self) -> impl Iterator<Item = &ClusterNode> {
         self.node_order
             .iter()
@@ -610,6 +662,10 @@ impl Cluster {
             .map(|ds| daemonset_pod_for(ds, &node))
             .collect();
         self.node_order.push(node.name.clone());
+        self.nodes_changed();
+        if let Some(group) = &group {
+            *self.nodes_per_group.entry(group.clone()).or_default() += 1;
+        }
         self.nodes.insert(
             node.name.clone(),
             ClusterNode {
@@ -631,6 +687,14 @@ impl Cluster {
         let Some(entry) = self.nodes.remove(name) else {
             return 0;
         };
+        self.nodes_changed();
+        if let Some(count) = entry
+            .group
+            .as_ref()
+            .and_then(|group| self.nodes_per_group.get_mut(group))
+        {
+            *count -= 1;
+        }
         self.node_order.retain(|n| n != name);
         self.changed_nodes.remove(name);
         if self.storage.node_removed(name) {
@@ -910,6 +974,7 @@ impl Cluster {
             return;
         };
         entry.node = Arc::new(node);
+        self.nodes_changed();
         self.node_changes += 1;
         self.changed_nodes
             .insert(name.to_string(), self.node_changes);

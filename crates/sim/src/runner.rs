@@ -8,7 +8,7 @@
 //! by a wall-clock [`InstantStopwatch`]. What it did is recorded: samples, the timeline (scale-ups,
 //! unneeded timers, drains, blocked removals, cooldowns, failures) and the summary.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -1051,20 +1051,10 @@ impl<'p> Simulation<'p> {
     }
 
     fn nodes_per_group(&self) -> Vec<usize> {
-        let mut counts = vec![0; self.group_ids.len()];
-        let index: HashMap<&str, usize> = self
-            .group_ids
+        self.group_ids
             .iter()
-            .enumerate()
-            .map(|(i, g)| (g.as_str(), i))
-            .collect();
-        // Counting needs no registration order: no lookup of each node by name.
-        for node in self.cluster.nodes_unordered() {
-            if let Some(i) = node.group.as_deref().and_then(|g| index.get(g)) {
-                counts[*i] += 1;
-            }
-        }
-        counts
+            .map(|group| self.cluster.nodes_in_group(group))
+            .collect()
     }
 
     /// One engine loop at `now`: the real `Autoscaler::run_once` against the simulated cloud and
@@ -1255,17 +1245,15 @@ impl<'p> Simulation<'p> {
 
         // Blocked removals, reported when a node's reason changes.
         let mut blocked: BTreeMap<String, String> = BTreeMap::new();
+        // Whether a node is going is asked only of nodes with something to report: most
+        // unremovable nodes of a large cluster (not underutilized) have nothing.
         for node in plan.unremovable.iter().chain(&plan.held_back) {
-            if self.is_going(&node.node) {
-                continue;
-            }
-            if node.reason == UnremovableReason::RecentlyUnremovable {
-                if let Some(previous) = self.blocked.get(&node.node) {
-                    blocked.insert(node.node.clone(), previous.clone());
-                }
-                continue;
-            }
-            if let Some(line) = blocked_reason(node) {
+            let line = if node.reason == UnremovableReason::RecentlyUnremovable {
+                self.blocked.get(&node.node).cloned()
+            } else {
+                blocked_reason(node)
+            };
+            if let Some(line) = line.filter(|_| !self.is_going(&node.node)) {
                 blocked.insert(node.node.clone(), line);
             }
         }
