@@ -85,7 +85,7 @@ impl Cluster {
         }
         let names: HashMap<String, usize> =
             self.nodes.iter().map(|n| (n.name.clone(), 0)).collect();
-        let group_of = |name: &str| names.get(name).copied();
+        let group_of = |node: &Node| names.get(node.name.as_str()).copied();
         let mut controllers = ControllerIndex::new();
         controllers.assume_owners_of(&self.pods);
         let provider = ProviderFacts {
@@ -106,6 +106,7 @@ impl Cluster {
             provider: &provider,
             scale_down_disabled_this_loop: false,
             workers: &ferroscale_core::parallel::Workers::sequential(),
+            measure_memo: None,
         })
     }
 }

@@ -252,7 +252,7 @@ fn plan_on(built: &Built, extra: &[Pod], workers: &Workers) -> ScaleDownPlan {
         .iter()
         .map(|(n, g, _)| (n.name.clone(), *g))
         .collect();
-    let group_of = |name: &str| group_index.get(name).copied();
+    let group_of = |node: &Node| group_index.get(node.name.as_str()).copied();
     let mut controllers = ControllerIndex::new();
     controllers.assume_owners_of(built.nodes.iter().flat_map(|(_, _, pods)| pods));
     let mut state = ScaleDownState::new();
@@ -274,6 +274,7 @@ fn plan_on(built: &Built, extra: &[Pod], workers: &Workers) -> ScaleDownPlan {
         provider: &ProviderFacts::default(),
         scale_down_disabled_this_loop: false,
         workers,
+        measure_memo: None,
     })
 }
 

@@ -105,7 +105,7 @@ impl Cluster {
                 Some((n.name.clone(), self.groups.iter().position(|x| &x.id == g)?))
             })
             .collect();
-        let group_of = |name: &str| group_index.get(name).copied();
+        let group_of = |node: &Node| group_index.get(node.name.as_str()).copied();
         let controllers = self.controllers.clone().unwrap_or_else(|| {
             let mut c = ControllerIndex::new();
             c.assume_owners_of(&self.pods);
@@ -130,6 +130,7 @@ impl Cluster {
             provider: &provider,
             scale_down_disabled_this_loop: disabled,
             workers: &ferroscale_core::parallel::Workers::sequential(),
+            measure_memo: None,
         });
         assert_eq!(snapshot.pod_count(), before, "the snapshot is restored");
         assert_eq!(snapshot.fork_depth(), 0);

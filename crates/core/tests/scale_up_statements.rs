@@ -129,6 +129,7 @@ impl Case {
             external_expander: ExternalExpanderStep::Skip,
             all_or_nothing: false,
             workers: &ferroscale_core::parallel::Workers::sequential(),
+            equivalence: None,
         })
     }
 }

@@ -99,6 +99,7 @@ impl ScaleUpFixture {
             external_expander: ExternalExpanderStep::Skip,
             all_or_nothing: false,
             workers,
+            equivalence: None,
         }
     }
 }

@@ -44,7 +44,7 @@ pub struct ScaleDownFixture {
 impl ScaleDownFixture {
     pub fn plan(&mut self) -> ScaleDownPlan {
         let group_of = &self.group_of;
-        let lookup = |name: &str| group_of.get(name).copied();
+        let lookup = |node: &Node| group_of.get(node.name.as_str()).copied();
         let provider = ProviderFacts::default();
         plan_scale_down(ScaleDownInput {
             now: self.now,
@@ -59,6 +59,7 @@ impl ScaleDownFixture {
             provider: &provider,
             scale_down_disabled_this_loop: false,
             workers: &self.workers,
+            measure_memo: None,
         })
     }
 

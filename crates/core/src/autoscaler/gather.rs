@@ -7,6 +7,7 @@
 //! from its nodes, a missing price falls back to the expander's estimate) and the failure is kept,
 //! typed, as a [`GatherFailure`] in the loop's outcome, where the binary logs and counts it.
 
+use std::cell::{Cell, OnceCell};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
@@ -15,12 +16,12 @@ use ferroscale_model::dra::{ResourceSlice, complete_pools_by_driver};
 use ferroscale_model::{Node, Pod, Timestamp};
 use futures::StreamExt;
 
-use crate::FastMap;
 use crate::cloud::{CloudError, CloudProvider, Instance, NodeGroup, ResourceLimits};
 use crate::cluster_state::GroupObservation;
 use crate::kubernetes::ClusterObjects;
 use crate::options::{AutoscalingOptions, ExpanderName};
 use crate::scale_up::NodeGroupView;
+use crate::{FastMap, FastSet};
 
 use super::templates::{self, TemplateCache};
 
@@ -122,12 +123,16 @@ pub(super) struct Gathered {
     pub(super) objects: ClusterObjects,
     pub(super) groups: Vec<Arc<dyn NodeGroup>>,
     pub(super) views: Vec<NodeGroupView>,
-    /// Node name → index into `groups`.
-    pub(super) group_of_node: FastMap<String, usize>,
+    /// Per node of `objects.nodes`, at the same position: its group (index into `groups`).
+    pub(super) group_at: Vec<Option<usize>>,
     /// Per group (index into `groups`): its registered nodes, in the order of `objects.nodes`
-    /// (the nodes `group_of_node` maps to it).
+    /// (the nodes `group_at` gives it). Moved out by [`Gathered::take_observations`].
     pub(super) nodes_of_group: Vec<Vec<Arc<Node>>>,
-    /// Per group: `Nodes()` (`None` when the call failed).
+    /// Per group, per node of `nodes_of_group`: the index of its instance in `instances`, as
+    /// matched by providerID. Moved out by [`Gathered::take_observations`].
+    pub(super) node_instances_of_group: Vec<Vec<Option<usize>>>,
+    /// Per group: `Nodes()` (`None` when the call failed). Moved out by
+    /// [`Gathered::take_observations`].
     pub(super) instances: Vec<Option<Vec<Instance>>>,
     /// Nodes of a group that the provider keeps out of scale-down this loop
     /// (`CloudProvider::scale_down_vetoes`).
@@ -163,28 +168,47 @@ impl Gathered {
             objects: self.objects.clone(),
             node_groups: self.views.clone(),
             group_of_node: self
-                .group_of_node
+                .objects
+                .nodes
                 .iter()
-                .filter_map(|(node, i)| Some((node.clone(), self.groups.get(*i)?.id().to_string())))
+                .zip(&self.group_at)
+                .filter_map(|(node, group)| {
+                    let id = self.groups.get((*group)?)?.id();
+                    Some((node.name.clone(), id.to_string()))
+                })
                 .collect(),
             options: options.clone(),
         }
     }
 
+    /// Finds the group of a gathered node, see [`GroupFinder`].
+    pub(super) fn group_finder(&self) -> GroupFinder<'_> {
+        GroupFinder {
+            gathered: self,
+            cursor: Cell::new(0),
+            by_identity: OnceCell::new(),
+            by_name: OnceCell::new(),
+        }
+    }
+
     /// What cluster-state needs of each group: its view, its instances (when `Nodes()`
-    /// answered) and its registered nodes.
-    pub(super) fn observations(&self) -> Vec<GroupObservation> {
+    /// answered) and its registered nodes. Those two move into the observations (nothing else
+    /// reads them): at 65,000 nodes a copy is 65,000 instance ids and node handles per loop.
+    pub(super) fn take_observations(&mut self) -> Vec<GroupObservation> {
         let slices_by_node = node_local_slices(&self.objects.dra.slices);
+        let mut nodes_of_group = std::mem::take(&mut self.nodes_of_group).into_iter();
+        let mut instances_of_group = std::mem::take(&mut self.instances).into_iter();
+        let mut node_instances = std::mem::take(&mut self.node_instances_of_group).into_iter();
         self.views
             .iter()
-            .enumerate()
-            .map(|(i, view)| {
-                let nodes = self.nodes_of_group.get(i).cloned().unwrap_or_default();
-                let instances = self.instances.get(i).cloned().flatten();
+            .map(|view| {
+                let nodes = nodes_of_group.next().unwrap_or_default();
+                let instances = instances_of_group.next().flatten();
                 let known = instances.is_some();
                 let mut observation =
                     GroupObservation::new(view.clone(), instances.unwrap_or_default(), nodes);
                 observation.instances_known = known;
+                observation.node_instances = node_instances.next();
                 // docs/dra.md DRA-129: a node with fewer complete device pools than its
                 // template has not published its devices yet.
                 if let Some(template) = &view.template {
@@ -208,6 +232,61 @@ impl Gathered {
     }
 }
 
+/// How far past the last node found [`GroupFinder::group_of`] looks before it falls back to a
+/// map: the snapshot leaves out a few gathered nodes (still starting, for instance).
+const FINDER_LOOKAHEAD: usize = 8;
+
+/// The group (index into [`Gathered::groups`]) of a node, asked once per node of the snapshot by
+/// scale-down. A node that is one of the gathered objects — every node the snapshot keeps from
+/// the cluster — is found by its address, without reading its name (a cache miss per node at
+/// 65,000 nodes). The snapshot lists them in the gathered order, so each is looked for first just
+/// past the previous one; then in a map of addresses; any other node (a copy, a placeholder) by
+/// its name. Both maps are built the first time they are needed. The gathered list outlives the
+/// finder, so an address cannot be reused while it is in use.
+pub(super) struct GroupFinder<'a> {
+    gathered: &'a Gathered,
+    /// Where the next node is looked for first.
+    cursor: Cell<usize>,
+    /// Every gathered node's address, with its position.
+    by_identity: OnceCell<FastMap<usize, usize>>,
+    by_name: OnceCell<FastMap<&'a str, usize>>,
+}
+
+impl GroupFinder<'_> {
+    pub(super) fn group_of(&self, node: &Node) -> Option<usize> {
+        let gathered = self.gathered;
+        let nodes = &gathered.objects.nodes;
+        let address = std::ptr::from_ref(node) as usize;
+        let start = self.cursor.get().min(nodes.len());
+        let end = (start + FINDER_LOOKAHEAD).min(nodes.len());
+        let near = (start..end).find(|&at| Arc::as_ptr(&nodes[at]) as usize == address);
+        let at = near.or_else(|| {
+            self.by_identity
+                .get_or_init(|| {
+                    nodes
+                        .iter()
+                        .enumerate()
+                        .map(|(at, node)| (Arc::as_ptr(node) as usize, at))
+                        .collect()
+                })
+                .get(&address)
+                .copied()
+        });
+        if let Some(at) = at {
+            self.cursor.set(at + 1);
+            return gathered.group_at.get(at).copied().flatten();
+        }
+        let by_name = self.by_name.get_or_init(|| {
+            nodes
+                .iter()
+                .zip(&gathered.group_at)
+                .filter_map(|(node, group)| Some((node.name.as_str(), (*group)?)))
+                .collect()
+        });
+        by_name.get(node.name.as_str()).copied()
+    }
+}
+
 /// The cluster's node-local ResourceSlices by node name: what a template built from a real node
 /// carries (docs/dra.md DRA-122) and what its readiness is judged by (DRA-129).
 fn node_local_slices(slices: &[Arc<ResourceSlice>]) -> HashMap<&str, Vec<&ResourceSlice>> {
@@ -227,6 +306,7 @@ pub(super) async fn gather_groups(
     groups: Vec<Arc<dyn NodeGroup>>,
     objects: ClusterObjects,
     template_cache: &mut TemplateCache,
+    example_pods: &mut ExamplePods,
     now: Timestamp,
     options: &AutoscalingOptions,
 ) -> Gathered {
@@ -272,33 +352,45 @@ pub(super) async fn gather_groups(
     // A node whose providerID is an instance of a group belongs to that group; only the
     // other nodes are asked about with NodeGroupForNode (concurrently), so the calls per loop
     // grow with the nodes outside any group, not with every node.
-    let mut group_of_instance: FastMap<&str, usize> = FastMap::default();
+    // Instance id → (group, index among the group's instances).
+    let instance_count = per_group
+        .iter()
+        .map(|(instances, _, _)| instances.as_ref().map_or(0, Vec::len))
+        .sum();
+    let mut group_of_instance: FastMap<&str, (usize, usize)> =
+        FastMap::with_capacity_and_hasher(instance_count, Default::default());
     for (i, (instances, _, _)) in per_group.iter().enumerate() {
-        for instance in instances.iter().flatten() {
-            group_of_instance.entry(instance.id.as_str()).or_insert(i);
+        for (k, instance) in instances.iter().flatten().enumerate() {
+            group_of_instance
+                .entry(instance.id.as_str())
+                .or_insert((i, k));
         }
     }
-    let mut group_of_node = FastMap::default();
+    let mut group_at: Vec<Option<usize>> = vec![None; objects.nodes.len()];
+    // Per node, its instance in its group when its group was found by its providerID; a node
+    // the provider placed by NodeGroupForNode is an instance of no group.
+    let mut instance_at: Vec<Option<usize>> = vec![None; objects.nodes.len()];
     let mut unresolved = Vec::new();
-    for node in &objects.nodes {
+    for (at, node) in objects.nodes.iter().enumerate() {
         match group_of_instance.get(node.provider_id.as_str()) {
-            Some(i) if !node.provider_id.is_empty() => {
-                group_of_node.insert(node.name.clone(), *i);
+            Some(&(group, instance)) if !node.provider_id.is_empty() => {
+                group_at[at] = Some(group);
+                instance_at[at] = Some(instance);
             }
-            _ => unresolved.push(node),
+            _ => unresolved.push((at, node)),
         }
     }
     let answers: Vec<_> = futures::stream::iter(unresolved)
-        .map(|node| async move { (node, cloud.node_group_for_node(node).await) })
+        .map(|(at, node)| async move { (at, node, cloud.node_group_for_node(node).await) })
         .buffer_unordered(NODE_GROUP_LOOKUP_CONCURRENCY)
         .collect()
         .await;
     let mut lookup_failures = Vec::new();
-    for (node, answer) in answers {
+    for (at, node, answer) in answers {
         match answer {
             Ok(Some(group)) => {
                 if let Some(i) = groups.iter().position(|g| g.id() == group.id()) {
-                    group_of_node.insert(node.name.clone(), i);
+                    group_at[at] = Some(i);
                 }
             }
             Ok(None) => {}
@@ -314,12 +406,11 @@ pub(super) async fn gather_groups(
     failures.extend(lookup_failures);
     // Each group's registered nodes, in the cluster's order, in one pass over the nodes.
     let mut nodes_of_group: Vec<Vec<Arc<Node>>> = vec![Vec::new(); groups.len()];
-    for node in &objects.nodes {
-        if let Some(nodes) = group_of_node
-            .get(&node.name)
-            .and_then(|&i| nodes_of_group.get_mut(i))
-        {
-            nodes.push(node.clone());
+    let mut node_instances_of_group: Vec<Vec<Option<usize>>> = vec![Vec::new(); groups.len()];
+    for ((node, group), instance) in objects.nodes.iter().zip(&group_at).zip(&instance_at) {
+        if let Some(i) = group.filter(|i| *i < groups.len()) {
+            nodes_of_group[i].push(node.clone());
+            node_instances_of_group[i].push(*instance);
         }
     }
     // Only the nodes templates may be built from need their pods: one per group, not every node.
@@ -327,8 +418,9 @@ pub(super) async fn gather_groups(
         .iter()
         .flat_map(|nodes| templates::example_nodes(nodes, now))
         .map(|node| node.name.as_str());
-    let pods_of_nodes = PodsOfNodes::new(&objects.pods, examples);
-    let pods_on = |node: &str| pods_of_nodes.pods_on(node);
+    example_pods.refresh(&objects.pods, examples);
+    let example_pods = &*example_pods;
+    let pods_on = |node: &str| example_pods.pods_on(node);
     let csi_node_of = |node: &str| {
         objects
             .volumes
@@ -420,8 +512,9 @@ pub(super) async fn gather_groups(
         objects
             .nodes
             .iter()
-            .filter(|n| group_of_node.contains_key(&n.name))
-            .cloned()
+            .zip(&group_at)
+            .filter(|(_, group)| group.is_some())
+            .map(|(node, _)| node.clone())
             .collect()
     } else {
         Vec::new()
@@ -435,8 +528,9 @@ pub(super) async fn gather_groups(
         objects,
         groups,
         views,
-        group_of_node,
+        group_at,
         nodes_of_group,
+        node_instances_of_group,
         instances,
         scale_down_vetoed,
         resource_limits,
@@ -444,35 +538,49 @@ pub(super) async fn gather_groups(
     }
 }
 
-/// The pods bound to the nodes templates are built from. Indexing only those nodes costs one
-/// look-up of a small table per bound pod instead of a copied handle per pod in a table of every
-/// node; a node outside the index is answered by a scan, so the answer never depends on which
-/// nodes were indexed.
-struct PodsOfNodes<'a> {
-    pods: &'a [Arc<Pod>],
-    indexed: HashMap<&'a str, Vec<&'a Arc<Pod>>, foldhash::fast::RandomState>,
+/// The pods bound to the nodes templates are built from, kept across loops while the gathered
+/// pod list is the same list: a loop over a cluster whose pods did not change reads none of them.
+/// Indexing only the example nodes costs one look-up of a small table per bound pod when the
+/// list changed; a node outside the index is answered by a scan, so the answer never depends on
+/// which nodes were indexed.
+#[derive(Default)]
+pub(super) struct ExamplePods {
+    /// The list `by_node` was built from; holding it keeps `Arc::ptr_eq` meaningful.
+    pods: Arc<Vec<Arc<Pod>>>,
+    by_node: FastMap<String, Vec<Arc<Pod>>>,
 }
 
-impl<'a> PodsOfNodes<'a> {
-    fn new(pods: &'a [Arc<Pod>], nodes: impl IntoIterator<Item = &'a str>) -> PodsOfNodes<'a> {
-        let mut indexed: HashMap<&str, Vec<&Arc<Pod>>, _> = HashMap::default();
-        for node in nodes {
-            indexed.entry(node).or_default();
+impl ExamplePods {
+    /// Makes `nodes`' pods in `pods` available to [`ExamplePods::pods_on`]; reads the pods only
+    /// when the list is not the one of the last call or a node was not indexed then.
+    fn refresh<'a>(&mut self, pods: &Arc<Vec<Arc<Pod>>>, nodes: impl IntoIterator<Item = &'a str>) {
+        let nodes: FastSet<&str> = nodes.into_iter().collect();
+        let same_list = Arc::ptr_eq(&self.pods, pods);
+        if same_list && nodes.iter().all(|node| self.by_node.contains_key(*node)) {
+            return;
         }
-        if !indexed.is_empty() {
-            for pod in pods {
-                if let Some(on) = pod.node_name.as_deref().and_then(|n| indexed.get_mut(n)) {
-                    on.push(pod);
-                }
+        self.pods = pods.clone();
+        self.by_node.clear();
+        if nodes.is_empty() {
+            return;
+        }
+        let mut indexed: FastMap<&str, Vec<Arc<Pod>>> =
+            nodes.iter().map(|node| (*node, Vec::new())).collect();
+        for pod in pods.iter() {
+            if let Some(on) = pod.node_name.as_deref().and_then(|n| indexed.get_mut(n)) {
+                on.push(pod.clone());
             }
         }
-        PodsOfNodes { pods, indexed }
+        self.by_node = indexed
+            .into_iter()
+            .map(|(node, pods)| (node.to_string(), pods))
+            .collect();
     }
 
     /// The pods bound to `node`, in the gathered order.
     fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
-        match self.indexed.get(node) {
-            Some(pods) => pods.iter().map(|&p| p.clone()).collect(),
+        match self.by_node.get(node) {
+            Some(pods) => pods.clone(),
             None => self
                 .pods
                 .iter()
@@ -494,22 +602,90 @@ mod tests {
             .collect()
     }
 
-    /// Indexed or not, a node's pods are the ones bound to it, in the gathered order.
+    fn gathered_with(nodes: &[Arc<Node>], group_at: Vec<Option<usize>>) -> Gathered {
+        Gathered {
+            objects: ClusterObjects {
+                nodes: nodes.to_vec(),
+                ..ClusterObjects::default()
+            },
+            groups: Vec::new(),
+            views: Vec::new(),
+            group_at,
+            nodes_of_group: Vec::new(),
+            node_instances_of_group: Vec::new(),
+            instances: Vec::new(),
+            scale_down_vetoed: HashSet::new(),
+            resource_limits: None,
+            failures: Vec::new(),
+        }
+    }
+
+    /// Asked in the gathered order, out of it, about a copy of a gathered node or about a node
+    /// never gathered, the finder gives each node's own group.
     #[test]
-    fn pods_of_nodes_answers_every_node_as_a_scan_does() {
-        let pods: Vec<Arc<Pod>> = (0..40)
-            .map(|i| {
-                let mut pod = Pod::new("ns", format!("p{i}"));
-                pod.node_name = (i % 5 != 0).then(|| format!("n{}", i % 3));
-                Arc::new(pod)
-            })
+    fn the_group_finder_answers_by_identity_then_by_name() {
+        let nodes: Vec<Arc<Node>> = (0..30)
+            .map(|i| Arc::new(Node::new(format!("n{i}"), Default::default())))
             .collect();
-        let index = PodsOfNodes::new(&pods, ["n1", "n1", "absent"]);
-        assert_eq!(index.indexed.len(), 2);
+        let group_at: Vec<Option<usize>> = (0..30).map(|i| (i % 3 != 0).then_some(i % 2)).collect();
+        let gathered = gathered_with(&nodes, group_at.clone());
+        let finder = gathered.group_finder();
+        // In order, every other node left out (as the snapshot leaves out some).
+        for (node, group) in nodes.iter().zip(&group_at).step_by(2) {
+            assert_eq!(finder.group_of(node), *group, "{}", node.name);
+        }
+        // Backwards: found by address, not by the cursor.
+        for (node, group) in nodes.iter().zip(&group_at).rev() {
+            assert_eq!(finder.group_of(node), *group, "{}", node.name);
+        }
+        // A copy (another object, the same name) is found by its name.
+        let copy = Node::clone(&nodes[4]);
+        assert_eq!(finder.group_of(&copy), group_at[4]);
+        assert_eq!(
+            finder.group_of(&Node::new("elsewhere", Default::default())),
+            None
+        );
+    }
+
+    /// Indexed or not, a node's pods are the ones bound to it, in the gathered order, and a new
+    /// list is read again.
+    #[test]
+    fn example_pods_answer_every_node_as_a_scan_does() {
+        let list = |bound: &dyn Fn(usize) -> Option<String>| -> Arc<Vec<Arc<Pod>>> {
+            Arc::new(
+                (0..40)
+                    .map(|i| {
+                        let mut pod = Pod::new("ns", format!("p{i}"));
+                        pod.node_name = bound(i);
+                        Arc::new(pod)
+                    })
+                    .collect(),
+            )
+        };
+        let first = list(&|i| (i % 5 != 0).then(|| format!("n{}", i % 3)));
+        let mut index = ExamplePods::default();
+        index.refresh(&first, ["n1", "n1", "absent"]);
+        assert_eq!(index.by_node.len(), 2);
         for node in ["n0", "n1", "n2", "absent", "other"] {
             let got: Vec<String> = index.pods_on(node).iter().map(|p| p.key()).collect();
-            assert_eq!(got, scan(&pods, node), "{node}");
+            assert_eq!(got, scan(&first, node), "{node}");
         }
         assert!(!index.pods_on("n1").is_empty());
+        // The same list with a node not indexed before: that node is indexed too.
+        index.refresh(&first, ["n1", "n2"]);
+        assert_eq!(index.by_node.len(), 2);
+        assert_eq!(
+            index
+                .pods_on("n2")
+                .iter()
+                .map(|p| p.key())
+                .collect::<Vec<_>>(),
+            scan(&first, "n2")
+        );
+        // A new list (every pod moved to n0) is read again, even for the same nodes.
+        let second = list(&|_| Some("n0".to_string()));
+        index.refresh(&second, ["n1", "n2"]);
+        assert!(index.pods_on("n1").is_empty());
+        assert_eq!(index.pods_on("n0").len(), 40);
     }
 }

@@ -124,7 +124,7 @@ impl Autoscaler {
             return Ok(());
         }
         let Assessed { report, views } =
-            self.update_cluster_state(cloud, &gathered, now, timer, outcome, events);
+            self.update_cluster_state(cloud, &mut gathered, now, timer, outcome, events);
         if let Some(end) = self
             .repair(&gathered.groups, &report, outcome, events)
             .await
@@ -276,6 +276,7 @@ impl Autoscaler {
             groups,
             objects,
             &mut self.templates,
+            &mut self.example_pods,
             now,
             &self.options,
         )
@@ -333,13 +334,13 @@ impl Autoscaler {
     fn update_cluster_state(
         &mut self,
         cloud: &dyn CloudProvider,
-        gathered: &Gathered,
+        gathered: &mut Gathered,
         now: Timestamp,
         timer: &mut DecideTimer<'_>,
         outcome: &mut LoopOutcome,
         events: &mut Vec<Event>,
     ) -> Assessed {
-        let observations = gathered.observations();
+        let observations = gathered.take_observations();
         self.registry.set_gpu_label(cloud.gpu_label());
         self.registry
             .set_lookup_failed_nodes(gathered.lookup_failed_nodes());
@@ -572,6 +573,11 @@ impl Autoscaler {
         external_expander: ExternalExpanderStep<'_>,
     ) -> ScaleUpPlan {
         let step = input.step;
+        // Poisoned only by a panic mid-grouping; a fresh memo is then as good.
+        let mut equivalence = self
+            .equivalence
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         plan_scale_up(ScaleUpInput {
             now: step.now,
             snapshot,
@@ -586,6 +592,7 @@ impl Autoscaler {
             external_expander,
             all_or_nothing: false,
             workers: &self.workers,
+            equivalence: Some(&mut equivalence),
         })
     }
 
@@ -730,21 +737,29 @@ impl Autoscaler {
         } = *step;
         let controllers = ControllerIndex::of(&gathered.objects.controllers);
         let deletions = self.deletions_in_progress();
+        // Each gathered group's index among the views, found once per group rather than once
+        // per node.
         let index: HashMap<&str, usize> = views
             .iter()
             .enumerate()
             .map(|(i, v)| (v.id.as_str(), i))
             .collect();
+        let view_of_group: Vec<Option<usize>> = gathered
+            .groups
+            .iter()
+            .map(|group| index.get(group.id()).copied())
+            .collect();
         // A node the provider vetoed is not a scale-down candidate this loop: like a node outside
         // every group, it is neither unneeded nor removed.
-        let node_group_of = |node: &str| -> Option<usize> {
-            if gathered.scale_down_vetoed.contains(node) {
+        let finder = gathered.group_finder();
+        let node_group_of = |node: &ferroscale_model::Node| -> Option<usize> {
+            if gathered.scale_down_vetoed.contains(&node.name) {
                 return None;
             }
-            let group = gathered.group_of_node.get(node)?;
-            let id = gathered.groups.get(*group)?.id();
-            index.get(id).copied()
+            let group = finder.group_of(node)?;
+            view_of_group.get(group).copied().flatten()
         };
+        let measure_memo = &mut self.measure_memo;
         let plan = timer.time("findUnneeded", || {
             plan_scale_down(ScaleDownInput {
                 now,
@@ -759,6 +774,7 @@ impl Autoscaler {
                 provider: &provider,
                 scale_down_disabled_this_loop: step.skip_this_loop,
                 workers: &self.workers,
+                measure_memo: Some(measure_memo),
             })
         });
         self.scale_down_state = plan.next_state.clone();

@@ -250,6 +250,13 @@ pub struct Autoscaler {
     scale_down_state: ScaleDownState,
     deletions: DeletionTracker,
     templates: TemplateCache,
+    /// The pods of the nodes templates are built from, kept while the pod list stays the same.
+    example_pods: gather::ExamplePods,
+    /// The pending pods' equivalence groups, kept while the pending pods stay the same (behind
+    /// a lock because the scale-up plan is made through `&self`).
+    equivalence: std::sync::Mutex<crate::scale_up::EquivalenceMemo>,
+    /// Each node's utilization and emptiness, kept while the node and its pods stay the same.
+    measure_memo: crate::scale_down::MeasureMemo,
     /// ProvisioningRequests' retry backoff and whose turn the next loop is.
     provisioning: provisioning::ProvisioningState,
     /// Controllers whose fake pods were not helped, by uid, until when they get none
@@ -337,6 +344,9 @@ impl Autoscaler {
             scale_down_state: ScaleDownState::new(),
             deletions: DeletionTracker::new(),
             templates: TemplateCache::default(),
+            example_pods: gather::ExamplePods::default(),
+            equivalence: Default::default(),
+            measure_memo: Default::default(),
             injection_backoff: HashMap::new(),
             previous_status: None,
             first_loop_done: false,

@@ -366,6 +366,7 @@ impl Autoscaler {
                         external_expander: ExternalExpanderStep::Skip,
                         all_or_nothing: true,
                         workers: &self.workers,
+                        equivalence: None,
                     })
                 });
                 match plan.status {

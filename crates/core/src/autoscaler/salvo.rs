@@ -140,6 +140,7 @@ impl Autoscaler {
                     external_expander: ExternalExpanderStep::Skip,
                     all_or_nothing: false,
                     workers: &self.workers,
+                    equivalence: None,
                 })
             });
             events.extend(plan.events.iter().cloned());

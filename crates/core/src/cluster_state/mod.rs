@@ -14,6 +14,7 @@ mod device_mismatch;
 mod readiness;
 pub mod status;
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,12 +23,12 @@ use ferroscale_model::taints::TO_BE_DELETED;
 use ferroscale_model::time::format_duration;
 use ferroscale_model::{Node, Timestamp};
 
-use crate::FastSet;
 use crate::backoff::{BackoffReason, NodeGroupBackoff};
 use crate::cloud::{ErrorClass, Instance, InstanceErrorInfo, InstanceState, InstanceStatus};
 use crate::events::{Event, EventObject, reasons};
 use crate::options::{AutoscalingOptions, UnreadyNodesScope};
 use crate::scale_up::NodeGroupView;
+use crate::{FastMap, FastSet};
 
 pub use device_mismatch::DeviceMismatch;
 pub use readiness::{DevicePools, NodeReadiness, ReadinessRules};
@@ -64,6 +65,11 @@ pub struct GroupObservation {
     /// Complete DRA device pools per driver that each of `nodes` publishes; nodes without
     /// node-local ResourceSlices are absent.
     pub node_device_pools: HashMap<String, BTreeMap<String, usize>>,
+    /// Per node of `nodes`, at the same position, the index into `instances` of the instance whose
+    /// id is its `providerID`, when the caller already matched them (Gather does, to find each
+    /// node's group); `None` lets cluster-state match them by id itself. Both give the same
+    /// answer (debug builds compare).
+    pub node_instances: Option<Vec<Option<usize>>>,
 }
 
 impl GroupObservation {
@@ -75,6 +81,45 @@ impl GroupObservation {
             instances_known: true,
             template_device_pools: BTreeMap::new(),
             node_device_pools: HashMap::new(),
+            node_instances: None,
+        }
+    }
+
+    /// Per node, the index of its instance: the caller's matching when it gave one, else one
+    /// made here by id. A node without a `providerID` has no instance.
+    fn node_instances_or_match(&self) -> std::borrow::Cow<'_, [Option<usize>]> {
+        let by_id = || -> Vec<Option<usize>> {
+            let ids: FastMap<&str, usize> = self
+                .instances
+                .iter()
+                .enumerate()
+                .map(|(i, instance)| (instance.id.as_str(), i))
+                .collect();
+            self.nodes
+                .iter()
+                .map(|node| {
+                    let id = node.provider_id.as_str();
+                    if id.is_empty() {
+                        None
+                    } else {
+                        ids.get(id).copied()
+                    }
+                })
+                .collect()
+        };
+        match &self.node_instances {
+            Some(given) if given.len() == self.nodes.len() => {
+                debug_assert!(
+                    given
+                        .iter()
+                        .zip(by_id())
+                        .all(|(a, b)| a.map(|i| &self.instances[i].id)
+                            == b.map(|i| &self.instances[i].id)),
+                    "the caller's node-instance matching differs from the one by id"
+                );
+                std::borrow::Cow::Borrowed(given)
+            }
+            _ => std::borrow::Cow::Owned(by_id()),
         }
     }
 
@@ -383,12 +428,21 @@ impl ClusterStateRegistry {
             .retain(|group, _| known_groups.contains(group.as_str()));
 
         let mut report = ClusterStateReport::default();
-        let registered_ids: FastSet<&str> = all_nodes
-            .iter()
-            .chain(observations.iter().flat_map(|o| o.nodes.iter()))
-            .map(|n| n.provider_id.as_str())
-            .filter(|id| !id.is_empty())
-            .collect();
+        // Built only when an instance is not matched by a node of its own group: in a settled
+        // cluster, never.
+        let registered_ids: OnceCell<FastSet<&str>> = OnceCell::new();
+        let is_registered = |instance: &str| {
+            registered_ids
+                .get_or_init(|| {
+                    all_nodes
+                        .iter()
+                        .chain(observations.iter().flat_map(|o| o.nodes.iter()))
+                        .map(|n| n.provider_id.as_str())
+                        .filter(|id| !id.is_empty())
+                        .collect()
+                })
+                .contains(instance)
+        };
 
         for observation in observations {
             observation.count_device_mismatches(&mut report.device_mismatches);
@@ -397,7 +451,7 @@ impl ClusterStateRegistry {
         // 4.3: classify registered nodes and instances of every group.
         let mut groups: Vec<GroupWork> = observations
             .iter()
-            .map(|o| self.observe_group(o, &registered_ids, now, options))
+            .map(|o| self.observe_group(o, &is_registered, now, options))
             .collect();
         self.unregistered_since = groups
             .iter()
@@ -545,14 +599,25 @@ impl ClusterStateRegistry {
         // `--unready-nodes-scope=cluster`, or when their group could not be looked up
         // (docs/behaviour.md CS-111).
         let mut health_counts = report.total;
-        let grouped: FastSet<&str> = observations
+        // A node of a group is found by its address (the observations share the gathered
+        // nodes), else by its name, in a set built only if some node is not found by address.
+        let grouped: FastSet<usize> = observations
             .iter()
-            .flat_map(|o| o.nodes.iter().map(|n| n.name.as_str()))
+            .flat_map(|o| o.nodes.iter().map(|n| Arc::as_ptr(n) as usize))
             .collect();
-        for node in all_nodes
-            .iter()
-            .filter(|n| !grouped.contains(n.name.as_str()))
-        {
+        let grouped_names: OnceCell<FastSet<&str>> = OnceCell::new();
+        let in_a_group = |node: &Arc<Node>| {
+            grouped.contains(&(Arc::as_ptr(node) as usize))
+                || grouped_names
+                    .get_or_init(|| {
+                        observations
+                            .iter()
+                            .flat_map(|o| o.nodes.iter().map(|n| n.name.as_str()))
+                            .collect()
+                    })
+                    .contains(node.name.as_str())
+        };
+        for node in all_nodes.iter().filter(|n| !in_a_group(n)) {
             // A node in no group has no template to expect devices from.
             let class = self.classify(
                 node,
@@ -577,7 +642,7 @@ impl ClusterStateRegistry {
     fn observe_group(
         &self,
         observation: &GroupObservation,
-        registered_ids: &FastSet<&str>,
+        is_registered: &dyn Fn(&str) -> bool,
         now: Timestamp,
         options: &AutoscalingOptions,
     ) -> GroupWork {
@@ -587,18 +652,18 @@ impl ClusterStateRegistry {
             .max_node_startup_time
             .unwrap_or(options.max_node_startup_time);
         let provision_time = self.provision_time_of(&group.id);
-        let instance_ids: FastSet<&str> = observation
-            .instances
-            .iter()
-            .map(|i| i.id.as_str())
-            .collect();
+        let node_instances = observation.node_instances_or_match();
+        let mut matched = vec![false; observation.instances.len()];
         let mut work = GroupWork {
             group_id: group.id.clone(),
             ..GroupWork::default()
         };
-        for node in &observation.nodes {
+        for (node, instance) in observation.nodes.iter().zip(node_instances.iter().copied()) {
+            if let Some(slot) = instance.and_then(|i| matched.get_mut(i)) {
+                *slot = true;
+            }
             let deleted = if observation.instances_known && !node.provider_id.is_empty() {
-                !instance_ids.contains(node.provider_id.as_str())
+                instance.is_none()
             } else {
                 node.has_taint(TO_BE_DELETED)
             };
@@ -609,7 +674,7 @@ impl ClusterStateRegistry {
             }
             work.counts.count(class);
         }
-        for instance in &observation.instances {
+        for (instance, matched) in observation.instances.iter().zip(matched) {
             let status = instance.status.as_ref();
             if let Some(InstanceStatus {
                 state: InstanceState::Creating,
@@ -621,7 +686,7 @@ impl ClusterStateRegistry {
             }
             let expected_to_register =
                 status.is_none_or(|s| s.state != InstanceState::Deleting && s.error.is_none());
-            if !expected_to_register || registered_ids.contains(instance.id.as_str()) {
+            if !expected_to_register || matched || is_registered(&instance.id) {
                 continue;
             }
             let since = self

@@ -149,13 +149,27 @@ impl CapacityMargin {
     }
 }
 
+/// The margin as it is used up by the nodes chosen, computed the first time it is read.
+struct LazyMargin<'a> {
+    compute: &'a dyn Fn() -> CapacityMargin,
+    margin: Option<CapacityMargin>,
+}
+
+impl LazyMargin<'_> {
+    fn get(&mut self) -> &mut CapacityMargin {
+        self.margin.get_or_insert_with(self.compute)
+    }
+}
+
 /// What [`choose_nodes_to_delete`] reads besides the unneeded nodes.
 pub(super) struct ChooseContext<'a> {
     pub now: Timestamp,
     pub options: &'a AutoscalingOptions,
     pub groups: &'a [NodeGroupView],
     pub deletions: &'a DeletionsInProgress,
-    pub margin: CapacityMargin,
+    /// The capacity margin, computed (a pass over every node) only when a node gets as far as
+    /// the resource-limit check: most loops delete nothing.
+    pub margin: &'a dyn Fn() -> CapacityMargin,
     /// Registered nodes per group (same indexes as `groups`), for zero-or-max groups.
     pub registered_per_group: &'a [usize],
     pub gpu_label: &'a str,
@@ -193,7 +207,10 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
     // Stable: simulation order within each class.
     order.sort_by_key(|r| (!r.empty, r.risky));
 
-    let mut margin = ctx.margin.clone();
+    let mut margin = LazyMargin {
+        compute: ctx.margin,
+        margin: None,
+    };
     let mut chosen_per_group: BTreeMap<usize, usize> = BTreeMap::new();
     let mut accepted: Vec<&Removable> = Vec::new();
     // Zero-or-max groups: the nodes that passed the per-node checks, decided as a whole below.
@@ -238,7 +255,7 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
             continue;
         }
         let capacity = NodeCapacity::of(&r.node, ctx.gpu_label);
-        if !margin.allows(std::slice::from_ref(&capacity)) {
+        if !margin.get().allows(std::slice::from_ref(&capacity)) {
             chosen
                 .held_back
                 .push(held(r, &group.id, R::MinimalResourceLimitExceeded));
@@ -250,7 +267,7 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
                 .push(held(r, &group.id, R::BlockedByOnCompletionPod));
             continue;
         }
-        margin.subtract(std::slice::from_ref(&capacity));
+        margin.get().subtract(std::slice::from_ref(&capacity));
         *chosen_per_group.entry(r.group).or_default() += 1;
         accepted.push(r);
     }
@@ -279,7 +296,7 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
             Some(R::AtomicScaleDownFailed)
         } else if remaining < group.min_size {
             Some(R::NodeGroupMinSizeReached)
-        } else if !margin.allows(&capacities) {
+        } else if !margin.get().allows(&capacities) {
             Some(R::MinimalResourceLimitExceeded)
         } else if nodes.iter().any(|r| r.on_completion_pod.is_some()) {
             Some(R::BlockedByOnCompletionPod)
@@ -299,7 +316,7 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
                 }
             }
             None => {
-                margin.subtract(&capacities);
+                margin.get().subtract(&capacities);
                 atomic_accepted.push((group_index, nodes));
             }
         }

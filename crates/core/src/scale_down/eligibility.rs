@@ -4,14 +4,12 @@
 
 use std::time::Duration;
 
-use ferroscale_model::taints::TO_BE_DELETED;
-use ferroscale_model::{Node, Pod, Timestamp};
-use ferroscale_scheduling::PoolUtilization;
-
 use super::utilization::{Utilization, UtilizationRules, is_long_terminating};
 use super::{BEING_DELETED_TAINT_MAX_AGE, SCALE_DOWN_DISABLED_ANNOTATION, UnremovableReason};
 use crate::options::AutoscalingOptions;
 use crate::scale_up::NodeGroupView;
+use ferroscale_model::taints::TO_BE_DELETED;
+use ferroscale_model::{Node, Pod, Timestamp};
 
 /// A `ToBeDeletedByClusterAutoscaler` taint younger than five minutes: someone is deleting the
 /// node. A taint whose time cannot be read is treated as fresh, so the node is left alone.
@@ -80,15 +78,15 @@ pub(super) enum Eligibility {
 }
 
 /// Runs the eligibility checks in upstream's order. `group` is `None` for nodes outside
-/// autoscaled groups.
-pub(super) fn check_eligibility<'p>(
+/// autoscaled groups. The measurement is left to `measure`, given the rules to measure by (the
+/// caller may have kept the answer from the last loop).
+pub(super) fn check_eligibility_with(
     node: &Node,
-    pods: impl IntoIterator<Item = &'p std::sync::Arc<Pod>>,
     group: Option<&NodeGroupView>,
     now: Timestamp,
     options: &AutoscalingOptions,
     gpu_label: &str,
-    device_pools: &[PoolUtilization],
+    measure: impl FnOnce(&UtilizationRules<'_>) -> Result<Utilization, &'static str>,
 ) -> Eligibility {
     use UnremovableReason as R;
     if is_being_deleted(node, now) {
@@ -113,7 +111,7 @@ pub(super) fn check_eligibility<'p>(
     };
     // A node with local DRA devices is measured by them and compared with the ordinary
     // threshold, as upstream does (docs/dra.md DRA-130).
-    let Ok(utilization) = rules.measure_with_devices(node, pods, device_pools) else {
+    let Ok(utilization) = measure(&rules) else {
         return Eligibility::Unremovable(R::UnexpectedError, None);
     };
     let threshold = if rules.is_gpu_node(node) {
@@ -148,6 +146,22 @@ mod tests {
     use ferroscale_model::{Resources, Taint, TaintEffect};
 
     use super::*;
+    use ferroscale_scheduling::PoolUtilization;
+
+    /// The checks with the measurement of `pods` made on the spot.
+    fn check_eligibility<'p>(
+        node: &Node,
+        pods: impl IntoIterator<Item = &'p std::sync::Arc<Pod>>,
+        group: Option<&NodeGroupView>,
+        now: Timestamp,
+        options: &AutoscalingOptions,
+        gpu_label: &str,
+        device_pools: &[PoolUtilization],
+    ) -> Eligibility {
+        check_eligibility_with(node, group, now, options, gpu_label, |rules| {
+            rules.measure_with_devices(node, pods, device_pools)
+        })
+    }
 
     fn node() -> Node {
         Node::new("n", Resources::new(1000, 1 << 30))

@@ -18,6 +18,7 @@ mod choose;
 mod drainability;
 pub(crate) mod eligibility;
 mod evictions;
+mod measure_memo;
 mod plan;
 mod simulation;
 mod soft_taints;
@@ -27,9 +28,11 @@ mod utilization;
 
 use std::collections::HashMap;
 use std::fmt;
+
+pub use measure_memo::MeasureMemo;
 use std::sync::Arc;
 
-use ferroscale_model::{Pod, PodDisruptionBudget, Timestamp};
+use ferroscale_model::{Node, Pod, PodDisruptionBudget, Timestamp};
 use ferroscale_scheduling::Snapshot;
 
 use crate::events::Event;
@@ -64,9 +67,9 @@ pub struct ScaleDownInput<'a> {
     pub snapshot: &'a mut Snapshot,
     /// The node groups as Gather saw them (target, min, per-group options).
     pub node_groups: &'a [NodeGroupView],
-    /// The index into `node_groups` of the group a node (by name) belongs to; `None` for nodes the
+    /// The index into `node_groups` of the group a node of the snapshot belongs to; `None` for nodes the
     /// autoscaler does not manage.
-    pub node_group_of: &'a dyn Fn(&str) -> Option<usize>,
+    pub node_group_of: &'a dyn Fn(&Node) -> Option<usize>,
     pub pdbs: &'a [PodDisruptionBudget],
     pub controllers: &'a ControllerIndex,
     pub deletions_in_progress: &'a DeletionsInProgress,
@@ -79,6 +82,8 @@ pub struct ScaleDownInput<'a> {
     /// The threads per-node checks run on (`--predicate-parallelism`); the plan is the same for
     /// every thread count.
     pub workers: &'a Workers,
+    /// The main loop's node measurements, kept across loops; `None` measures every node.
+    pub measure_memo: Option<&'a mut MeasureMemo>,
 }
 
 /// Which workload controllers exist and their replica counts, for drainability rule 3 (a pod whose

@@ -10,9 +10,10 @@ use ferroscale_scheduling::{NodeId, Snapshot};
 use super::choose::{CapacityMargin, ChooseContext, Removable, choose_nodes_to_delete};
 use super::drainability::{DrainRules, PdbTracker, PodDrain};
 use super::eligibility::{
-    Eligibility, GroupScaleDownOptions, check_eligibility, is_being_deleted, looks_empty,
+    Eligibility, GroupScaleDownOptions, check_eligibility_with, is_being_deleted, looks_empty,
 };
 use super::evictions::evict_daemonset_pod;
+use super::measure_memo::{MeasureMemo, Measured, keepable};
 use super::simulation::RemovalSimulator;
 use super::soft_taints::plan_soft_taints;
 use super::trackers::LatencyUpdate;
@@ -20,6 +21,7 @@ use super::{
     BlockingPod, ControllerIndex, DeletionsInProgress, PlannedMove, ScaleDownInput, ScaleDownPlan,
     ScaleDownState, ScaleDownStatus, UnneededNode, UnremovableNode, UnremovableReason, Utilization,
 };
+use crate::FastSet;
 use crate::options::AutoscalingOptions;
 use crate::parallel::Workers;
 use crate::scale_up::{NodeGroupView, ProviderFacts, is_upcoming_node};
@@ -49,10 +51,11 @@ struct PlanContext<'a> {
 /// Decides this loop's scale-down. Pure: reads the input, leaves the snapshot unchanged, returns
 /// the plan and the next state.
 ///
-/// The stages, in order: the nodes and their groups, the capacity margin, the pods of ongoing
-/// deletions put back, candidates and eligibility, removal simulation (all on a branch of the
-/// snapshot that is dropped afterwards), unneeded tracking, cooldown and the choice of nodes to
-/// delete, soft taints, and the optional measurements.
+/// The stages, in order: the nodes and their groups, the pods of ongoing deletions put back,
+/// candidates and eligibility, removal simulation (all on a branch of the snapshot that is
+/// dropped afterwards), unneeded tracking, cooldown and the choice of nodes to delete (with the
+/// capacity margin, computed when a node reaches the resource-limit check), soft taints, and the
+/// optional measurements.
 pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
     let ScaleDownInput {
         now,
@@ -67,6 +70,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
         provider,
         scale_down_disabled_this_loop,
         workers,
+        measure_memo,
     } = input;
     let loop_interval = state.loop_interval(now, options.scan_interval);
     let mut next_state = state.clone();
@@ -88,7 +92,6 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
     let mut branch = snapshot.branch();
     let snapshot: &mut Snapshot = &mut branch;
     let cluster = ClusterNodes::of(snapshot, node_group_of, &ctx);
-    let margin = cluster.capacity_margin(options, provider);
     let mut search = RemovalSearch::new(&cluster, pdbs, controllers, &ctx, loop_interval);
     search.place_recently_evicted(snapshot, deletions_in_progress, controllers);
     let candidates = find_candidates(
@@ -98,6 +101,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
         provider.gpu_label,
         workers,
         &mut plan,
+        measure_memo,
     );
     let removables = search.run(snapshot, candidates, &ctx, &mut next_state, &mut plan);
     drop(branch);
@@ -116,7 +120,6 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
         in_cooldown,
         &removables,
         &cluster,
-        margin,
         &ctx,
         provider,
     );
@@ -129,37 +132,46 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
 /// The snapshot's nodes, the node group of each, and the nodes no pod may move to.
 struct ClusterNodes {
     nodes: Vec<(NodeId, Arc<Node>)>,
-    /// Index into the plan's node groups, for the nodes of a group.
-    group_of: HashMap<NodeId, usize>,
+    /// Per snapshot slot (`NodeId::index`), the index into the plan's node groups of a node of
+    /// a group: read once or twice per node and loop, so a slot table, not a hashed map.
+    group_of: Vec<Option<usize>>,
     registered_per_group: Vec<usize>,
     /// Upcoming nodes and nodes being deleted: no destination, no candidate, no capacity.
-    not_destinations: HashSet<NodeId>,
+    not_destinations: FastSet<NodeId>,
+    /// Per snapshot slot, whether the node there is upcoming or being deleted by the autoscaler
+    /// (docs/behaviour.md SD-103): never a candidate. Read twice per node and loop, so decided
+    /// once, here, where each node is read anyway.
+    not_candidates: Vec<bool>,
 }
 
 impl ClusterNodes {
     fn of(
         snapshot: &Snapshot,
-        node_group_of: &dyn Fn(&str) -> Option<usize>,
+        node_group_of: &dyn Fn(&Node) -> Option<usize>,
         ctx: &PlanContext<'_>,
     ) -> ClusterNodes {
         let nodes: Vec<(NodeId, Arc<Node>)> = snapshot
             .nodes()
             .map(|(id, info)| (id, info.node.clone()))
             .collect();
-        let mut group_of: HashMap<NodeId, usize> = HashMap::with_capacity(nodes.len());
+        let mut group_of = vec![None; snapshot.slot_count()];
         let mut registered_per_group = vec![0usize; ctx.node_groups.len()];
-        let mut not_destinations: HashSet<NodeId> = HashSet::new();
+        let mut not_destinations = FastSet::default();
+        let mut not_candidates = vec![false; snapshot.slot_count()];
         for (id, node) in &nodes {
-            if let Some(g) = node_group_of(&node.name).filter(|g| *g < ctx.node_groups.len()) {
-                group_of.insert(*id, g);
+            if let Some(g) = node_group_of(node).filter(|g| *g < ctx.node_groups.len()) {
+                if let Some(slot) = group_of.get_mut(id.index()) {
+                    *slot = Some(g);
+                }
                 if let Some(count) = registered_per_group.get_mut(g) {
                     *count += 1;
                 }
             }
-            if is_upcoming_node(node)
-                || ctx.deletions_in_progress.contains(&node.name)
-                || is_being_deleted(node, ctx.now)
-            {
+            let not_candidate = not_a_candidate(node, ctx.deletions_in_progress);
+            if let Some(slot) = not_candidates.get_mut(id.index()) {
+                *slot = not_candidate;
+            }
+            if not_candidate || is_being_deleted(node, ctx.now) {
                 not_destinations.insert(*id);
             }
         }
@@ -168,7 +180,18 @@ impl ClusterNodes {
             group_of,
             registered_per_group,
             not_destinations,
+            not_candidates,
         }
+    }
+
+    /// Whether the node in slot `id` is upcoming or being deleted: never a candidate.
+    fn not_a_candidate(&self, id: NodeId) -> bool {
+        self.not_candidates.get(id.index()).copied().unwrap_or(true)
+    }
+
+    /// The index into the plan's node groups of the node in slot `id`, when it is in a group.
+    fn group_of(&self, id: NodeId) -> Option<usize> {
+        self.group_of.get(id.index()).copied().flatten()
     }
 
     /// The room the resource limits leave below their minimums (docs/behaviour.md SD-83), over
@@ -207,35 +230,89 @@ fn eligibility_verdicts(
     in_local_cooldown: &HashSet<&str>,
     gpu_label: &str,
     workers: &Workers,
+    mut memo: Option<&mut MeasureMemo>,
 ) -> Vec<Option<(Eligibility, bool)>> {
     let (now, options) = (ctx.now, ctx.options);
-    workers.map(&cluster.nodes, |(id, node)| {
-        if not_a_candidate(node, ctx.deletions_in_progress) {
-            return None;
+    let cutoff = options.expendable_pods_priority_cutoff;
+    let kept = memo.as_deref();
+    let checked = workers.map(&cluster.nodes, |(id, node)| {
+        if cluster.not_a_candidate(*id) {
+            return (None, Kept::Nothing);
         }
-        let group = cluster
-            .group_of
-            .get(id)
-            .and_then(|&g| ctx.node_groups.get(g));
+        let group = cluster.group_of(*id).and_then(|g| ctx.node_groups.get(g));
         if group.is_some_and(|g| {
             g.target_size <= g.min_size || in_local_cooldown.contains(g.id.as_str())
         }) {
-            return None;
+            return (None, Kept::Nothing);
         }
-        let info = snapshot.node(*id)?;
+        let Some(info) = snapshot.node(*id) else {
+            return (None, Kept::Nothing);
+        };
         let device_pools = snapshot.device_pools(*id);
-        let eligibility = check_eligibility(
-            node,
-            &info.pods,
-            group,
-            now,
-            options,
-            gpu_label,
-            &device_pools,
-        );
-        let empty = looks_empty(&info.pods, now, options.expendable_pods_priority_cutoff);
-        Some((eligibility, empty))
-    })
+        let mut hit = None;
+        let mut to_keep = Kept::Nothing;
+        let eligibility = check_eligibility_with(node, group, now, options, gpu_label, |rules| {
+            // Only keepable measurements are kept, and the pods are the same objects: no pod
+            // needs reading to know this one is keepable too.
+            let has_devices = !device_pools.is_empty();
+            if let Some((measure, empty)) = kept
+                .filter(|_| !has_devices)
+                .and_then(|memo| memo.get(id.index(), &info.node, &info.pods, rules))
+            {
+                debug_assert!(
+                    measure == rules.measure_with_devices(node, &info.pods, &device_pools)
+                        && empty == looks_empty(&info.pods, now, cutoff),
+                    "the kept measurement of node {} differs from a fresh one",
+                    node.name
+                );
+                hit = Some(empty);
+                to_keep = Kept::Reused;
+                return measure;
+            }
+            let measure = rules.measure_with_devices(node, &info.pods, &device_pools);
+            if kept.is_some() && keepable(&info.pods, has_devices) {
+                let empty = looks_empty(&info.pods, now, cutoff);
+                hit = Some(empty);
+                to_keep = Kept::Fresh(MeasureMemo::entry(
+                    &info.node, &info.pods, rules, measure, empty,
+                ));
+            }
+            measure
+        });
+        // Only an eligible node's emptiness is read (it orders the candidates).
+        let empty = match eligibility {
+            Eligibility::Eligible(_) => hit.unwrap_or_else(|| looks_empty(&info.pods, now, cutoff)),
+            Eligibility::Unremovable(..) => false,
+        };
+        (Some((eligibility, empty)), to_keep)
+    });
+    // The memo keeps this loop's measurements only: what it answered and what was measured
+    // afresh. Nodes that left, changed or were not checked drop out.
+    let mut next = memo.as_deref_mut().map(MeasureMemo::start_next);
+    let mut verdicts = Vec::with_capacity(checked.len());
+    for ((id, _), (verdict, to_keep)) in cluster.nodes.iter().zip(checked) {
+        if let (Some(memo), Some(next)) = (memo.as_deref_mut(), next.as_mut()) {
+            match to_keep {
+                Kept::Nothing => {}
+                Kept::Reused => next.carry(memo, id.index()),
+                Kept::Fresh(measured) => next.put(id.index(), measured),
+            }
+        }
+        verdicts.push(verdict);
+    }
+    if let (Some(memo), Some(next)) = (memo, next) {
+        *memo = next;
+    }
+    verdicts
+}
+
+/// What a node's check leaves in the measure memo for the next loop.
+enum Kept {
+    Nothing,
+    /// The memo answered; its entry stays.
+    Reused,
+    /// Measured afresh, and keepable.
+    Fresh(Box<Measured>),
 }
 
 /// Candidates (docs/behaviour.md SD-103) and eligibility (SD-50–SD-63): the nodes whose removal
@@ -248,11 +325,12 @@ fn find_candidates(
     gpu_label: &str,
     workers: &Workers,
     plan: &mut ScaleDownPlan,
+    memo: Option<&mut MeasureMemo>,
 ) -> Vec<Candidate> {
     let PlanContext {
         now,
         node_groups,
-        deletions_in_progress,
+        deletions_in_progress: _,
         state,
         options,
     } = *ctx;
@@ -264,13 +342,17 @@ fn find_candidates(
         &in_local_cooldown,
         gpu_label,
         workers,
+        memo,
     );
     let mut candidates: Vec<Candidate> = Vec::new();
+    // Most nodes of a busy cluster are unremovable: room for all of them at once, rather than
+    // moving the list as it doubles.
+    plan.unremovable.reserve(cluster.nodes.len());
     for ((id, node), verdict) in cluster.nodes.iter().zip(verdicts) {
-        if not_a_candidate(node, deletions_in_progress) || snapshot.node(*id).is_none() {
+        if cluster.not_a_candidate(*id) || snapshot.node(*id).is_none() {
             continue;
         }
-        let group_index = cluster.group_of.get(id).copied();
+        let group_index = cluster.group_of(*id);
         let group = group_index.and_then(|g| node_groups.get(g));
         let unremovable = |reason, utilization| UnremovableNode {
             node: node.name.clone(),
@@ -608,7 +690,6 @@ fn choose_deletions(
     in_cooldown: bool,
     removables: &[Removable],
     cluster: &ClusterNodes,
-    margin: CapacityMargin,
     ctx: &PlanContext<'_>,
     provider: &ProviderFacts<'_>,
 ) {
@@ -625,7 +706,7 @@ fn choose_deletions(
                 options: ctx.options,
                 groups: ctx.node_groups,
                 deletions: ctx.deletions_in_progress,
-                margin,
+                margin: &|| cluster.capacity_margin(ctx.options, provider),
                 registered_per_group: &cluster.registered_per_group,
                 gpu_label: provider.gpu_label,
             },
@@ -652,13 +733,13 @@ fn plan_soft_taints_of(
     cluster: &ClusterNodes,
     options: &AutoscalingOptions,
 ) {
-    let unneeded: HashSet<&str> = plan.unneeded.iter().map(|u| u.node.as_str()).collect();
-    let deleting: HashSet<&str> = plan.nodes_to_delete().map(|r| r.node.as_str()).collect();
+    let unneeded: FastSet<&str> = plan.unneeded.iter().map(|u| u.node.as_str()).collect();
+    let deleting: FastSet<&str> = plan.nodes_to_delete().map(|r| r.node.as_str()).collect();
     let soft = plan_soft_taints(
         cluster
             .nodes
             .iter()
-            .map(|(id, node)| (node.as_ref(), cluster.group_of.contains_key(id))),
+            .map(|(id, node)| (node.as_ref(), cluster.group_of(*id).is_some())),
         &unneeded,
         &deleting,
         options.max_bulk_soft_taint_count,

@@ -4,7 +4,6 @@
 //! priority first, on other nodes. Success commits the branch, so later candidates see the pods
 //! moved and the node gone; the first pod without a place reverts it.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use ferroscale_model::taints::TO_BE_DELETED;
@@ -12,12 +11,13 @@ use ferroscale_model::{Pod, Taint, TaintEffect, Timestamp};
 use ferroscale_scheduling::{NodeId, Snapshot, find_node_for_unbound, fits_by_node_alone};
 
 use super::PlannedMove;
+use crate::FastSet;
 
 /// Places pods on the nodes of a snapshot, skipping the nodes that may not receive pods (removed
 /// in this loop, or being deleted).
 pub(super) struct RemovalSimulator {
     /// Nodes that are no pod destination.
-    excluded: HashSet<NodeId>,
+    excluded: FastSet<NodeId>,
     /// Where the next search starts, one past the previous match, to spread pods the way
     /// upstream's round-robin placement does.
     next_start: usize,
@@ -28,7 +28,7 @@ pub(super) struct RemovalSimulator {
 }
 
 impl RemovalSimulator {
-    pub fn new(now: Timestamp, excluded: HashSet<NodeId>) -> RemovalSimulator {
+    pub fn new(now: Timestamp, excluded: FastSet<NodeId>) -> RemovalSimulator {
         RemovalSimulator {
             excluded,
             next_start: 0,
@@ -291,7 +291,7 @@ mod tests {
             (0, vec![shape(5, 1, 0)]),
             (1, vec![shape(8, 1, 0)]),
         ]);
-        let mut simulator = RemovalSimulator::new(Timestamp::from_secs(1000), HashSet::new());
+        let mut simulator = RemovalSimulator::new(Timestamp::from_secs(1000), FastSet::default());
         let pods = snapshot.node(ids[0]).unwrap().pods.clone();
         let moves = simulator.remove_node(&mut snapshot, ids[0], &pods);
         assert_eq!(
@@ -318,8 +318,8 @@ mod tests {
         ) {
             let (snapshot, ids) = cluster(&nodes);
             let now = Timestamp::from_secs(1000);
-            let mut quick = (snapshot.clone(), RemovalSimulator::new(now, HashSet::new()));
-            let mut full = (snapshot, RemovalSimulator::new(now, HashSet::new()));
+            let mut quick = (snapshot.clone(), RemovalSimulator::new(now, FastSet::default()));
+            let mut full = (snapshot, RemovalSimulator::new(now, FastSet::default()));
             full.1.quick_refusal = false;
             for id in ids {
                 let movable = |s: &Snapshot| s.node(id).map(|i| i.pods.clone()).unwrap_or_default();

@@ -3,10 +3,10 @@
 //! is needed. Removals go first; at most `--max-bulk-soft-taint-count` node updates per loop, the
 //! rest wait for the next loop. Nodes marked `ToBeDeletedByClusterAutoscaler` are left alone.
 
-use std::collections::HashSet;
-
 use ferroscale_model::Node;
 use ferroscale_model::taints::{DELETION_CANDIDATE, TO_BE_DELETED};
+
+use crate::FastSet;
 
 /// The soft-taint updates of one loop.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -20,8 +20,8 @@ pub(super) struct SoftTaintPlan {
 /// the hard taint instead).
 pub(super) fn plan_soft_taints<'n>(
     nodes: impl IntoIterator<Item = (&'n Node, bool)>,
-    unneeded: &HashSet<&str>,
-    deleting: &HashSet<&str>,
+    unneeded: &FastSet<&str>,
+    deleting: &FastSet<&str>,
     max_updates: usize,
 ) -> SoftTaintPlan {
     let mut plan = SoftTaintPlan::default();

@@ -7,12 +7,12 @@
 //! pod already naming a node, is a group of its own. A controller may own at most
 //! [`MAX_GROUPS_PER_CONTROLLER`] groups; further shapes become singletons, as upstream.
 
-use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use ferroscale_model::Pod;
+
+use crate::{FastMap, FastSet};
 
 pub(super) const MAX_GROUPS_PER_CONTROLLER: usize = 10;
 
@@ -71,11 +71,13 @@ pub(super) fn group_pods(pods: &[Arc<Pod>]) -> Vec<Vec<usize>> {
 /// [`group_pods`], and how many controllers own more shapes than [`MAX_GROUPS_PER_CONTROLLER`]:
 /// upstream's `overflowing_controllers_count` (docs/behaviour.md OBS-126).
 pub(super) fn group_pods_counting_overflow(pods: &[Arc<Pod>]) -> (Vec<Vec<usize>>, usize) {
-    let mut overflowing: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut overflowing: FastSet<&str> = FastSet::default();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     // (controller uid, none for controller-less pods; shape hash) -> groups with that hash.
-    let mut by_key: HashMap<(Option<&str>, u64), Vec<usize>> = HashMap::new();
-    let mut per_controller: HashMap<&str, usize> = HashMap::new();
+    let mut by_key: FastMap<(Option<&str>, u64), Vec<usize>> = FastMap::default();
+    let mut per_controller: FastMap<&str, usize> = FastMap::default();
+    // A shape hash only picks the groups to compare with; any well-mixed hash does.
+    let shape_hasher = foldhash::fast::FixedState::default();
     for (i, pod) in pods.iter().enumerate() {
         if pod.is_daemonset_pod() {
             groups.push(vec![i]);
@@ -90,9 +92,7 @@ pub(super) fn group_pods_counting_overflow(pods: &[Arc<Pod>]) -> (Vec<Vec<usize>
             }
             None => None,
         };
-        let mut hasher = DefaultHasher::new();
-        shape(pod).hash(&mut hasher);
-        let key = (controller, hasher.finish());
+        let key = (controller, shape_hasher.hash_one(shape(pod)));
         let existing = by_key.get(&key).and_then(|candidates| {
             candidates
                 .iter()
@@ -118,6 +118,35 @@ pub(super) fn group_pods_counting_overflow(pods: &[Arc<Pod>]) -> (Vec<Vec<usize>
     (groups, overflowing.len())
 }
 
+/// The equivalence groups of the last loop's pending pods, kept for the next loop: when its
+/// pods are the same objects in the same order (compared by address, one word per pod; the memo
+/// holds the pods, so no address is reused while it does), the groups are the same and the pods
+/// are not read. A cluster whose pending pods did not change costs no shape hashing.
+#[derive(Debug, Default)]
+pub struct EquivalenceMemo {
+    pods: Vec<Arc<Pod>>,
+    groups: Vec<Vec<usize>>,
+    overflowing: usize,
+}
+
+impl EquivalenceMemo {
+    /// [`group_pods_counting_overflow`] of `pods`, from the memo when they are the pods it holds.
+    pub(super) fn group(&mut self, pods: &[Arc<Pod>]) -> (&[Vec<usize>], usize) {
+        let same = self.pods.len() == pods.len()
+            && self.pods.iter().zip(pods).all(|(a, b)| Arc::ptr_eq(a, b));
+        if same {
+            debug_assert!(
+                group_pods_counting_overflow(pods) == (self.groups.clone(), self.overflowing),
+                "the kept equivalence groups differ from fresh ones"
+            );
+        } else {
+            (self.groups, self.overflowing) = group_pods_counting_overflow(pods);
+            self.pods = pods.to_vec();
+        }
+        (&self.groups, self.overflowing)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +169,24 @@ mod tests {
         let mut p = Pod::new("default", name);
         p.requests = Resources::new(cpu, 0);
         Arc::new(p)
+    }
+
+    /// The memo answers for the very pods it grouped, and groups afresh for any other list, even
+    /// one of equal pods.
+    #[test]
+    fn the_memo_regroups_any_other_pod_list() {
+        let pods = vec![owned("a", "rs", 100), owned("b", "rs", 100), bare("c", 200)];
+        let mut memo = EquivalenceMemo::default();
+        let (groups, overflowing) = memo.group(&pods);
+        assert_eq!(
+            (groups.to_vec(), overflowing),
+            group_pods_counting_overflow(&pods)
+        );
+        assert_eq!(memo.group(&pods).0, &[vec![0, 1], vec![2]]);
+        let copies: Vec<Arc<Pod>> = pods.iter().map(|p| Arc::new((**p).clone())).collect();
+        let changed = vec![copies[0].clone(), owned("b", "rs", 300), copies[2].clone()];
+        assert_eq!(memo.group(&changed).0, &[vec![0], vec![1], vec![2]]);
+        assert_eq!(memo.group(&pods[..2]).0, &[vec![0, 1]]);
     }
 
     /// docs/behaviour.md SU-101.

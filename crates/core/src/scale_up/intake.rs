@@ -12,7 +12,7 @@ use ferroscale_scheduling::{NodeId, Snapshot, find_node};
 
 use crate::options::AutoscalingOptions;
 
-use super::equivalence::group_pods_counting_overflow;
+use super::equivalence::{EquivalenceMemo, group_pods_counting_overflow};
 
 /// The same window for GPU pods, which tend to arrive in slower batches.
 pub(super) const NEW_GPU_POD_WINDOW: Duration = Duration::from_secs(30);
@@ -85,11 +85,19 @@ pub(super) fn collect_candidates(
 pub(super) fn filter_out_schedulable(
     snapshot: &mut Snapshot,
     candidates: Vec<Arc<Pod>>,
+    memo: Option<&mut EquivalenceMemo>,
 ) -> (Vec<Arc<Pod>>, Vec<String>, usize) {
     if candidates.is_empty() {
         return (candidates, Vec::new(), 0);
     }
-    let (groups, overflowing) = group_pods_counting_overflow(&candidates);
+    let fresh;
+    let (groups, overflowing): (&[Vec<usize>], usize) = match memo {
+        Some(memo) => memo.group(&candidates),
+        None => {
+            fresh = group_pods_counting_overflow(&candidates);
+            (&fresh.0, fresh.1)
+        }
+    };
     if snapshot.node_count() == 0 {
         return (candidates, Vec::new(), overflowing);
     }

@@ -37,6 +37,7 @@ use crate::options::AutoscalingOptions;
 use crate::parallel::Workers;
 
 pub use balancing::templates_similar;
+pub use equivalence::EquivalenceMemo;
 pub use external::{
     ExpanderQuery, ExpanderQueryOption, ExternalAnswer, ExternalExpander, ExternalExpanderError,
     ExternalExpanderStep,
@@ -158,6 +159,9 @@ pub struct ScaleUpInput<'a> {
     /// The threads node groups' options are estimated on (`--predicate-parallelism`); the plan
     /// is the same for every thread count.
     pub workers: &'a Workers,
+    /// The main loop's equivalence groups, kept across loops; `None` groups afresh (a plan for
+    /// other pods than the loop's pending ones, such as a ProvisioningRequest's).
+    pub equivalence: Option<&'a mut EquivalenceMemo>,
 }
 
 /// The result of a scale-up decision (docs/behaviour.md SU-106).

@@ -333,6 +333,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         external_expander,
         all_or_nothing,
         workers,
+        equivalence,
     } = input;
     let mut plan = ScaleUpPlan::empty(ScaleUpStatus::NotNeeded);
     let intake_input = IntakeInput {
@@ -341,6 +342,7 @@ pub fn plan_scale_up(input: ScaleUpInput<'_>) -> ScaleUpPlan {
         node_groups,
         now,
         options,
+        equivalence,
     };
     let Some(pods) = intake(snapshot, intake_input, &mut plan) else {
         return plan;
@@ -443,6 +445,7 @@ struct IntakeInput<'a> {
     node_groups: &'a [NodeGroupView],
     now: ferroscale_model::Timestamp,
     options: &'a AutoscalingOptions,
+    equivalence: Option<&'a mut super::EquivalenceMemo>,
 }
 
 /// 2.1, intake: the pods that need a new node. `None` when the plan is final: there are none,
@@ -458,9 +461,11 @@ fn intake(
         node_groups,
         now,
         options,
+        equivalence,
     } = input;
     let candidates = collect_candidates(snapshot, pending_pods, draining_pods, options);
-    let (remaining, schedulable, overflowing) = filter_out_schedulable(snapshot, candidates);
+    let (remaining, schedulable, overflowing) =
+        filter_out_schedulable(snapshot, candidates, equivalence);
     plan.pods_schedulable_on_existing = schedulable;
     plan.overflowing_controllers = overflowing;
     let pods = drop_daemonset_and_young(remaining, now, options);
