@@ -31,5 +31,11 @@ pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::
 /// See [`FastMap`].
 pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
+/// Whether two lists hold the very same objects in the same order: what everything kept across
+/// loops checks before it is reused (one word per object, no object read).
+pub(crate) fn same_arcs<T>(a: &[std::sync::Arc<T>], b: &[std::sync::Arc<T>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| std::sync::Arc::ptr_eq(x, y))
+}
+
 pub use backoff::NodeGroupBackoff;
 pub use options::{AutoscalingOptions, DrainPriorityBand, OptionError};

@@ -534,7 +534,6 @@ impl Cluster {
         self.nodes.get(name)
     }
 
-    /// Registered nodes in registration order.
     /// The nodes' objects in registration order, as [`Cluster::nodes`] lists them, from the last
     /// listing while no node came, went or changed.
     pub fn node_objects(&self) -> Vec<Arc<Node>> {
@@ -581,6 +580,7 @@ impl Cluster {
             .unwrap_or_else(PoisonError::into_inner) = None;
     }
 
+    /// Registered nodes in registration order.
     pub fn nodes(&self) -> impl Iterator<Item = &ClusterNode> {
         self.node_order
             .iter()

@@ -34,7 +34,7 @@ use crate::kubernetes::ClusterObjects;
 use crate::options::AutoscalingOptions;
 use crate::scale_up::{BoundPodsOfControllers, NodeGroupView, inject_upcoming_nodes};
 
-use crate::FastMap;
+use crate::{FastMap, same_arcs};
 
 /// Why the base was built from scratch instead of changed in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,10 +113,6 @@ enum Place {
 struct BuiltWith {
     volumes: ferroscale_model::VolumeObjects,
     namespaces: Vec<Namespace>,
-}
-
-fn same_arcs<T>(a: &[Arc<T>], b: &[Arc<T>]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
 }
 
 impl BuiltWith {

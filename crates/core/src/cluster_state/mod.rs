@@ -110,11 +110,10 @@ impl GroupObservation {
         match &self.node_instances {
             Some(given) if given.len() == self.nodes.len() => {
                 debug_assert!(
-                    given
-                        .iter()
-                        .zip(by_id())
-                        .all(|(a, b)| a.map(|i| &self.instances[i].id)
-                            == b.map(|i| &self.instances[i].id)),
+                    given.iter().zip(by_id()).all(|(a, b)| {
+                        let id = |i: Option<usize>| i.and_then(|i| self.instances.get(i));
+                        id(*a).map(|x| &x.id) == id(b).map(|x| &x.id)
+                    }),
                     "the caller's node-instance matching differs from the one by id"
                 );
                 std::borrow::Cow::Borrowed(given)

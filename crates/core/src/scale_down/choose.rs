@@ -6,6 +6,7 @@
 //! progress and nodes already chosen, the cluster's resource minimums across the whole batch,
 //! zero-or-max groups going as a whole, and on-completion pods still running.
 
+use std::cell::LazyCell;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -149,18 +150,6 @@ impl CapacityMargin {
     }
 }
 
-/// The margin as it is used up by the nodes chosen, computed the first time it is read.
-struct LazyMargin<'a> {
-    compute: &'a dyn Fn() -> CapacityMargin,
-    margin: Option<CapacityMargin>,
-}
-
-impl LazyMargin<'_> {
-    fn get(&mut self) -> &mut CapacityMargin {
-        self.margin.get_or_insert_with(self.compute)
-    }
-}
-
 /// What [`choose_nodes_to_delete`] reads besides the unneeded nodes.
 pub(super) struct ChooseContext<'a> {
     pub now: Timestamp,
@@ -207,10 +196,8 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
     // Stable: simulation order within each class.
     order.sort_by_key(|r| (!r.empty, r.risky));
 
-    let mut margin = LazyMargin {
-        compute: ctx.margin,
-        margin: None,
-    };
+    // Used up by the nodes chosen; computed the first time it is read.
+    let mut margin = LazyCell::new(ctx.margin);
     let mut chosen_per_group: BTreeMap<usize, usize> = BTreeMap::new();
     let mut accepted: Vec<&Removable> = Vec::new();
     // Zero-or-max groups: the nodes that passed the per-node checks, decided as a whole below.
@@ -255,7 +242,7 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
             continue;
         }
         let capacity = NodeCapacity::of(&r.node, ctx.gpu_label);
-        if !margin.get().allows(std::slice::from_ref(&capacity)) {
+        if !margin.allows(std::slice::from_ref(&capacity)) {
             chosen
                 .held_back
                 .push(held(r, &group.id, R::MinimalResourceLimitExceeded));
@@ -267,7 +254,7 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
                 .push(held(r, &group.id, R::BlockedByOnCompletionPod));
             continue;
         }
-        margin.get().subtract(std::slice::from_ref(&capacity));
+        LazyCell::force_mut(&mut margin).subtract(std::slice::from_ref(&capacity));
         *chosen_per_group.entry(r.group).or_default() += 1;
         accepted.push(r);
     }
@@ -296,7 +283,7 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
             Some(R::AtomicScaleDownFailed)
         } else if remaining < group.min_size {
             Some(R::NodeGroupMinSizeReached)
-        } else if !margin.get().allows(&capacities) {
+        } else if !margin.allows(&capacities) {
             Some(R::MinimalResourceLimitExceeded)
         } else if nodes.iter().any(|r| r.on_completion_pod.is_some()) {
             Some(R::BlockedByOnCompletionPod)
@@ -316,7 +303,7 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
                 }
             }
             None => {
-                margin.get().subtract(&capacities);
+                LazyCell::force_mut(&mut margin).subtract(&capacities);
                 atomic_accepted.push((group_index, nodes));
             }
         }

@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
+use ferroscale_model::taints::TO_BE_DELETED;
+use ferroscale_model::{Node, Pod, Timestamp};
+
 use super::utilization::{Utilization, UtilizationRules, is_long_terminating};
 use super::{BEING_DELETED_TAINT_MAX_AGE, SCALE_DOWN_DISABLED_ANNOTATION, UnremovableReason};
 use crate::options::AutoscalingOptions;
 use crate::scale_up::NodeGroupView;
-use ferroscale_model::taints::TO_BE_DELETED;
-use ferroscale_model::{Node, Pod, Timestamp};
 
 /// A `ToBeDeletedByClusterAutoscaler` taint younger than five minutes: someone is deleting the
 /// node. A taint whose time cannot be read is treated as fresh, so the node is left alone.
@@ -144,9 +145,9 @@ pub(super) fn looks_empty<'p>(
 #[cfg(test)]
 mod tests {
     use ferroscale_model::{Resources, Taint, TaintEffect};
+    use ferroscale_scheduling::PoolUtilization;
 
     use super::*;
-    use ferroscale_scheduling::PoolUtilization;
 
     /// The checks with the measurement of `pods` made on the spot.
     fn check_eligibility<'p>(

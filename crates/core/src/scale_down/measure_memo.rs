@@ -15,8 +15,11 @@
 use std::sync::Arc;
 
 use ferroscale_model::{Node, Pod};
+use ferroscale_scheduling::PoolUtilization;
 
+use super::eligibility::looks_empty;
 use super::utilization::{Utilization, UtilizationRules};
+use crate::same_arcs;
 
 /// What one node measured; `Err` names the resource with zero allocatable.
 pub(super) type Measure = Result<Utilization, &'static str>;
@@ -66,14 +69,99 @@ pub struct MeasureMemo {
 }
 
 /// Whether a measurement of `pods` can be kept: none of them is being deleted.
-pub(super) fn keepable(pods: &[Arc<Pod>], has_devices: bool) -> bool {
+fn keepable(pods: &[Arc<Pod>], has_devices: bool) -> bool {
     !has_devices && pods.iter().all(|pod| pod.deletion_time.is_none())
 }
 
+/// What a node's measurement leaves in the memo for the next loop.
+pub(super) enum Kept {
+    Nothing,
+    /// The memo answered; its entry stays.
+    Reused,
+    /// Measured afresh, and keepable.
+    Fresh(Box<Measured>),
+}
+
+/// One node's measurement as [`MeasureMemo::measure`] made it.
+pub(super) struct NodeMeasure {
+    pub measure: Measure,
+    /// Whether the node looks empty, when that was known on the way (always when kept).
+    pub empty: Option<bool>,
+    pub kept: Kept,
+}
+
 impl MeasureMemo {
+    /// Measures `node` with `pods` (in slot `slot`) by `rules`: from `memo` when it holds the
+    /// same objects measured by the same rules, else afresh, and then, when the answer can be
+    /// kept and there is a memo, with the entry to keep. Debug builds measure a kept answer again
+    /// and compare.
+    pub(super) fn measure(
+        memo: Option<&MeasureMemo>,
+        slot: usize,
+        node: &Arc<Node>,
+        pods: &[Arc<Pod>],
+        device_pools: &[PoolUtilization],
+        rules: &UtilizationRules<'_>,
+    ) -> NodeMeasure {
+        let (now, cutoff) = (rules.now, rules.expendable_cutoff);
+        // Only keepable measurements are kept, and the pods are the same objects: no pod needs
+        // reading to know this one is keepable too.
+        let has_devices = !device_pools.is_empty();
+        if let Some((measure, empty)) = memo
+            .filter(|_| !has_devices)
+            .and_then(|memo| memo.get(slot, node, pods, rules))
+        {
+            debug_assert!(
+                measure == rules.measure_with_devices(node, pods, device_pools)
+                    && empty == looks_empty(pods, now, cutoff),
+                "the kept measurement of node {} differs from a fresh one",
+                node.name
+            );
+            return NodeMeasure {
+                measure,
+                empty: Some(empty),
+                kept: Kept::Reused,
+            };
+        }
+        let measure = rules.measure_with_devices(node, pods, device_pools);
+        if memo.is_none() || !keepable(pods, has_devices) {
+            return NodeMeasure {
+                measure,
+                empty: None,
+                kept: Kept::Nothing,
+            };
+        }
+        let empty = looks_empty(pods, now, cutoff);
+        NodeMeasure {
+            measure,
+            empty: Some(empty),
+            kept: Kept::Fresh(MeasureMemo::entry(node, pods, rules, measure, empty)),
+        }
+    }
+
+    /// Keeps this loop's measurements only — what the memo answered and what was measured
+    /// afresh, per slot: nodes that left, changed or were not checked drop out.
+    pub(super) fn keep_only(&mut self, kept: impl IntoIterator<Item = (usize, Kept)>) {
+        let mut next = MeasureMemo {
+            slots: (0..self.slots.len()).map(|_| None).collect(),
+        };
+        for (slot, kept) in kept {
+            match kept {
+                Kept::Nothing => {}
+                Kept::Reused => {
+                    if let Some(measured) = self.slots.get_mut(slot).and_then(Option::take) {
+                        next.put(slot, measured);
+                    }
+                }
+                Kept::Fresh(measured) => next.put(slot, measured),
+            }
+        }
+        *self = next;
+    }
+
     /// The kept measurement of `node` with `pods` in slot `slot`, when it was made of the same
     /// objects by the same rules: `(utilization, looks empty)`.
-    pub(super) fn get(
+    fn get(
         &self,
         slot: usize,
         node: &Arc<Node>,
@@ -82,14 +170,13 @@ impl MeasureMemo {
     ) -> Option<(Measure, bool)> {
         let kept = self.slots.get(slot)?.as_ref()?;
         let same = Arc::ptr_eq(&kept.node, node)
-            && kept.pods.len() == pods.len()
-            && kept.pods.iter().zip(pods).all(|(a, b)| Arc::ptr_eq(a, b))
+            && same_arcs(&kept.pods, pods)
             && kept.rules.matches(rules);
         same.then_some((kept.measure, kept.empty))
     }
 
     /// A fresh measurement to keep for the next loop (see [`keepable`]).
-    pub(super) fn entry(
+    fn entry(
         node: &Arc<Node>,
         pods: &[Arc<Pod>],
         rules: &UtilizationRules<'_>,
@@ -105,22 +192,8 @@ impl MeasureMemo {
         })
     }
 
-    /// An empty memo as long as this one, to be filled with this loop's measurements.
-    pub(super) fn start_next(&mut self) -> MeasureMemo {
-        let mut slots = Vec::new();
-        slots.resize_with(self.slots.len(), || None);
-        MeasureMemo { slots }
-    }
-
-    /// Moves `from`'s entry for `slot` into this memo.
-    pub(super) fn carry(&mut self, from: &mut MeasureMemo, slot: usize) {
-        if let Some(measured) = from.slots.get_mut(slot).and_then(Option::take) {
-            self.put(slot, measured);
-        }
-    }
-
     /// Keeps `measured` for slot `slot`, replacing what was kept there.
-    pub(super) fn put(&mut self, slot: usize, measured: Box<Measured>) {
+    fn put(&mut self, slot: usize, measured: Box<Measured>) {
         if self.slots.len() <= slot {
             self.slots.resize_with(slot + 1, || None);
         }
@@ -198,11 +271,16 @@ mod tests {
                 MeasureMemo::entry(&node, &pods, &rules, measure, true),
             );
         }
-        let mut next = memo.start_next();
-        next.carry(&mut memo, 1);
-        assert!(next.get(0, &node, &pods, &rules).is_none());
-        assert!(next.get(1, &node, &pods, &rules).is_some());
-        assert!(next.get(2, &node, &pods, &rules).is_none());
+        let fresh = MeasureMemo::entry(&node, &pods, &rules, measure, true);
+        memo.keep_only([
+            (0, Kept::Nothing),
+            (1, Kept::Reused),
+            (3, Kept::Fresh(fresh)),
+        ]);
+        assert!(memo.get(0, &node, &pods, &rules).is_none());
+        assert!(memo.get(1, &node, &pods, &rules).is_some());
+        assert!(memo.get(2, &node, &pods, &rules).is_none());
+        assert!(memo.get(3, &node, &pods, &rules).is_some());
     }
 
     /// A pod being deleted makes the answer depend on the clock; local devices make it depend on

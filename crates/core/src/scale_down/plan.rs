@@ -13,7 +13,7 @@ use super::eligibility::{
     Eligibility, GroupScaleDownOptions, check_eligibility_with, is_being_deleted, looks_empty,
 };
 use super::evictions::evict_daemonset_pod;
-use super::measure_memo::{MeasureMemo, Measured, keepable};
+use super::measure_memo::{Kept, MeasureMemo};
 use super::simulation::RemovalSimulator;
 use super::soft_taints::plan_soft_taints;
 use super::trackers::LatencyUpdate;
@@ -222,7 +222,8 @@ fn not_a_candidate(node: &Node, deletions_in_progress: &DeletionsInProgress) -> 
 /// Each node's eligibility and whether it looks empty; `None` for a node that is no candidate or
 /// whose group is at its minimum size or in local cooldown. A node's eligibility reads that node
 /// only, so the nodes are checked in parallel; the verdicts come in node order
-/// (docs/behaviour.md SU-112).
+/// (docs/behaviour.md SU-112). Measurements go through `memo`, when there is one, which is left
+/// holding this loop's.
 fn eligibility_verdicts(
     snapshot: &Snapshot,
     cluster: &ClusterNodes,
@@ -230,7 +231,7 @@ fn eligibility_verdicts(
     in_local_cooldown: &HashSet<&str>,
     gpu_label: &str,
     workers: &Workers,
-    mut memo: Option<&mut MeasureMemo>,
+    memo: Option<&mut MeasureMemo>,
 ) -> Vec<Option<(Eligibility, bool)>> {
     let (now, options) = (ctx.now, ctx.options);
     let cutoff = options.expendable_pods_priority_cutoff;
@@ -249,70 +250,35 @@ fn eligibility_verdicts(
             return (None, Kept::Nothing);
         };
         let device_pools = snapshot.device_pools(*id);
-        let mut hit = None;
+        let mut known_empty = None;
         let mut to_keep = Kept::Nothing;
         let eligibility = check_eligibility_with(node, group, now, options, gpu_label, |rules| {
-            // Only keepable measurements are kept, and the pods are the same objects: no pod
-            // needs reading to know this one is keepable too.
-            let has_devices = !device_pools.is_empty();
-            if let Some((measure, empty)) = kept
-                .filter(|_| !has_devices)
-                .and_then(|memo| memo.get(id.index(), &info.node, &info.pods, rules))
-            {
-                debug_assert!(
-                    measure == rules.measure_with_devices(node, &info.pods, &device_pools)
-                        && empty == looks_empty(&info.pods, now, cutoff),
-                    "the kept measurement of node {} differs from a fresh one",
-                    node.name
-                );
-                hit = Some(empty);
-                to_keep = Kept::Reused;
-                return measure;
-            }
-            let measure = rules.measure_with_devices(node, &info.pods, &device_pools);
-            if kept.is_some() && keepable(&info.pods, has_devices) {
-                let empty = looks_empty(&info.pods, now, cutoff);
-                hit = Some(empty);
-                to_keep = Kept::Fresh(MeasureMemo::entry(
-                    &info.node, &info.pods, rules, measure, empty,
-                ));
-            }
-            measure
+            let measured = MeasureMemo::measure(
+                kept,
+                id.index(),
+                &info.node,
+                &info.pods,
+                &device_pools,
+                rules,
+            );
+            known_empty = measured.empty;
+            to_keep = measured.kept;
+            measured.measure
         });
         // Only an eligible node's emptiness is read (it orders the candidates).
         let empty = match eligibility {
-            Eligibility::Eligible(_) => hit.unwrap_or_else(|| looks_empty(&info.pods, now, cutoff)),
+            Eligibility::Eligible(_) => {
+                known_empty.unwrap_or_else(|| looks_empty(&info.pods, now, cutoff))
+            }
             Eligibility::Unremovable(..) => false,
         };
         (Some((eligibility, empty)), to_keep)
     });
-    // The memo keeps this loop's measurements only: what it answered and what was measured
-    // afresh. Nodes that left, changed or were not checked drop out.
-    let mut next = memo.as_deref_mut().map(MeasureMemo::start_next);
-    let mut verdicts = Vec::with_capacity(checked.len());
-    for ((id, _), (verdict, to_keep)) in cluster.nodes.iter().zip(checked) {
-        if let (Some(memo), Some(next)) = (memo.as_deref_mut(), next.as_mut()) {
-            match to_keep {
-                Kept::Nothing => {}
-                Kept::Reused => next.carry(memo, id.index()),
-                Kept::Fresh(measured) => next.put(id.index(), measured),
-            }
-        }
-        verdicts.push(verdict);
-    }
-    if let (Some(memo), Some(next)) = (memo, next) {
-        *memo = next;
+    let (verdicts, to_keep): (Vec<_>, Vec<_>) = checked.into_iter().unzip();
+    if let Some(memo) = memo {
+        memo.keep_only(cluster.nodes.iter().map(|(id, _)| id.index()).zip(to_keep));
     }
     verdicts
-}
-
-/// What a node's check leaves in the measure memo for the next loop.
-enum Kept {
-    Nothing,
-    /// The memo answered; its entry stays.
-    Reused,
-    /// Measured afresh, and keepable.
-    Fresh(Box<Measured>),
 }
 
 /// Candidates (docs/behaviour.md SD-103) and eligibility (SD-50–SD-63): the nodes whose removal

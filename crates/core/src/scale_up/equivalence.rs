@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use ferroscale_model::Pod;
 
-use crate::{FastMap, FastSet};
+use crate::{FastMap, FastSet, same_arcs};
 
 pub(super) const MAX_GROUPS_PER_CONTROLLER: usize = 10;
 
@@ -132,9 +132,7 @@ pub struct EquivalenceMemo {
 impl EquivalenceMemo {
     /// [`group_pods_counting_overflow`] of `pods`, from the memo when they are the pods it holds.
     pub(super) fn group(&mut self, pods: &[Arc<Pod>]) -> (&[Vec<usize>], usize) {
-        let same = self.pods.len() == pods.len()
-            && self.pods.iter().zip(pods).all(|(a, b)| Arc::ptr_eq(a, b));
-        if same {
+        if same_arcs(&self.pods, pods) {
             debug_assert!(
                 group_pods_counting_overflow(pods) == (self.groups.clone(), self.overflowing),
                 "the kept equivalence groups differ from fresh ones"
