@@ -111,8 +111,8 @@ fn allocated(mut claim: ResourceClaim, node: &str, device: &str, pod: &Pod) -> R
     });
     claim.reserved_for = vec![ClaimConsumer {
         resource: "pods".into(),
-        name: pod.name.clone(),
-        uid: pod.uid.clone(),
+        name: pod.name.to_string(),
+        uid: pod.uid.to_string(),
     }];
     claim
 }
@@ -397,7 +397,7 @@ fn fake_pods_of_a_gpu_deployment_get_their_own_claims_and_nodes() {
         claim_name: Some("train-0-gpu-7xk2q".into()),
     });
     let mut own = claim("train-0-gpu-7xk2q", &[]);
-    own.owner_pod_uid = Some(train.uid.clone());
+    own.owner_pod_uid = Some(train.uid.to_string());
     add_claim(&cluster, own);
     cluster.add_pod(train);
     cluster.state().controllers.push(WorkloadController {

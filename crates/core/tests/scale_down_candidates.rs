@@ -52,7 +52,7 @@ impl Cluster {
                     controller: true,
                 });
                 pod.requests = Resources::new(500, GIB);
-                pod.node_name = Some(name);
+                pod.node_name = Some(name.into());
                 pod.phase = PodPhase::Running;
                 pods.push(pod);
             }

@@ -64,11 +64,11 @@ fn pending_aged(name: &str, cpu: i64, age: i64) -> Pod {
     p.labels.insert("app".into(), "web".into());
     p.requests = Resources::new(cpu, GIB);
     p.creation_time = Timestamp::from_secs(now().secs() - age);
-    p.scheduled_condition = Some(PodCondition {
+    p.scheduled_condition = Some(Box::new(PodCondition {
         status: ConditionStatus::False,
         reason: "Unschedulable".into(),
         last_transition: None,
-    });
+    }));
     p
 }
 
@@ -83,7 +83,7 @@ fn full_cluster(count: usize) -> Snapshot {
         let id = s.add_node(Arc::new(node(&format!("full-{i}"), 4000)));
         let mut filler = Pod::new("default", format!("filler-{i}"));
         filler.requests = Resources::new(4000, GIB);
-        filler.node_name = Some(format!("full-{i}"));
+        filler.node_name = Some(ferroscale_model::format_compact!("full-{i}"));
         s.add_pod(id, Arc::new(filler));
     }
     s

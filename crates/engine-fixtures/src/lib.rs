@@ -131,11 +131,11 @@ fn owned_pod(name: String, owner: &str, cpu: i64, memory: i64) -> Pod {
 }
 
 fn unschedulable(mut p: Pod) -> Pod {
-    p.scheduled_condition = Some(PodCondition {
+    p.scheduled_condition = Some(Box::new(PodCondition {
         status: ConditionStatus::False,
         reason: "Unschedulable".into(),
         last_transition: None,
-    });
+    }));
     p
 }
 
@@ -178,7 +178,7 @@ pub fn busy_cluster(
                 per_pod_cpu,
                 GIB,
             );
-            p.node_name = Some(name.clone());
+            p.node_name = Some(name.as_str().into());
             snapshot.add_pod(id, Arc::new(p));
         }
     }
@@ -463,7 +463,7 @@ pub fn dra_scale_down(nodes: usize) -> crate::scale_down::ScaleDownFixture {
     for i in 0..nodes * PODS_PER_NODE {
         let node = &names[i % nodes];
         let mut pod = dra_pod(i, cpu, memory);
-        pod.node_name = Some(node.clone());
+        pod.node_name = Some(node.as_str().into());
         pod.phase = ferroscale_model::PodPhase::Running;
         pod.annotations
             .insert(ferroscale_model::pod::SAFE_TO_EVICT.into(), "true".into());
@@ -489,8 +489,8 @@ pub fn dra_scale_down(nodes: usize) -> crate::scale_down::ScaleDownFixture {
         });
         claim.reserved_for.push(ClaimConsumer {
             resource: "pods".into(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
+            name: pod.name.to_string(),
+            uid: pod.uid.to_string(),
         });
         objects.claims.push(Arc::new(claim));
         pods.push(pod);
@@ -635,7 +635,7 @@ pub fn upstream_scale_down(nodes: usize) -> crate::scale_down::ScaleDownFixture 
     for i in 0..nodes * PODS_PER_NODE {
         let mut pod = Pod::new("default", format!("pod-{i}"));
         pod.requests = Resources::new(cpu, memory);
-        pod.node_name = Some(names[i % nodes].clone());
+        pod.node_name = Some(names[i % nodes].as_str().into());
         pod.phase = ferroscale_model::PodPhase::Running;
         pod.annotations
             .insert(ferroscale_model::pod::SAFE_TO_EVICT.into(), "true".into());

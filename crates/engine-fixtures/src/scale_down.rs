@@ -150,7 +150,7 @@ fn pod(name: String, owner: usize, node: &str, cpu: i64) -> Pod {
     });
     p.labels.insert("app".into(), owner_name);
     p.requests = Resources::new(cpu, 256 << 20);
-    p.node_name = Some(node.to_string());
+    p.node_name = Some(node.into());
     p.phase = PodPhase::Running;
     p
 }

@@ -351,9 +351,9 @@ fn rich_pod() -> Pod {
     requests.ephemeral_storage = 1 << 30;
     requests.set("nvidia.com/gpu", 1);
     Pod {
-        namespace: "shop".to_string(),
-        name: "web-7d4f-abcde".to_string(),
-        uid: "pod-uid-1".to_string(),
+        namespace: "shop".into(),
+        name: "web-7d4f-abcde".into(),
+        uid: "pod-uid-1".into(),
         labels: labels(&[("app", "web")]),
         annotations: labels(&[("cluster-autoscaler.kubernetes.io/safe-to-evict", "true")]),
         owner_references: thin_vec![OwnerRef {
@@ -364,22 +364,22 @@ fn rich_pod() -> Pod {
             controller: true,
         }],
         priority: Some(1000),
-        scheduler_name: "default-scheduler".to_string(),
+        scheduler_name: "default-scheduler".into(),
         node_name: None,
-        nominated_node_name: Some("n3".to_string()),
+        nominated_node_name: Some("n3".into()),
         phase: PodPhase::Pending,
         restart_policy: RestartPolicy::OnFailure,
-        scheduled_condition: Some(PodCondition {
+        scheduled_condition: Some(Box::new(PodCondition {
             status: ConditionStatus::False,
             reason: "Unschedulable".to_string(),
             last_transition: Some(Timestamp::from_secs(1_714_557_700)),
-        }),
+        })),
         creation_time: Timestamp::from_secs(1_714_557_600),
         deletion_time: Some(Timestamp::from_secs(1_714_558_000)),
         termination_grace_seconds: Some(45),
         requests,
         node_selector: labels(&[("kubernetes.io/os", "linux")]),
-        required_node_affinity: Some(NodeSelector {
+        required_node_affinity: Some(Box::new(NodeSelector {
             terms: vec![
                 NodeSelectorTerm {
                     match_expressions: vec![NodeRequirement {
@@ -398,7 +398,7 @@ fn rich_pod() -> Pod {
                     }],
                 },
             ],
-        }),
+        })),
         pod_affinity: thin_vec![PodAffinityTerm {
             label_selector: Some(LabelSelector::default()),
             namespaces: vec!["shop".to_string(), "cache".to_string()],

@@ -1232,7 +1232,7 @@ impl ClusterCaches {
             let state = self.stores.pods.read();
             for pod in state.objects.values() {
                 if wanted.contains(&(pod.namespace.as_str(), pod.name.as_str())) {
-                    pod_uids.insert(pod.key(), pod.uid.clone());
+                    pod_uids.insert(pod.key(), pod.uid.to_string());
                 }
             }
         }
@@ -1532,11 +1532,11 @@ mod tests {
 
     fn unschedulable(changed: Option<Timestamp>) -> Pod {
         Pod {
-            scheduled_condition: Some(PodCondition {
+            scheduled_condition: Some(Box::new(PodCondition {
                 status: ConditionStatus::False,
                 reason: "Unschedulable".to_string(),
                 last_transition: changed,
-            }),
+            })),
             ..Pod::default()
         }
     }
@@ -1568,7 +1568,7 @@ mod tests {
             "a verdict older than 10 s was seen by an earlier loop"
         );
         let mut bound = unschedulable(Some(now));
-        bound.node_name = Some("n1".to_string());
+        bound.node_name = Some("n1".into());
         assert!(!is_freshly_unschedulable(&bound, now));
         let mut finished = unschedulable(Some(now));
         finished.phase = PodPhase::Failed;
@@ -1594,7 +1594,7 @@ mod tests {
         waiting.scheduled_condition = None;
         assert!(!same_unschedulable_verdict(Some(&waiting), &verdict));
         let mut bound = verdict.clone();
-        bound.node_name = Some("n1".to_string());
+        bound.node_name = Some("n1".into());
         assert!(!same_unschedulable_verdict(Some(&bound), &verdict));
     }
 

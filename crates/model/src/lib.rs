@@ -24,6 +24,8 @@ pub use capacity::{
     ProvisioningRequestStatus, ScalableObject, ScalableRef, find_condition,
     provisioning_conditions,
 };
+/// The model's inline string (see [`Pod`]): up to 24 bytes without an allocation.
+pub use compact_str::{CompactString, ToCompactString, format_compact};
 pub use dra::{
     AllocatedDevice, AllocationMode, ClaimAllocation, ClaimConsumer, ClaimSpec, Device,
     DeviceAttribute, DeviceClass, DeviceConstraint, DeviceRequest, DeviceRequestKind, DeviceScope,

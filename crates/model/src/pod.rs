@@ -1,6 +1,7 @@
 //! A Kubernetes Pod as the autoscaler needs it: identity, owner, priority, the effective resource
 //! requests the scheduler computes, and every scheduling constraint the filters evaluate.
 
+use compact_str::{CompactString, format_compact};
 use thin_vec::ThinVec;
 
 use crate::dra::{PodClaimSource, PodResourceClaim, PodResourceClaimStatus};
@@ -154,22 +155,26 @@ pub struct Volume {
 /// A pod as the engine reads it. A cluster holds a million of these, and most of their lists are
 /// empty (a pod of a Deployment has no host ports, volumes of its own kind, claims, spread
 /// constraints or affinity terms): they are [`ThinVec`]s, one pointer each and no allocation
-/// while empty, where a `Vec` is three words.
+/// while empty, where a `Vec` is three words. Its names are [`CompactString`]s, kept inside the
+/// pod up to 24 bytes (a name, namespace, uid or node name usually fits), and the fields few pods
+/// set are boxed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Pod {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
+    pub namespace: CompactString,
+    pub name: CompactString,
+    pub uid: CompactString,
     pub labels: Labels,
     pub annotations: Labels,
     pub owner_references: ThinVec<OwnerRef>,
     pub priority: Option<i32>,
-    pub scheduler_name: String,
-    pub node_name: Option<String>,
-    pub nominated_node_name: Option<String>,
+    pub scheduler_name: CompactString,
+    pub node_name: Option<CompactString>,
+    /// Rare (set while a preemption is in progress): boxed, a word less in every pod.
+    pub nominated_node_name: Option<Box<str>>,
     pub phase: PodPhase,
     pub restart_policy: RestartPolicy,
-    pub scheduled_condition: Option<PodCondition>,
+    /// Only unschedulable pods carry it: boxed, five words less in every other pod.
+    pub scheduled_condition: Option<Box<PodCondition>>,
     pub creation_time: Timestamp,
     pub deletion_time: Option<Timestamp>,
     pub termination_grace_seconds: Option<i64>,
@@ -177,7 +182,8 @@ pub struct Pod {
     /// not included.
     pub requests: Resources,
     pub node_selector: Labels,
-    pub required_node_affinity: Option<NodeSelector>,
+    /// Boxed: most pods have none, and the box is two words less than the selector.
+    pub required_node_affinity: Option<Box<NodeSelector>>,
     pub pod_affinity: ThinVec<PodAffinityTerm>,
     pub pod_anti_affinity: ThinVec<PodAffinityTerm>,
     pub tolerations: ThinVec<Toleration>,
@@ -192,14 +198,14 @@ pub struct Pod {
 
 impl Pod {
     /// A pending pod of the default scheduler with no requests and no constraints.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Pod {
+    pub fn new(namespace: impl Into<CompactString>, name: impl Into<CompactString>) -> Pod {
         let namespace = namespace.into();
         let name = name.into();
         Pod {
-            uid: format!("uid-{namespace}-{name}"),
+            uid: format_compact!("uid-{namespace}-{name}"),
             namespace,
             name,
-            scheduler_name: DEFAULT_SCHEDULER.to_string(),
+            scheduler_name: CompactString::const_new(DEFAULT_SCHEDULER),
             ..Pod::default()
         }
     }

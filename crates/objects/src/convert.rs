@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 
 use ferroscale_model::pod::DEFAULT_SCHEDULER;
 use ferroscale_model::{
-    ConditionStatus, ContainerRequests, DaemonSet, HostPort, IntOrPercent, LabelOperator,
-    LabelRequirement, LabelSelector, Labels, Namespace, Node, NodeConditions, NodeInclusionPolicy,
-    NodeOperator, NodeRequirement, NodeSelector, NodeSelectorTerm, OwnerRef, Pod, PodAffinityTerm,
-    PodClaimSource, PodCondition, PodDisruptionBudget, PodPhase, PodResourceClaim,
-    PodResourceClaimStatus, PreemptionPolicy, PriorityClass, Protocol, Quantity, Resources,
-    RestartPolicy, Taint, TaintEffect, ThinVec, Timestamp, Toleration, TolerationOperator,
-    TopologySpreadConstraint, UnsatisfiableAction, effective_requests, thin_vec,
+    CompactString, ConditionStatus, ContainerRequests, DaemonSet, HostPort, IntOrPercent,
+    LabelOperator, LabelRequirement, LabelSelector, Labels, Namespace, Node, NodeConditions,
+    NodeInclusionPolicy, NodeOperator, NodeRequirement, NodeSelector, NodeSelectorTerm, OwnerRef,
+    Pod, PodAffinityTerm, PodClaimSource, PodCondition, PodDisruptionBudget, PodPhase,
+    PodResourceClaim, PodResourceClaimStatus, PreemptionPolicy, PriorityClass, Protocol, Quantity,
+    Resources, RestartPolicy, Taint, TaintEffect, ThinVec, Timestamp, Toleration,
+    TolerationOperator, TopologySpreadConstraint, UnsatisfiableAction, effective_requests,
+    thin_vec,
 };
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
@@ -630,6 +631,7 @@ fn pod_from_parts(
                 "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
                 selector,
             )
+            .map(Box::new)
         })
         .transpose()?;
     let pod_affinity = affinity_terms(
@@ -778,15 +780,16 @@ fn pod_from_parts(
             status: condition_status(&c.status),
             reason: c.reason.clone().unwrap_or_default(),
             last_transition: c.last_transition_time.as_ref().map(timestamp),
-        });
+        })
+        .map(Box::new);
 
     Ok(Pod {
         namespace: metadata
             .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_string()),
-        name: pod_name,
-        uid: metadata.uid.clone().unwrap_or_default(),
+            .as_deref()
+            .map_or(CompactString::const_new("default"), CompactString::from),
+        name: pod_name.into(),
+        uid: metadata.uid.as_deref().unwrap_or_default().into(),
         labels: pod_labels.clone(),
         annotations: labels(metadata.annotations.as_ref()),
         owner_references: metadata
@@ -804,13 +807,21 @@ fn pod_from_parts(
         priority: priority(ctx, spec, priorities)?,
         scheduler_name: spec
             .scheduler_name
-            .clone()
+            .as_deref()
             .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| DEFAULT_SCHEDULER.to_string()),
-        node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
+            .map_or(
+                CompactString::const_new(DEFAULT_SCHEDULER),
+                CompactString::from,
+            ),
+        node_name: spec
+            .node_name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .map(CompactString::from),
         nominated_node_name: status
-            .and_then(|s| s.nominated_node_name.clone())
-            .filter(|n| !n.is_empty()),
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .filter(|n| !n.is_empty())
+            .map(Box::from),
         phase,
         restart_policy,
         scheduled_condition,

@@ -69,7 +69,7 @@ fn placed_pod(node: usize, k: usize) -> Arc<Pod> {
         format!("svc-{}", (node * PODS_PER_NODE + k) % SERVICES),
     );
     p.labels.insert("common".into(), "yes".into());
-    p.node_name = Some(format!("node-{node}"));
+    p.node_name = Some(ferroscale_model::format_compact!("node-{node}"));
     // One pod in thirty repels its own service per host, as in a real cluster.
     if k == 0 {
         let app = p.labels["app"].clone();

@@ -38,8 +38,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ferroscale_model::{
-    ClaimAllocation, ClaimConsumer, Device, DeviceClass, DeviceScope, DraObjects, Labels, Pod,
-    ResourceClaim, ResourceSlice,
+    ClaimAllocation, ClaimConsumer, CompactString, Device, DeviceClass, DeviceScope, DraObjects,
+    Labels, Pod, ResourceClaim, ResourceSlice,
 };
 
 pub(crate) use allocator::{NodeAllocation, PodPlan};
@@ -667,7 +667,7 @@ impl Clone for KeptPlan {
 /// What the last successful `check` of a pod with claims found.
 #[derive(Debug, Clone)]
 struct LastFit {
-    pod_uid: String,
+    pod_uid: CompactString,
     node: String,
     epoch: u64,
     allocation: NodeAllocation,
@@ -936,8 +936,8 @@ impl DraState {
             }
             entry.reserved_for.push(ClaimConsumer {
                 resource: "pods".to_string(),
-                name: pod.name.clone(),
-                uid: pod.uid.clone(),
+                name: pod.name.to_string(),
+                uid: pod.uid.to_string(),
             });
             undo.push(DraUndo::Reserved(claim));
             self.epoch += 1;

@@ -53,8 +53,8 @@ use std::sync::Arc;
 use ferroscale_model::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 use ferroscale_model::taints::first_untolerated;
 use ferroscale_model::{
-    Labels, NodeInclusionPolicy, NodeSelector, OwnerRef, Pod, PodAffinityTerm, Taint, ThinVec,
-    Toleration, TopologySpreadConstraint, UnsatisfiableAction,
+    CompactString, Labels, NodeInclusionPolicy, NodeSelector, OwnerRef, Pod, PodAffinityTerm,
+    Taint, ThinVec, Toleration, TopologySpreadConstraint, UnsatisfiableAction,
 };
 
 use crate::dra::{DraUnfit, NodeAllocation, PodPlan};
@@ -753,13 +753,13 @@ pub(crate) struct InterPodPlan {
 /// What a plan depends on: the fields of a pod that the inter-pod filters read.
 #[derive(Debug, Clone)]
 struct PodShape {
-    namespace: String,
+    namespace: CompactString,
     labels: Labels,
     pod_affinity: ThinVec<PodAffinityTerm>,
     pod_anti_affinity: ThinVec<PodAffinityTerm>,
     topology_spread: ThinVec<TopologySpreadConstraint>,
     node_selector: Labels,
-    required_node_affinity: Option<NodeSelector>,
+    required_node_affinity: Option<Box<NodeSelector>>,
     tolerations: ThinVec<Toleration>,
     /// The controller whose pods the profile's default spread constraints count, when they apply.
     default_spread_owner: Option<OwnerRef>,

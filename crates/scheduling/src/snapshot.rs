@@ -823,7 +823,7 @@ impl Snapshot {
                 _ => continue,
             };
             let count = users
-                .entry(pod.namespace.clone())
+                .entry(pod.namespace.to_string())
                 .or_default()
                 .entry(claim)
                 .or_default();

@@ -199,7 +199,7 @@ pub(crate) struct NodeEligibility {
     /// counted for any constraint.
     pub required_keys: Vec<String>,
     /// `nodeAffinityPolicy: Honor` with a pod that has a node selector or required node affinity.
-    pub node_affinity: Option<(Labels, Option<NodeSelector>)>,
+    pub node_affinity: Option<(Labels, Option<Box<NodeSelector>>)>,
     /// `nodeTaintsPolicy: Honor`: the pod's tolerations.
     pub tolerations: Option<ThinVec<Toleration>>,
 }

@@ -287,7 +287,7 @@ fn placed_attachable(catalogue: &VolumeCatalogue, pod: &Pod, out: &mut Vec<(Stri
         let Some(claim) = catalogue.claim(&pod.namespace, &name) else {
             continue;
         };
-        if ephemeral && !claim.owner_uids.contains(&pod.uid) {
+        if ephemeral && !claim.owner_uids.iter().any(|uid| *uid == pod.uid) {
             continue;
         }
         if let Some(a) = attachable_of(catalogue, claim) {
@@ -365,7 +365,7 @@ impl VolumePlan {
                 if claim.deleting {
                     return Err(reject(VolumeUnfit::ClaimDeleting { claim: name }));
                 }
-                if ephemeral && !claim.owner_uids.contains(&pod.uid) {
+                if ephemeral && !claim.owner_uids.iter().any(|uid| *uid == pod.uid) {
                     return Err(reject(VolumeUnfit::EphemeralClaimNotOwned {
                         claim: claim.key(),
                         pod: pod.key(),

@@ -274,7 +274,7 @@ fn workload_controllers_by_scan(cluster: &Cluster) -> Vec<WorkloadController> {
         let index = *by_owner.entry(key).or_insert_with(|| {
             controllers.push(WorkloadController {
                 kind: owner.kind.clone(),
-                namespace: pod.namespace.clone(),
+                namespace: pod.namespace.to_string(),
                 name: owner.name.clone(),
                 uid: owner.uid.clone(),
                 replicas: Some(0),
@@ -375,7 +375,7 @@ impl ClusterApi for SimClusterApi<'_> {
             let mut cluster = self.cluster();
             let node = cluster
                 .live_pod(namespace, name)
-                .and_then(|r| r.pod.node_name.clone());
+                .and_then(|r| r.pod.node_name.as_deref().map(str::to_string));
             (cluster.evict(namespace, name, self.now), node)
         };
         match result {

@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use ferroscale_model::{
     ApiCondition, CapacityBuffer, CapacityBufferStatus, CapacityObjects, CapacityQuota,
-    ConditionStatus, Node, Pod, PodTemplate, ProvisioningRequest, ProvisioningRequestStatus,
-    Quantity, ScalableObject, ScalableRef, Timestamp,
+    CompactString, ConditionStatus, Node, Pod, PodTemplate, ProvisioningRequest,
+    ProvisioningRequestStatus, Quantity, ScalableObject, ScalableRef, Timestamp,
 };
 use ferroscale_objects::K8sObject;
 
@@ -237,10 +237,10 @@ impl ClusterCapacity {
             uid
         };
         let mut shape = Pod::clone(pod);
-        shape.namespace = buffer.namespace.clone();
-        shape.name = name.clone();
+        shape.namespace = buffer.namespace.as_str().into();
+        shape.name = name.as_str().into();
         shape.node_name = None;
-        shape.uid = String::new();
+        shape.uid = CompactString::default();
         self.add_pod_template(PodTemplate {
             namespace: buffer.namespace.clone(),
             name: name.clone(),
@@ -497,7 +497,7 @@ mod tests {
     fn owned(name: &str, kind: &str, owner: &str, node: Option<&str>) -> Arc<Pod> {
         let mut pod = Pod::new("default", name);
         pod.requests = Resources::new(500, 1 << 30);
-        pod.node_name = node.map(str::to_string);
+        pod.node_name = node.map(Into::into);
         pod.owner_references.push(OwnerRef {
             api_version: "apps/v1".into(),
             kind: kind.into(),

@@ -434,13 +434,15 @@ pub fn daemonset_runs_on(daemonset: &DaemonSet, node: &Node) -> bool {
 /// The pod a DaemonSet runs on `node`, bound to it.
 pub fn daemonset_pod_for(daemonset: &DaemonSet, node: &Node) -> Pod {
     let mut pod = daemonset.pod_template.clone();
-    pod.namespace = daemonset.namespace.clone();
-    pod.name = format!("{}-{}", daemonset.name, node.name);
-    pod.uid = format!(
+    pod.namespace = daemonset.namespace.as_str().into();
+    pod.name = ferroscale_model::format_compact!("{}-{}", daemonset.name, node.name);
+    pod.uid = ferroscale_model::format_compact!(
         "uid-{}-{}-{}",
-        daemonset.namespace, daemonset.name, node.name
+        daemonset.namespace,
+        daemonset.name,
+        node.name
     );
-    pod.node_name = Some(node.name.clone());
+    pod.node_name = Some(node.name.as_str().into());
     pod.phase = PodPhase::Running;
     pod.creation_time = node.creation_time;
     pod

@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ferroscale_model::resources::PODS;
 use ferroscale_model::{
-    ConditionStatus, CsiNodeDriver, DaemonSet, LabelSelector, Namespace, Node, Pod, PodCondition,
-    PodDisruptionBudget, PodPhase, Taint, Timestamp,
+    CompactString, ConditionStatus, CsiNodeDriver, DaemonSet, LabelSelector, Namespace, Node, Pod,
+    PodCondition, PodDisruptionBudget, PodPhase, Taint, Timestamp,
 };
 use ferroscale_objects::K8sObject;
 use ferroscale_scheduling::{NodeId, SchedulerProfile, Snapshot, find_node};
@@ -421,7 +421,7 @@ impl Cluster {
         };
         let key = (
             owner.kind.clone(),
-            pod.namespace.clone(),
+            pod.namespace.to_string(),
             owner.name.clone(),
         );
         self.announced.retain(|(k, _)| *k != key);
@@ -914,9 +914,9 @@ impl Cluster {
             let stateful = pod.controller().is_some_and(|c| c.kind == "StatefulSet");
             self.recreated += 1;
             if !stateful {
-                copy.name = format!("{}-r{}", pod.name, self.recreated);
+                copy.name = ferroscale_model::format_compact!("{}-r{}", pod.name, self.recreated);
             }
-            copy.uid = String::new();
+            copy.uid = CompactString::default();
             copy.node_name = None;
             copy.nominated_node_name = None;
             copy.phase = PodPhase::Pending;
@@ -935,7 +935,7 @@ impl Cluster {
         self.pods[index].end = Some(PodEnd::Evicted { replacement });
         Ok(Eviction {
             pod: pod.key(),
-            node: pod.node_name.clone(),
+            node: pod.node_name.as_deref().map(str::to_string),
             replacement: replacement.map(|i| self.pods[i].pod.key()),
             daemonset: pod.is_daemonset_pod(),
         })
@@ -953,7 +953,7 @@ impl Cluster {
         let uid = record.pod.uid.clone();
         let node_name = record.pod.node_name.clone();
         self.live_by_key.remove_if_filed(index, &self.pods);
-        match node_name.and_then(|n| self.nodes.get(&n)) {
+        match node_name.and_then(|n| self.nodes.get(n.as_str())) {
             Some(entry) => {
                 self.snapshot.remove_pod(entry.id, &uid);
                 self.capacity_changed = true;
@@ -1019,7 +1019,7 @@ impl Cluster {
         let mut target = pod
             .node_name
             .as_ref()
-            .and_then(|n| self.nodes.get(n))
+            .and_then(|n| self.nodes.get(n.as_str()))
             .map(|n| n.id);
         if let Some(id) = target
             && !pod.is_daemonset_pod()
@@ -1086,7 +1086,7 @@ impl Cluster {
     fn insert_pod(&mut self, mut pod: Pod, now: Timestamp, shape: Option<usize>) -> PodIndex {
         let index = self.pods.len();
         if pod.uid.is_empty() || self.pod_by_uid.contains(&pod.uid, &self.pods) {
-            pod.uid = sized_uid(index, &pod.namespace, &pod.name);
+            pod.uid = sized_uid(index, &pod.namespace, &pod.name).into();
         }
         if pod.has_checked_volumes() && self.storage.adopt_ephemeral_claims(&pod) {
             self.storage_changed();
@@ -1123,14 +1123,14 @@ impl Cluster {
         let pod = Arc::make_mut(&mut record.pod);
         // A pod created bound by name already names its node: keep that string.
         if pod.node_name.as_deref() != Some(node_name) {
-            pod.node_name = Some(node_name.to_string());
+            pod.node_name = Some(node_name.into());
         }
         pod.phase = PodPhase::Running;
-        pod.scheduled_condition = Some(PodCondition {
+        pod.scheduled_condition = Some(Box::new(PodCondition {
             status: ConditionStatus::True,
             reason: String::new(),
             last_transition: Some(now),
-        });
+        }));
         record.bound_at = Some(now);
         let pod = record.pod.clone();
         if !pod.has_resource_claims() {
@@ -1198,7 +1198,7 @@ impl Cluster {
             self.live_by_key.remove_if_filed(*index, &self.pods);
             let record = &self.pods[*index];
             if let Some(node_name) = &record.pod.node_name
-                && let Some(entry) = self.nodes.get(node_name)
+                && let Some(entry) = self.nodes.get(node_name.as_str())
             {
                 self.snapshot.remove_pod(entry.id, &record.pod.uid);
                 self.capacity_changed = true;
@@ -1264,11 +1264,12 @@ impl Cluster {
                     // pod list Gather hands out unchanged).
                     if !self.pods[index].pod.is_marked_unschedulable() {
                         let record = &mut self.pods[index];
-                        Arc::make_mut(&mut record.pod).scheduled_condition = Some(PodCondition {
-                            status: ConditionStatus::False,
-                            reason: "Unschedulable".to_string(),
-                            last_transition: Some(now),
-                        });
+                        Arc::make_mut(&mut record.pod).scheduled_condition =
+                            Some(Box::new(PodCondition {
+                                status: ConditionStatus::False,
+                                reason: "Unschedulable".to_string(),
+                                last_transition: Some(now),
+                            }));
                         outcome.newly_unschedulable += 1;
                     }
                 }
@@ -1570,7 +1571,7 @@ mod tests {
         }
         for i in 0..6 {
             let mut p = pod(&format!("p{i}"), 100);
-            p.node_name = Some(format!("n{i}"));
+            p.node_name = Some(ferroscale_model::format_compact!("n{i}"));
             c.add_pod(p, Timestamp::from_secs(0), None);
         }
         let taint = |key: &str| Taint::new(key, "v", ferroscale_model::TaintEffect::NoSchedule);

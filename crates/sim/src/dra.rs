@@ -93,7 +93,7 @@ fn pod_claim_names(pod: &Pod) -> Vec<(String, String)> {
     pod.resource_claims
         .iter()
         .filter_map(|c| pod.resource_claim_name(c))
-        .map(|name| (pod.namespace.clone(), name.to_string()))
+        .map(|name| (pod.namespace.to_string(), name.to_string()))
         .collect()
 }
 
@@ -230,14 +230,14 @@ impl ClusterDra {
                 }
             };
             self.objects.claims.push(Arc::new(ResourceClaim {
-                namespace: pod.namespace.clone(),
+                namespace: pod.namespace.to_string(),
                 name: name.clone(),
                 uid: format!("uid-claim-{}-{name}", pod.namespace),
                 spec: template.spec.clone(),
                 allocation: None,
                 reserved_for: Vec::new(),
                 deleting: false,
-                owner_pod_uid: Some(pod.uid.clone()),
+                owner_pod_uid: Some(pod.uid.to_string()),
             }));
             pod.resource_claim_statuses
                 .retain(|s| s.name != pod_claim.name);
@@ -379,8 +379,8 @@ mod tests {
         });
         let consumer = ClaimConsumer {
             resource: "pods".into(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
+            name: pod.name.to_string(),
+            uid: pod.uid.to_string(),
         };
         let other = ClaimConsumer {
             resource: "pods".into(),

@@ -164,13 +164,14 @@ pub fn explain_scale_down(
     let plan = report.outcome.scale_down.as_ref()?;
     let now = report.at;
     let mut verdicts: BTreeMap<String, (NodeVerdict, String)> = BTreeMap::new();
-    let group_of = |group: &Option<String>| group.clone().unwrap_or_else(|| "no group".into());
+    let group_of =
+        |group: Option<&str>| group.map_or_else(|| "no group".to_string(), str::to_string);
     for node in &plan.unremovable {
         let reason = match &node.blocking_pod {
             Some(b) => format!("{} ({})", node.reason, b.rule),
             None => node.reason.to_string(),
         };
-        let mut detail = group_of(&node.group_id);
+        let mut detail = group_of(node.group_id.as_deref());
         if let Some(u) = &node.utilization {
             detail.push_str(&format!(", {}", utilization_words(u)));
         }
@@ -191,7 +192,7 @@ pub fn explain_scale_down(
             }
         }
         verdicts.insert(
-            node.node.clone(),
+            node.node.to_string(),
             (NodeVerdict::Unremovable(reason), detail),
         );
     }
@@ -211,7 +212,7 @@ pub fn explain_scale_down(
         verdicts.insert(node.node.clone(), (NodeVerdict::Unneeded, detail));
     }
     for node in &plan.held_back {
-        if let Some((verdict, _)) = verdicts.get_mut(&node.node) {
+        if let Some((verdict, _)) = verdicts.get_mut(node.node.as_str()) {
             *verdict = NodeVerdict::HeldBack(node.reason.to_string());
         }
     }
@@ -235,12 +236,12 @@ pub fn explain_scale_down(
         {
             verdicts.insert(
                 name.clone(),
-                (NodeVerdict::BeingRemoved, group_of(&node.group)),
+                (NodeVerdict::BeingRemoved, group_of(node.group.as_deref())),
             );
         }
         verdicts
             .entry(name.clone())
-            .or_insert_with(|| (NodeVerdict::NotEvaluated, group_of(&node.group)));
+            .or_insert_with(|| (NodeVerdict::NotEvaluated, group_of(node.group.as_deref())));
     }
     let mut by_verdict: BTreeMap<NodeVerdict, Vec<(String, String)>> = BTreeMap::new();
     for (node, (verdict, detail)) in verdicts {

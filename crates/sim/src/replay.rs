@@ -1329,17 +1329,17 @@ mod tests {
         pod.nominated_node_name = Some("n-2".into());
         pod.phase = PodPhase::Running;
         pod.restart_policy = RestartPolicy::OnFailure;
-        pod.scheduled_condition = Some(PodCondition {
+        pod.scheduled_condition = Some(Box::new(PodCondition {
             status: ConditionStatus::True,
             reason: String::new(),
             last_transition: Some(Timestamp::from_secs(1_700_000_300)),
-        });
+        }));
         pod.creation_time = Timestamp::from_secs(1_700_000_250);
         pod.termination_grace_seconds = Some(45);
         pod.requests = Resources::new(250, 512 << 20);
         pod.requests.set("ephemeral-storage", 1 << 30);
         pod.node_selector.insert("zone".into(), "a".into());
-        pod.required_node_affinity = Some(NodeSelector {
+        pod.required_node_affinity = Some(Box::new(NodeSelector {
             terms: vec![NodeSelectorTerm {
                 match_expressions: vec![NodeRequirement {
                     key: "size".into(),
@@ -1352,7 +1352,7 @@ mod tests {
                     values: vec!["n-1".into()],
                 }],
             }],
-        });
+        }));
         pod.pod_anti_affinity.push(PodAffinityTerm {
             label_selector: Some(selector()),
             namespaces: vec!["shop".into()],

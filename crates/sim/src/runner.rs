@@ -26,7 +26,7 @@ use ferroscale_core::scale_up::{NodeGroupView, ScaleUpPlan, ScaleUpStatus};
 use ferroscale_flags::{Scope, Support};
 use ferroscale_model::taints::TO_BE_DELETED;
 use ferroscale_model::time::format_duration;
-use ferroscale_model::{LabelSelector, Timestamp};
+use ferroscale_model::{CompactString, LabelSelector, Timestamp};
 use ferroscale_objects::K8sObject;
 use ferroscale_scheduling::{Snapshot, find_node};
 use futures::executor::block_on;
@@ -794,18 +794,18 @@ impl<'p> Simulation<'p> {
                     for i in 0..*count {
                         let mut copy = pod.clone();
                         if let Some(name) = copy_name(&pod.name, *count, *first_copy, i) {
-                            copy.name = name;
+                            copy.name = name.into();
                         }
-                        copy.uid = String::new();
+                        copy.uid = CompactString::default();
                         copy.creation_time = now;
                         copy.scheduled_condition = None;
                         if let Some(placement) = bind {
-                            copy.node_name = Some(placement.node_for(i));
+                            copy.node_name = Some(placement.node_for(i).into());
                         }
                         if i == 0 {
-                            names.0 = Some(copy.name.clone());
+                            names.0 = Some(copy.name.to_string());
                         } else if i + 1 == *count {
-                            names.1 = Some(copy.name.clone());
+                            names.1 = Some(copy.name.to_string());
                         }
                         self.cluster.add_pod(copy, now, shape);
                     }
@@ -1249,12 +1249,12 @@ impl<'p> Simulation<'p> {
         // unremovable nodes of a large cluster (not underutilized) have nothing.
         for node in plan.unremovable.iter().chain(&plan.held_back) {
             let line = if node.reason == UnremovableReason::RecentlyUnremovable {
-                self.blocked.get(&node.node).cloned()
+                self.blocked.get(node.node.as_str()).cloned()
             } else {
                 blocked_reason(node)
             };
             if let Some(line) = line.filter(|_| !self.is_going(&node.node)) {
-                blocked.insert(node.node.clone(), line);
+                blocked.insert(node.node.to_string(), line);
             }
         }
         let mut changed: BTreeMap<String, Vec<(&str, &str)>> = BTreeMap::new();

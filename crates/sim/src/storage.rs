@@ -130,7 +130,7 @@ impl ClusterStorage {
             };
             let claim = &mut self.objects.claims[index];
             if claim.owner_uids.is_empty() {
-                Arc::make_mut(claim).owner_uids.push(pod.uid.clone());
+                Arc::make_mut(claim).owner_uids.push(pod.uid.to_string());
                 changed = true;
             }
         }

@@ -506,17 +506,17 @@ fn pod(name: &str, cpu_milli: i64, memory: i64) -> Pod {
 
 /// Marked `PodScheduled=False`, reason `Unschedulable`, as upstream's `MarkUnschedulable`.
 fn unschedulable(mut pod: Pod) -> Pod {
-    pod.scheduled_condition = Some(PodCondition {
+    pod.scheduled_condition = Some(Box::new(PodCondition {
         status: ConditionStatus::False,
         reason: "Unschedulable".to_string(),
         last_transition: Some(SETUP_TIME),
-    });
+    }));
     pod
 }
 
 /// Bound to `node` and annotated safe to evict.
 fn bind_evictable(pod: &mut Pod, node: &str) {
-    pod.node_name = Some(node.to_string());
+    pod.node_name = Some(node.into());
     pod.annotations.insert(
         ferroscale_model::pod::SAFE_TO_EVICT.to_string(),
         "true".to_string(),
@@ -591,8 +591,8 @@ fn allocated(mut claim: ResourceClaim, node: &str, device: &str, pod: &Pod) -> R
     });
     claim.reserved_for.push(ClaimConsumer {
         resource: "pods".to_string(),
-        name: pod.name.clone(),
-        uid: pod.uid.clone(),
+        name: pod.name.to_string(),
+        uid: pod.uid.to_string(),
     });
     claim
 }

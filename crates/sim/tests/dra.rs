@@ -104,8 +104,8 @@ fn the_gpu_dra_scenario_scales_the_gpu_group_to_the_devices_needed_and_back() {
             claim.reserved_for,
             vec![ClaimConsumer {
                 resource: "pods".into(),
-                name: record.pod.name.clone(),
-                uid: record.pod.uid.clone(),
+                name: record.pod.name.to_string(),
+                uid: record.pod.uid.to_string(),
             }]
         );
     }
@@ -268,7 +268,7 @@ fn claims_are_made_allocated_on_binding_and_released_when_pods_end() {
     let running: Vec<String> = cluster
         .live_pods()
         .filter(|r| r.is_running())
-        .map(|r| r.pod.name.clone())
+        .map(|r| r.pod.name.to_string())
         .collect();
     assert_eq!(running, ["a", "b"], "two GPUs, two one-GPU pods");
     let a = cluster.live_pod("ml", "a").unwrap().pod.clone();

@@ -20,7 +20,9 @@ use ferroscale_model::capacity::{
     CapacityBufferStatus, CapacityObjects, PodTemplate, ScalableObject, find_condition,
 };
 use ferroscale_model::pod::SAFE_TO_EVICT;
-use ferroscale_model::{ConditionStatus, OwnerRef, Pod, PodCondition, PodPhase, Timestamp};
+use ferroscale_model::{
+    ConditionStatus, OwnerRef, Pod, PodCondition, PodPhase, Timestamp, format_compact,
+};
 use ferroscale_scheduling::Snapshot;
 
 use ferroscale_model::node::is_upcoming_node;
@@ -396,7 +398,7 @@ pub fn inject(capacity: &CapacityObjects, now: Timestamp) -> Injection {
 /// unschedulable, safe to evict, and annotated as virtual.
 fn virtual_pods(buffer: &CapacityBuffer, sample: &Pod, replicas: i32) -> Vec<Arc<Pod>> {
     let mut pod = sample.clone();
-    pod.namespace = buffer.namespace.clone();
+    pod.namespace = buffer.namespace.as_str().into();
     pod.owner_references.retain(|o| !o.controller);
     pod.owner_references.push(OwnerRef {
         api_version: BUFFER_API_VERSION.to_string(),
@@ -412,11 +414,11 @@ fn virtual_pods(buffer: &CapacityBuffer, sample: &Pod, replicas: i32) -> Vec<Arc
     // As the scheduler would mark a pod with no room; a template has no creation time, so the
     // pod is never too young to scale up for.
     pod.creation_time = Timestamp::default();
-    pod.scheduled_condition = Some(PodCondition {
+    pod.scheduled_condition = Some(Box::new(PodCondition {
         status: ConditionStatus::False,
         reason: "Unschedulable".to_string(),
         last_transition: None,
-    });
+    }));
     pod.annotations.insert(
         BUFFER_POD_ANNOTATION.to_string(),
         BUFFER_POD_ANNOTATION_VALUE.to_string(),
@@ -426,8 +428,8 @@ fn virtual_pods(buffer: &CapacityBuffer, sample: &Pod, replicas: i32) -> Vec<Arc
     (1..=replicas.max(0))
         .map(|i| {
             let mut copy = pod.clone();
-            copy.name = format!("capacity-buffer-{}-{i}", buffer.name);
-            copy.uid = format!("{}-{i}", buffer.uid);
+            copy.name = format_compact!("capacity-buffer-{}-{i}", buffer.name);
+            copy.uid = format_compact!("{}-{i}", buffer.uid);
             Arc::new(copy)
         })
         .collect()

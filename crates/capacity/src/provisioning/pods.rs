@@ -5,6 +5,7 @@ use std::sync::Arc;
 use ferroscale_model::{
     CONSUME_PROVISIONING_REQUEST_ANNOTATION, CapacityObjects, ConditionStatus, OwnerRef,
     PROVISIONING_CLASS_ANNOTATION, Pod, PodCondition, PodPhase, ProvisioningRequest,
+    format_compact,
 };
 
 /// The older spelling of the consume annotation, still honoured upstream.
@@ -73,9 +74,9 @@ pub fn pods_for_request(
             })?;
         for j in 0..set.count {
             let mut pod = (*template.pod).clone();
-            pod.namespace = request.namespace.clone();
-            pod.name = format!("{}-{index}-{j}", request.name);
-            pod.uid = format!("{}/{}", pod.namespace, pod.name);
+            pod.namespace = request.namespace.as_str().into();
+            pod.name = format_compact!("{}-{index}-{j}", request.name);
+            pod.uid = format_compact!("{}/{}", pod.namespace, pod.name);
             pod.node_name = None;
             pod.nominated_node_name = None;
             pod.phase = PodPhase::Pending;
@@ -96,11 +97,11 @@ pub fn pods_for_request(
                 uid: request.uid.clone(),
                 controller: true,
             }];
-            pod.scheduled_condition = Some(PodCondition {
+            pod.scheduled_condition = Some(Box::new(PodCondition {
                 status: ConditionStatus::False,
                 reason: "Unschedulable".into(),
                 last_transition: Some(request.creation_time),
-            });
+            }));
             pods.push(Arc::new(pod));
         }
     }

@@ -656,7 +656,7 @@ mod tests {
                 (0..40)
                     .map(|i| {
                         let mut pod = Pod::new("ns", format!("p{i}"));
-                        pod.node_name = bound(i);
+                        pod.node_name = bound(i).map(Into::into);
                         Arc::new(pod)
                     })
                     .collect(),

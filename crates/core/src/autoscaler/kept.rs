@@ -566,7 +566,10 @@ impl Kept {
     fn put_in(&mut self, pod: &Arc<Pod>, rules: &PodRules<'_>, cursors: &mut Cursors) -> Place {
         self.bound_of_controllers.add(pod);
         let scheduled_by_us = rules.allowed_schedulers.is_empty()
-            || rules.allowed_schedulers.contains(&pod.scheduler_name);
+            || rules
+                .allowed_schedulers
+                .iter()
+                .any(|name| name.as_str() == pod.scheduler_name.as_str());
         if !scheduled_by_us || pod.deletion_time.is_some() || pod.is_terminal() {
             return Place::Out;
         }
@@ -663,7 +666,7 @@ impl Kept {
                 Place::Node(_) | Place::Expendable(_) | Place::Orphan => pod
                     .node_name
                     .as_ref()
-                    .is_some_and(|name| draining.contains(name)),
+                    .is_some_and(|name| draining.contains(name.as_str())),
                 Place::Pending | Place::Out => false,
             })
             .filter(|(pod, _)| !pod.is_mirror_pod() && !pod.is_daemonset_pod())

@@ -58,7 +58,12 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
     let pods: Vec<&Arc<Pod>> = objects
         .pods
         .iter()
-        .filter(|p| allowed.is_empty() || allowed.contains(&p.scheduler_name))
+        .filter(|p| {
+            allowed.is_empty()
+                || allowed
+                    .iter()
+                    .any(|s| s.as_str() == p.scheduler_name.as_str())
+        })
         .filter(|p| p.deletion_time.is_none() && !p.is_terminal())
         .collect();
     // The set-up (profile, volume catalogue, DRA objects, namespaces) is the kept one's: what
@@ -110,7 +115,11 @@ pub(super) fn build_snapshot(input: SnapshotInput<'_>) -> LoopSnapshot {
     // pending.
     let draining_pods: Vec<Arc<Pod>> = pods
         .iter()
-        .filter(|p| p.node_name.as_ref().is_some_and(|n| draining.contains(n)))
+        .filter(|p| {
+            p.node_name
+                .as_ref()
+                .is_some_and(|n| draining.contains(n.as_str()))
+        })
         .filter(|p| !p.is_mirror_pod() && !p.is_daemonset_pod())
         .map(|p| {
             let mut pod = (***p).clone();
@@ -142,9 +151,9 @@ mod tests {
             .map(|i| {
                 let mut pod = Pod::new("ns", format!("p{i}"));
                 pod.node_name = match i {
-                    0..10 => Some(format!("n{}", i / 5)),
-                    10..20 => Some(format!("n{}", i % 4)),
-                    20..25 => Some("gone".to_string()),
+                    0..10 => Some(ferroscale_model::format_compact!("n{}", i / 5)),
+                    10..20 => Some(ferroscale_model::format_compact!("n{}", i % 4)),
+                    20..25 => Some("gone".into()),
                     _ => None,
                 };
                 Arc::new(pod)

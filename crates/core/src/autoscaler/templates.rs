@@ -104,10 +104,10 @@ fn add_daemonset_pods(template: &mut NodeTemplate, daemonsets: &[DaemonSet]) {
             continue;
         }
         let mut pod: Pod = daemonset.pod_template.clone();
-        pod.namespace = daemonset.namespace.clone();
-        pod.name = format!("{}-{}", daemonset.name, template.node.name);
-        pod.uid = format!("uid-{}-{}", daemonset.uid, template.node.name);
-        pod.node_name = Some(template.node.name.clone());
+        pod.namespace = daemonset.namespace.as_str().into();
+        pod.name = ferroscale_model::format_compact!("{}-{}", daemonset.name, template.node.name);
+        pod.uid = ferroscale_model::format_compact!("uid-{}-{}", daemonset.uid, template.node.name);
+        pod.node_name = Some(template.node.name.as_str().into());
         pod.phase = PodPhase::Running;
         if pod.controller().is_none() {
             pod.owner_references.push(ferroscale_model::OwnerRef {

@@ -23,6 +23,9 @@ use crate::scale_up::{NodeGroupView, ProviderFacts};
 /// An unneeded node with everything its deletion needs.
 #[derive(Debug, Clone)]
 pub(super) struct Removable {
+    /// Its position in the removal search's list, by which the choice names the nodes it takes
+    /// (the chosen ones are then moved out of the list, their pods and moves not copied).
+    pub at: usize,
     pub node: Arc<Node>,
     pub group: usize,
     pub since: Timestamp,
@@ -37,15 +40,15 @@ pub(super) struct Removable {
 }
 
 impl Removable {
-    fn removal(&self, group_id: &str) -> NodeRemoval {
+    fn into_removal(self, group_id: &str) -> NodeRemoval {
         NodeRemoval {
             node: self.node.name.clone(),
             group_id: group_id.to_string(),
             utilization: self.utilization,
             ready: self.node.is_ready(),
-            pods_to_evict: self.pods_to_evict.clone(),
-            moves: self.moves.clone(),
-            daemonset_pods_to_evict: self.daemonset_pods.clone(),
+            pods_to_evict: self.pods_to_evict,
+            moves: self.moves,
+            daemonset_pods_to_evict: self.daemonset_pods,
         }
     }
 }
@@ -176,8 +179,8 @@ pub(super) struct Chosen {
 
 fn held(r: &Removable, group_id: &str, reason: UnremovableReason) -> UnremovableNode {
     UnremovableNode {
-        node: r.node.name.clone(),
-        group_id: Some(group_id.to_string()),
+        node: r.node.name.as_str().into(),
+        group_id: Some(group_id.into()),
         reason,
         blocking_pod: None,
         pod: (reason == UnremovableReason::BlockedByOnCompletionPod)
@@ -189,7 +192,7 @@ fn held(r: &Removable, group_id: &str, reason: UnremovableReason) -> Unremovable
 
 /// Runs 3.6 over the unneeded nodes (empty first, then non-risky drains, then risky drains) and
 /// crops the result to the 3.7 budgets.
-pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContext<'_>) -> Chosen {
+pub(super) fn choose_nodes_to_delete(removables: Vec<Removable>, ctx: ChooseContext<'_>) -> Chosen {
     use UnremovableReason as R;
     let mut chosen = Chosen::default();
     let mut order: Vec<&Removable> = removables.iter().collect();
@@ -309,19 +312,34 @@ pub(super) fn choose_nodes_to_delete(removables: &[Removable], ctx: ChooseContex
         }
     }
 
-    crop_to_budgets(&mut chosen, accepted, atomic_accepted, &ctx);
+    let picks = crop_to_budgets(accepted, atomic_accepted, &ctx);
+    chosen.budget_exhausted = picks.wanted > 0 && picks.empty.is_empty() && picks.drain.is_empty();
+    let mut slots: Vec<Option<Removable>> = removables.into_iter().map(Some).collect();
+    let mut take = |(at, group_id): (usize, &str)| {
+        debug_assert!(slots[at].as_ref().is_some_and(|r| r.at == at));
+        slots[at].take().map(|r| r.into_removal(group_id))
+    };
+    chosen.empty = picks.empty.into_iter().filter_map(&mut take).collect();
+    chosen.drain = picks.drain.into_iter().filter_map(&mut take).collect();
     chosen
+}
+
+/// The nodes the budgets let go, by position in the removal search's list and with their
+/// group's id, and how many passed every other check.
+struct Picks<'g> {
+    empty: Vec<(usize, &'g str)>,
+    drain: Vec<(usize, &'g str)>,
+    wanted: usize,
 }
 
 /// 3.7: zero-or-max groups first (whole; one may overflow the budget when nothing else was
 /// taken), then empty nodes up to the total budget, then drains up to the smaller of the total and
 /// drain budgets; nodes are taken group by group in order of first appearance.
-fn crop_to_budgets(
-    chosen: &mut Chosen,
+fn crop_to_budgets<'g>(
     accepted: Vec<&Removable>,
     atomic: Vec<(usize, Vec<&Removable>)>,
-    ctx: &ChooseContext<'_>,
-) {
+    ctx: &ChooseContext<'g>,
+) -> Picks<'g> {
     let in_progress = ctx.deletions.empty_count() + ctx.deletions.drain_count();
     let mut total_budget = ctx
         .options
@@ -331,7 +349,11 @@ fn crop_to_budgets(
         .options
         .max_drain_parallelism
         .saturating_sub(ctx.deletions.drain_count());
-    let wanted = accepted.len() + atomic.iter().map(|(_, n)| n.len()).sum::<usize>();
+    let mut picks = Picks {
+        empty: Vec::new(),
+        drain: Vec::new(),
+        wanted: accepted.len() + atomic.iter().map(|(_, n)| n.len()).sum::<usize>(),
+    };
 
     let mut taken_any = false;
     for (group_index, nodes) in atomic {
@@ -348,10 +370,10 @@ fn crop_to_budgets(
         taken_any = true;
         for r in nodes {
             if r.empty {
-                chosen.empty.push(r.removal(&group.id));
+                picks.empty.push((r.at, &group.id));
             } else {
                 drain_budget = drain_budget.saturating_sub(1);
-                chosen.drain.push(r.removal(&group.id));
+                picks.drain.push((r.at, &group.id));
             }
         }
     }
@@ -366,7 +388,7 @@ fn crop_to_budgets(
             continue;
         };
         total_budget -= 1;
-        chosen.empty.push(r.removal(&group.id));
+        picks.empty.push((r.at, &group.id));
     }
     for r in group_by_group(drain) {
         if total_budget == 0 || drain_budget == 0 {
@@ -377,9 +399,9 @@ fn crop_to_budgets(
         };
         total_budget -= 1;
         drain_budget -= 1;
-        chosen.drain.push(r.removal(&group.id));
+        picks.drain.push((r.at, &group.id));
     }
-    chosen.budget_exhausted = wanted > 0 && chosen.empty.is_empty() && chosen.drain.is_empty();
+    picks
 }
 
 /// The nodes reordered so that each group's nodes are together, groups in order of first

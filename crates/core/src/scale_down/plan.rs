@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferroscale_model::{Node, Pod, Timestamp};
+use ferroscale_model::{CompactString, Node, Pod, Timestamp};
 use ferroscale_scheduling::{NodeId, Snapshot};
 
 use super::choose::{CapacityMargin, ChooseContext, Removable, choose_nodes_to_delete};
@@ -26,8 +26,25 @@ use crate::options::AutoscalingOptions;
 use crate::parallel::Workers;
 use crate::scale_up::{NodeGroupView, ProviderFacts, is_upcoming_node};
 
-/// Uids of the pods the simulation placed in this loop.
-type SimulatedPods = foldhash::HashSet<String>;
+/// The pods the simulation placed in this loop, by address: the snapshot holds the same `Arc`s
+/// for the whole search (a placed pod is added as the very `Arc` it was given), so no address
+/// is reused while the set is read, and an address is a third of a uid in the table.
+#[derive(Default)]
+struct SimulatedPods(foldhash::HashSet<usize>);
+
+impl SimulatedPods {
+    fn address(pod: &Arc<Pod>) -> usize {
+        Arc::as_ptr(pod) as usize
+    }
+
+    fn insert(&mut self, pod: &Arc<Pod>) {
+        self.0.insert(Self::address(pod));
+    }
+
+    fn contains(&self, pod: &Arc<Pod>) -> bool {
+        self.0.contains(&Self::address(pod))
+    }
+}
 
 /// A node that passed eligibility and waits for its removal simulation.
 struct Candidate {
@@ -115,14 +132,7 @@ pub fn plan_scale_down(input: ScaleDownInput<'_>) -> ScaleDownPlan {
         .collect();
     let in_cooldown = scale_down_disabled_this_loop
         || (!options.scale_down_delay_type_local && globally_in_cooldown(state, now, options));
-    choose_deletions(
-        &mut plan,
-        in_cooldown,
-        &removables,
-        &cluster,
-        &ctx,
-        provider,
-    );
+    choose_deletions(&mut plan, in_cooldown, removables, &cluster, &ctx, provider);
     plan_soft_taints_of(&mut plan, &cluster, options);
     measure(&mut plan, &mut next_state, node_groups, options, now);
     plan.next_state = next_state;
@@ -321,8 +331,8 @@ fn find_candidates(
         let group_index = cluster.group_of(*id);
         let group = group_index.and_then(|g| node_groups.get(g));
         let unremovable = |reason, utilization| UnremovableNode {
-            node: node.name.clone(),
-            group_id: group.map(|g| g.id.clone()),
+            node: node.name.as_str().into(),
+            group_id: group.map(|g| g.id.as_str().into()),
             reason,
             blocking_pod: None,
             pod: None,
@@ -473,7 +483,9 @@ impl<'a> RemovalSearch<'a> {
                 plan.skipped.extend(candidates.map(|c| c.node.name.clone()));
                 break;
             }
-            if let Some(removable) = self.simulate(snapshot, &candidate, ctx, next_state, plan) {
+            if let Some(mut removable) = self.simulate(snapshot, &candidate, ctx, next_state, plan)
+            {
+                removable.at = removables.len();
                 removables.push(removable);
             }
         }
@@ -547,12 +559,13 @@ impl<'a> RemovalSearch<'a> {
         // Pods that really run on the node (not simulated arrivals) are the ones to evict.
         let pods_to_evict: Vec<Arc<Pod>> = movable
             .iter()
-            .filter(|p| !self.simulated_pods.contains(&p.uid))
+            .filter(|p| !self.simulated_pods.contains(p))
             .cloned()
             .collect();
         self.pdb_tracker.consume(movable.iter().map(Arc::as_ref));
-        self.simulated_pods
-            .extend(moves.iter().map(|m| m.pod.uid.clone()));
+        for planned in &moves {
+            self.simulated_pods.insert(&planned.pod);
+        }
         let empty = movable.is_empty();
         let since = ctx
             .state
@@ -579,6 +592,7 @@ impl<'a> RemovalSearch<'a> {
             options.daemonset_eviction_for_occupied_nodes
         };
         Removable {
+            at: 0,
             node: candidate.node.clone(),
             group: candidate.group,
             since,
@@ -604,7 +618,7 @@ impl<'a> RemovalSearch<'a> {
         deletions: &DeletionsInProgress,
         controllers: &ControllerIndex,
     ) {
-        let mut placed_per_owner: HashMap<(String, String, String), i32> = HashMap::new();
+        let mut placed_per_owner: HashMap<(String, CompactString, String), i32> = HashMap::new();
         for pod in &deletions.recently_evicted {
             if let Some(owner) = pod.controller()
                 && matches!(
@@ -625,7 +639,7 @@ impl<'a> RemovalSearch<'a> {
                 *placed += 1;
             }
             if self.simulator.place(snapshot, pod).is_some() {
-                self.simulated_pods.insert(pod.uid.clone());
+                self.simulated_pods.insert(pod);
             }
         }
     }
@@ -640,8 +654,11 @@ fn unremovable(
     pod: Option<String>,
 ) -> UnremovableNode {
     UnremovableNode {
-        node: candidate.node.name.clone(),
-        group_id: ctx.node_groups.get(candidate.group).map(|g| g.id.clone()),
+        node: candidate.node.name.as_str().into(),
+        group_id: ctx
+            .node_groups
+            .get(candidate.group)
+            .map(|g| g.id.as_str().into()),
         reason,
         blocking_pod,
         pod,
@@ -654,7 +671,7 @@ fn unremovable(
 fn choose_deletions(
     plan: &mut ScaleDownPlan,
     in_cooldown: bool,
-    removables: &[Removable],
+    removables: Vec<Removable>,
     cluster: &ClusterNodes,
     ctx: &PlanContext<'_>,
     provider: &ProviderFacts<'_>,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use ferroscale_model::taints::TO_BE_DELETED;
-use ferroscale_model::{Pod, Taint, TaintEffect, Timestamp};
+use ferroscale_model::{CompactString, Pod, Taint, TaintEffect, Timestamp};
 use ferroscale_scheduling::{NodeId, Snapshot, find_node_for_unbound, fits_by_node_alone};
 
 use super::PlannedMove;
@@ -136,7 +136,7 @@ impl RemovalSimulator {
             };
             let name = branch
                 .node(destination)
-                .map(|i| i.node.name.clone())
+                .map(|i| CompactString::from(i.node.name.as_str()))
                 .unwrap_or_default();
             moves.push(PlannedMove {
                 pod: pod.clone(),
@@ -210,7 +210,7 @@ mod tests {
                 used += shape.tenths;
                 serial += 1;
                 let mut pod = Pod::new("default", format!("p{serial}"));
-                pod.node_name = Some(format!("n{i}"));
+                pod.node_name = Some(ferroscale_model::format_compact!("n{i}"));
                 pod.requests = Resources::new(shape.tenths * 100, 1 << 20);
                 pod.priority = Some(shape.priority);
                 pod.labels
@@ -250,9 +250,9 @@ mod tests {
         match result {
             Ok(moves) => Ok(moves
                 .iter()
-                .map(|m| (m.pod.uid.clone(), m.destination.clone()))
+                .map(|m| (m.pod.uid.to_string(), m.destination.to_string()))
                 .collect()),
-            Err(pod) => Err(pod.uid.clone()),
+            Err(pod) => Err(pod.uid.to_string()),
         }
     }
 
@@ -261,7 +261,7 @@ mod tests {
         snapshot
             .nodes()
             .map(|(_, info)| {
-                let pods = info.pods.iter().map(|p| p.uid.clone()).collect();
+                let pods = info.pods.iter().map(|p| p.uid.to_string()).collect();
                 (info.node.name.clone(), pods)
             })
             .collect()

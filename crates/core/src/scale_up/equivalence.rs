@@ -26,7 +26,7 @@ struct PodShape<'a> {
     scheduler_name: &'a str,
     requests: &'a ferroscale_model::Resources,
     node_selector: &'a ferroscale_model::Labels,
-    required_node_affinity: &'a Option<ferroscale_model::NodeSelector>,
+    required_node_affinity: &'a Option<Box<ferroscale_model::NodeSelector>>,
     pod_affinity: &'a [ferroscale_model::PodAffinityTerm],
     pod_anti_affinity: &'a [ferroscale_model::PodAffinityTerm],
     tolerations: &'a [ferroscale_model::Toleration],

@@ -184,8 +184,8 @@ pub fn proactive_fake_pods(
         let pods = tally.pods + bound.of(uid);
         for i in 1..=(tally.desired - pods).max(0) {
             let mut fake = (**sample).clone();
-            fake.name = format!("{}-copy-{i}", sample.name);
-            fake.uid = format!("{uid}-{i}");
+            fake.name = ferroscale_model::format_compact!("{}-copy-{i}", sample.name);
+            fake.uid = ferroscale_model::format_compact!("{uid}-{i}");
             fake.annotations.insert(
                 FAKE_POD_ANNOTATION.to_string(),
                 FAKE_POD_ANNOTATION_VALUE.to_string(),
@@ -248,7 +248,7 @@ fn copy_owned_claims(
                 uid: format!("{}-{suffix}", claim.uid),
                 allocation: None,
                 reserved_for: Vec::new(),
-                owner_pod_uid: Some(fake.uid.clone()),
+                owner_pod_uid: Some(fake.uid.to_string()),
                 ..(*claim).clone()
             });
         }
@@ -299,24 +299,24 @@ mod tests {
             uid: owner.into(),
             controller: true,
         });
-        pod.node_name = node.map(str::to_string);
+        pod.node_name = node.map(Into::into);
         pod.phase = if node.is_some() {
             PodPhase::Running
         } else {
             PodPhase::Pending
         };
         if node.is_none() {
-            pod.scheduled_condition = Some(PodCondition {
+            pod.scheduled_condition = Some(Box::new(PodCondition {
                 status: ConditionStatus::False,
                 reason: "Unschedulable".into(),
                 last_transition: None,
-            });
+            }));
         }
         Arc::new(pod)
     }
 
     fn names(pods: &[Arc<Pod>]) -> Vec<String> {
-        pods.iter().map(|p| p.name.clone()).collect()
+        pods.iter().map(|p| p.name.to_string()).collect()
     }
 
     /// docs/behaviour.md SU-110: replicas minus bound and unschedulable pods, copied from the
@@ -442,8 +442,8 @@ mod tests {
         let mut owned = (*resource_claim("a-0-gpu-x1", Some(&sample.uid))).clone();
         owned.reserved_for = vec![ClaimConsumer {
             resource: "pods".into(),
-            name: sample.name.clone(),
-            uid: sample.uid.clone(),
+            name: sample.name.to_string(),
+            uid: sample.uid.to_string(),
         }];
         owned.allocation = Some(ClaimAllocation {
             devices: Vec::new(),

@@ -21,7 +21,8 @@ pub(super) const NEW_GPU_POD_WINDOW: Duration = Duration::from_secs(30);
 fn is_unprocessed_by_bypassed_scheduler(pod: &Pod, options: &AutoscalingOptions) -> bool {
     options
         .bypassed_scheduler_names
-        .contains(&pod.scheduler_name)
+        .iter()
+        .any(|name| name.as_str() == pod.scheduler_name.as_str())
         && pod
             .scheduled_condition
             .as_ref()
@@ -42,7 +43,8 @@ pub(super) fn collect_candidates(
         if !options.allowed_scheduler_names.is_empty()
             && !options
                 .allowed_scheduler_names
-                .contains(&pod.scheduler_name)
+                .iter()
+                .any(|name| name.as_str() == pod.scheduler_name.as_str())
         {
             continue;
         }

@@ -125,9 +125,9 @@ pub(crate) fn instantiate(template: &NodeTemplate, name: &str) -> (Node, Vec<Arc
         .iter()
         .map(|p| {
             let mut pod = p.clone();
-            pod.name = format!("{}-{name}", p.name);
-            pod.uid = format!("{}-{name}", p.uid);
-            pod.node_name = Some(name.to_string());
+            pod.name = ferroscale_model::format_compact!("{}-{name}", p.name);
+            pod.uid = ferroscale_model::format_compact!("{}-{name}", p.uid);
+            pod.node_name = Some(name.into());
             // A template pod's claims are the example node's claims, allocated there; a copy
             // must not reserve them (docs/dra.md, Differences / Loop).
             pod.resource_claims.clear();

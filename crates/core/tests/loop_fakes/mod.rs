@@ -39,7 +39,7 @@ pub fn node(name: &str, cpu_milli: i64, memory: i64) -> Node {
 pub fn pod_on(name: &str, node: &str, cpu_milli: i64) -> Pod {
     let mut pod = Pod::new("default", name);
     pod.requests = Resources::new(cpu_milli, 0);
-    pod.node_name = Some(node.to_string());
+    pod.node_name = Some(node.into());
     pod.phase = PodPhase::Running;
     pod.owner_references.push(OwnerRef {
         api_version: "apps/v1".into(),
@@ -53,7 +53,7 @@ pub fn pod_on(name: &str, node: &str, cpu_milli: i64) -> Pod {
 
 pub fn daemonset_pod_on(name: &str, node: &str) -> Pod {
     let mut pod = Pod::new("kube-system", name);
-    pod.node_name = Some(node.to_string());
+    pod.node_name = Some(node.into());
     pod.phase = PodPhase::Running;
     pod.owner_references.push(OwnerRef {
         api_version: "apps/v1".into(),
@@ -629,10 +629,10 @@ pub fn pending_pod(name: &str, cpu_milli: i64, created: Timestamp) -> Pod {
     pod.phase = PodPhase::Pending;
     pod.creation_time = created;
     pod.requests = Resources::new(cpu_milli, 1 << 30);
-    pod.scheduled_condition = Some(ferroscale_model::PodCondition {
+    pod.scheduled_condition = Some(Box::new(ferroscale_model::PodCondition {
         status: ferroscale_model::ConditionStatus::False,
         reason: "Unschedulable".into(),
         last_transition: Some(created),
-    });
+    }));
     pod
 }

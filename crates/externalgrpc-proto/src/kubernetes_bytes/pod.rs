@@ -310,9 +310,9 @@ fn pod_to_pb(pod: &Pod) -> pb::Pod {
         restart_policy: Some(restart_policy_text(pod.restart_policy).to_string()),
         termination_grace_period_seconds: pod.termination_grace_seconds,
         node_selector: (&pod.node_selector).into(),
-        node_name: Some(pod.node_name.clone().unwrap_or_default()),
+        node_name: Some(pod.node_name.as_deref().unwrap_or_default().to_string()),
         affinity,
-        scheduler_name: Some(pod.scheduler_name.clone()),
+        scheduler_name: Some(pod.scheduler_name.to_string()),
         tolerations: pod.tolerations.iter().map(toleration_to_pb).collect(),
         priority: pod.priority,
         topology_spread_constraints: pod.topology_spread.iter().map(spread_to_pb).collect(),
@@ -321,7 +321,12 @@ fn pod_to_pb(pod: &Pod) -> pb::Pod {
     };
     let status = pb::PodStatus {
         phase: Some(phase_text(pod.phase).to_string()),
-        nominated_node_name: Some(pod.nominated_node_name.clone().unwrap_or_default()),
+        nominated_node_name: Some(
+            pod.nominated_node_name
+                .as_deref()
+                .unwrap_or_default()
+                .to_string(),
+        ),
         conditions: pod
             .scheduled_condition
             .iter()

@@ -338,7 +338,7 @@ fn kube_proxy(node_name: &str, now: Timestamp) -> Pod {
     let mut pod = Pod::new("kube-system", format!("kube-proxy-{node_name}"));
     pod.annotations
         .insert(MIRROR_POD.to_string(), "kube-proxy".to_string());
-    pod.node_name = Some(node_name.to_string());
+    pod.node_name = Some(node_name.into());
     pod.phase = PodPhase::Running;
     pod.requests = Resources::new(KUBE_PROXY_CPU_MILLI, 0);
     pod.priority = Some(SYSTEM_NODE_CRITICAL_PRIORITY);

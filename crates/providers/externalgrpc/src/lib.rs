@@ -225,8 +225,8 @@ impl ExternalGrpcProvider {
         }
         .with_legacy_fields();
         let subject = Subject::Pod {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
+            namespace: pod.namespace.to_string(),
+            name: pod.name.to_string(),
         };
         let answer = self
             .caller

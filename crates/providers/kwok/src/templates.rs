@@ -521,7 +521,7 @@ pub fn template_node_info(template: &Node) -> Result<NodeTemplate, String> {
         ferroscale_model::pod::MIRROR_POD.to_string(),
         "kube-proxy".to_string(),
     );
-    kube_proxy.node_name = Some(node.name.clone());
+    kube_proxy.node_name = Some(node.name.as_str().into());
     kube_proxy.phase = PodPhase::Running;
     kube_proxy.requests = Resources::new(100, 0);
     kube_proxy.priority = Some(2_000_001_000);

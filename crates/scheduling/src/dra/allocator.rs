@@ -14,9 +14,10 @@ use std::sync::Arc;
 
 use ferroscale_model::dra::MAX_CLAIM_CONSUMERS;
 use ferroscale_model::{
-    AllocatedDevice, AllocationMode, ClaimAllocation, DeviceAttribute, DeviceRequestKind,
-    DeviceScope, ExactDeviceRequest, Labels, NodeOperator, NodeRequirement, NodeSelector,
-    NodeSelectorTerm, Pod, PodClaimSource, PodResourceClaim, PodResourceClaimStatus, ThinVec,
+    AllocatedDevice, AllocationMode, ClaimAllocation, CompactString, DeviceAttribute,
+    DeviceRequestKind, DeviceScope, ExactDeviceRequest, Labels, NodeOperator, NodeRequirement,
+    NodeSelector, NodeSelectorTerm, Pod, PodClaimSource, PodResourceClaim, PodResourceClaimStatus,
+    ThinVec,
 };
 
 use super::cel::DeviceView;
@@ -94,9 +95,9 @@ impl ConstraintPlan {
 /// What a plan depends on besides the state: the pod's identity and its claim entries.
 #[derive(Debug)]
 struct PlanKey {
-    uid: String,
-    namespace: String,
-    name: String,
+    uid: CompactString,
+    namespace: CompactString,
+    name: CompactString,
     claims: ThinVec<PodResourceClaim>,
     statuses: ThinVec<PodResourceClaimStatus>,
     epoch: u64,

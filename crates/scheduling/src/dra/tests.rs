@@ -1105,7 +1105,7 @@ fn claims_added_for_simulated_pods_are_resolved_and_reverted_with_their_branch()
         claim_name: Some("p-gpu-abc-copy-1".into()),
     });
     let mut copy = claim("p-gpu-abc-copy-1", 1);
-    copy.owner_pod_uid = Some(fake.uid.clone());
+    copy.owner_pod_uid = Some(fake.uid.to_string());
     let before = c.snapshot.dra_summary();
     {
         let mut branch = c.snapshot.branch();

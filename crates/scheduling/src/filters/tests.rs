@@ -47,7 +47,7 @@ fn app(name: &str, app: &str) -> Pod {
 
 /// Places a pod the way a bound pod is: with `node_name` set.
 fn place(s: &mut Snapshot, id: NodeId, mut p: Pod) {
-    p.node_name = Some(s.node(id).unwrap().node.name.clone());
+    p.node_name = Some(s.node(id).unwrap().node.name.as_str().into());
     s.add_pod(id, Arc::new(p));
 }
 
@@ -247,7 +247,7 @@ fn node_selector_and_every_node_affinity_operator() {
 
     let mut verdict = |operator, key: &str, values: &[&str]| {
         let mut p = pod("p");
-        p.required_node_affinity = Some(NodeSelector {
+        p.required_node_affinity = Some(Box::new(NodeSelector {
             terms: vec![NodeSelectorTerm {
                 match_expressions: vec![NodeRequirement {
                     key: key.into(),
@@ -256,7 +256,7 @@ fn node_selector_and_every_node_affinity_operator() {
                 }],
                 match_fields: vec![],
             }],
-        });
+        }));
         check(&mut s, &p, a).is_ok()
     };
     assert!(verdict(NodeOperator::In, ZONE, &["z1", "z2"]));
@@ -277,7 +277,7 @@ fn node_selector_and_every_node_affinity_operator() {
 
     let mut by_field = |name: &str| {
         let mut p = pod("p");
-        p.required_node_affinity = Some(NodeSelector {
+        p.required_node_affinity = Some(Box::new(NodeSelector {
             terms: vec![
                 NodeSelectorTerm::default(), // an empty term matches nothing ...
                 NodeSelectorTerm {
@@ -289,7 +289,7 @@ fn node_selector_and_every_node_affinity_operator() {
                     }],
                 }, // ... but terms are ORed
             ],
-        });
+        }));
         check(&mut s, &p, a).is_ok()
     };
     assert!(by_field("a"));
@@ -710,7 +710,7 @@ fn spread_node_affinity_policy_decides_which_domains_count() {
     let d = add_node(&mut s, "d1", Some("d"));
     let mut p = app("new", "web");
     p.topology_spread.push(spread("web", ZONE, 1));
-    p.required_node_affinity = Some(NodeSelector {
+    p.required_node_affinity = Some(Box::new(NodeSelector {
         terms: vec![NodeSelectorTerm {
             match_expressions: vec![NodeRequirement {
                 key: ZONE.into(),
@@ -719,7 +719,7 @@ fn spread_node_affinity_policy_decides_which_domains_count() {
             }],
             match_fields: vec![],
         }],
-    });
+    }));
     // Honor: domains a, b, d; d has no pods, so the minimum is 0 and only d is allowed.
     assert_eq!(fits_on(&mut s, &p), vec!["d1"]);
     s.remove_node(d);
@@ -793,8 +793,8 @@ fn hostname_spread_fills_nodes_evenly() {
     let mut placed = Vec::new();
     for i in 0..6 {
         let mut p = template.clone();
-        p.name = format!("web-{i}");
-        p.uid = format!("uid-web-{i}");
+        p.name = ferroscale_model::format_compact!("web-{i}");
+        p.uid = ferroscale_model::format_compact!("uid-web-{i}");
         let id = find_node(&mut s, &p, 0).unwrap();
         placed.push(s.node(id).unwrap().node.name.clone());
         place(&mut s, id, p);

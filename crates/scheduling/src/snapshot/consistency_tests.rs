@@ -327,7 +327,7 @@ fn probes() -> Vec<Pod> {
                 let mut honoring = spread_pod;
                 honoring.topology_spread[0].node_taints_policy = NodeInclusionPolicy::Honor;
                 honoring.topology_spread[0].min_domains = Some(3);
-                honoring.required_node_affinity = Some(NodeSelector {
+                honoring.required_node_affinity = Some(Box::new(NodeSelector {
                     terms: vec![NodeSelectorTerm {
                         match_expressions: vec![NodeRequirement {
                             key: ZONE.into(),
@@ -336,7 +336,7 @@ fn probes() -> Vec<Pod> {
                         }],
                         match_fields: vec![],
                     }],
-                });
+                }));
                 probes.push(honoring);
                 let mut everywhere = base();
                 let mut all = term(app, zone);
@@ -468,7 +468,7 @@ fn observe(s: &mut Snapshot) -> Observed {
         .map(|(_, info)| {
             let mut ports = info.host_ports.clone();
             ports.sort_by_key(|p| (p.port, p.host_ip.clone()));
-            let uids = info.pods.iter().map(|p| p.uid.clone()).collect();
+            let uids = info.pods.iter().map(|p| p.uid.to_string()).collect();
             (info.node.name.clone(), uids, info.requested.clone(), ports)
         })
         .collect();

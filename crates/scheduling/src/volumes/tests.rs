@@ -287,7 +287,7 @@ fn missing_lost_deleting_and_foreign_claims_have_the_scheduler_messages() {
         message(&mut s, &e, a).as_deref(),
         Some("PVC default/job-1-scratch was not created for pod default/job-1 (pod is not owner)")
     );
-    foreign.owner_uids = vec![e.uid.clone()];
+    foreign.owner_uids = vec![e.uid.to_string()];
     s.set_volume_catalogue(catalogue(vec![foreign], Vec::new(), classes, Vec::new()));
     assert_eq!(check(&mut s, &e, a), Ok(()));
 }

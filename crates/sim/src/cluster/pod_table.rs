@@ -110,7 +110,7 @@ mod tests {
 
     fn record(namespace: &str, name: &str, uid: &str) -> PodRecord {
         let mut pod = Pod::new(namespace, name);
-        pod.uid = uid.to_string();
+        pod.uid = uid.into();
         PodRecord {
             pod: Arc::new(pod),
             pending_since: Timestamp(0),

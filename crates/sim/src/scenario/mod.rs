@@ -1184,8 +1184,8 @@ impl Validator<'_> {
             if pod.name.is_empty() {
                 let generated = raw_pod.metadata.generate_name.as_deref().unwrap_or("");
                 pod.name = match generated.trim_end_matches('-') {
-                    "" => format!("event-{i}"),
-                    prefix => prefix.to_string(),
+                    "" => ferroscale_model::format_compact!("event-{i}"),
+                    prefix => prefix.into(),
                 };
             }
             let bind = match &create.bind {

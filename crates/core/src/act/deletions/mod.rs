@@ -298,9 +298,9 @@ impl PodRef {
 
     fn with_grace(pod: &Pod, grace_seconds: i64) -> PodRef {
         PodRef {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
+            namespace: pod.namespace.to_string(),
+            name: pod.name.to_string(),
+            uid: pod.uid.to_string(),
             grace_seconds,
         }
     }

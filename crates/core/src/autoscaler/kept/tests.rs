@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use ferroscale_model::labels::{HOSTNAME, ZONE};
 use ferroscale_model::{
-    LabelSelector, Labels, Namespace, Node, NodeInclusionPolicy, OwnerRef, Pod, PodAffinityTerm,
-    PodPhase, Resources, Taint, TaintEffect, Timestamp, TopologySpreadConstraint,
+    CompactString, LabelSelector, Labels, Namespace, Node, NodeInclusionPolicy, OwnerRef, Pod,
+    PodAffinityTerm, PodPhase, Resources, Taint, TaintEffect, Timestamp, TopologySpreadConstraint,
     UnsatisfiableAction,
 };
 use ferroscale_scheduling::{NodeId, Snapshot, check, find_node};
@@ -208,9 +208,9 @@ fn app_term(app: u8, key: &str) -> PodAffinityTerm {
 }
 
 impl Cluster {
-    fn pick_node(&self, i: u8) -> Option<String> {
+    fn pick_node(&self, i: u8) -> Option<CompactString> {
         let nodes = &self.objects.nodes;
-        (!nodes.is_empty()).then(|| nodes[i as usize % nodes.len()].name.clone())
+        (!nodes.is_empty()).then(|| nodes[i as usize % nodes.len()].name.as_str().into())
     }
 
     fn make_pod(&mut self, shape: &PodShape) -> Arc<Pod> {
@@ -247,7 +247,7 @@ impl Cluster {
         }
         pod.node_name = match shape.bound {
             Bound::Node(i) => self.pick_node(i),
-            Bound::Missing(i) => Some(format!("late-{i}")),
+            Bound::Missing(i) => Some(ferroscale_model::format_compact!("late-{i}")),
             Bound::Pending => None,
         };
         if pod.node_name.is_none() {
@@ -360,7 +360,7 @@ fn report(cluster: &Cluster, shape: &LoopShape) -> ClusterStateReport {
     let registered_upcoming: Vec<String> = shape
         .registered_upcoming
         .iter()
-        .filter_map(|i| cluster.pick_node(*i))
+        .filter_map(|i| cluster.pick_node(*i).map(String::from))
         .collect();
     ClusterStateReport {
         groups: vec![GroupState {
@@ -433,7 +433,7 @@ fn observe(snapshot: &mut Snapshot, pending: &[Arc<Pod>], draining: &[Arc<Pod>])
             (
                 info.node.name.clone(),
                 (*info.node).clone(),
-                info.pods.iter().map(|p| p.uid.clone()).collect(),
+                info.pods.iter().map(|p| p.uid.to_string()).collect(),
                 info.requested.clone(),
             )
         })
@@ -453,10 +453,15 @@ fn observe(snapshot: &mut Snapshot, pending: &[Arc<Pod>], draining: &[Arc<Pod>])
         node_count: snapshot.node_count(),
         pod_count: snapshot.pod_count(),
         nodes,
-        pending: pending.iter().map(|p| p.uid.clone()).collect(),
+        pending: pending.iter().map(|p| p.uid.to_string()).collect(),
         draining: draining
             .iter()
-            .map(|p| (p.uid.clone(), p.node_name.clone()))
+            .map(|p| {
+                (
+                    p.uid.to_string(),
+                    p.node_name.as_deref().map(str::to_string),
+                )
+            })
             .collect(),
         verdicts,
         first_fit,
@@ -472,7 +477,7 @@ fn run_loop(kept: &mut KeptSnapshot, cluster: &Cluster, shape: &LoopShape) -> Sn
     let draining: HashSet<String> = shape
         .draining
         .iter()
-        .filter_map(|i| cluster.pick_node(*i))
+        .filter_map(|i| cluster.pick_node(*i).map(String::from))
         .collect();
     let mut fresh = build_snapshot(SnapshotInput {
         objects: &cluster.objects,
