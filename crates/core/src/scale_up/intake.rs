@@ -157,9 +157,13 @@ pub(super) fn drop_daemonset_and_young(
     now: Timestamp,
     options: &AutoscalingOptions,
 ) -> Vec<Arc<Pod>> {
+    let global = options.new_pod_scale_up_delay;
     pods.into_iter()
+        // The annotation only ever lengthens the delay: a pod younger than the global delay is
+        // dropped without reading its owners or annotations.
+        .filter(|p| now.since(p.creation_time) > global)
         .filter(|p| !p.is_daemonset_pod())
-        .filter(|p| now.since(p.creation_time) > scale_up_delay(p, options.new_pod_scale_up_delay))
+        .filter(|p| now.since(p.creation_time) > scale_up_delay(p, global))
         .collect()
 }
 

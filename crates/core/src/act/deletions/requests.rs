@@ -23,6 +23,10 @@ pub fn deletion_requests(
     nodes: &[Arc<Node>],
     views: &[NodeGroupView],
 ) -> Vec<NodeDeletion> {
+    // Most loops delete nothing: no map of every node's name for them.
+    if plan.empty_to_delete.is_empty() && plan.drain_to_delete.is_empty() {
+        return Vec::new();
+    }
     let nodes_by_name: HashMap<&str, &Arc<Node>> =
         nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     plan.empty_to_delete
