@@ -25,7 +25,7 @@ pub use capacity::{
     provisioning_conditions,
 };
 /// The model's inline string (see [`Pod`]): up to 24 bytes without an allocation.
-pub use compact_str::{CompactString, ToCompactString, format_compact};
+pub use compact_str::{CompactString, format_compact};
 pub use dra::{
     AllocatedDevice, AllocationMode, ClaimAllocation, ClaimConsumer, ClaimSpec, Device,
     DeviceAttribute, DeviceClass, DeviceConstraint, DeviceRequest, DeviceRequestKind, DeviceScope,

@@ -23,9 +23,6 @@ use crate::scale_up::{NodeGroupView, ProviderFacts};
 /// An unneeded node with everything its deletion needs.
 #[derive(Debug, Clone)]
 pub(super) struct Removable {
-    /// Its position in the removal search's list, by which the choice names the nodes it takes
-    /// (the chosen ones are then moved out of the list, their pods and moves not copied).
-    pub at: usize,
     pub node: Arc<Node>,
     pub group: usize,
     pub since: Timestamp,
@@ -190,21 +187,41 @@ fn held(r: &Removable, group_id: &str, reason: UnremovableReason) -> Unremovable
     }
 }
 
+/// A removable node as the choice handles it: with its position in the removal search's list, by
+/// which the nodes taken are then moved out of the list (their pods and moves not copied).
+#[derive(Clone, Copy)]
+struct Ranked<'r> {
+    at: usize,
+    removable: &'r Removable,
+}
+
+impl std::ops::Deref for Ranked<'_> {
+    type Target = Removable;
+
+    fn deref(&self) -> &Removable {
+        self.removable
+    }
+}
+
 /// Runs 3.6 over the unneeded nodes (empty first, then non-risky drains, then risky drains) and
 /// crops the result to the 3.7 budgets.
 pub(super) fn choose_nodes_to_delete(removables: Vec<Removable>, ctx: ChooseContext<'_>) -> Chosen {
     use UnremovableReason as R;
     let mut chosen = Chosen::default();
-    let mut order: Vec<&Removable> = removables.iter().collect();
+    let mut order: Vec<Ranked<'_>> = removables
+        .iter()
+        .enumerate()
+        .map(|(at, removable)| Ranked { at, removable })
+        .collect();
     // Stable: simulation order within each class.
     order.sort_by_key(|r| (!r.empty, r.risky));
 
     // Used up by the nodes chosen; computed the first time it is read.
     let mut margin = LazyCell::new(ctx.margin);
     let mut chosen_per_group: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut accepted: Vec<&Removable> = Vec::new();
+    let mut accepted: Vec<Ranked<'_>> = Vec::new();
     // Zero-or-max groups: the nodes that passed the per-node checks, decided as a whole below.
-    let mut atomic: BTreeMap<usize, Vec<&Removable>> = BTreeMap::new();
+    let mut atomic: BTreeMap<usize, Vec<Ranked<'_>>> = BTreeMap::new();
 
     for r in order {
         let Some(group) = ctx.groups.get(r.group) else {
@@ -213,7 +230,7 @@ pub(super) fn choose_nodes_to_delete(removables: Vec<Removable>, ctx: ChooseCont
         if scale_down_disabled_by_annotation(&r.node) {
             chosen
                 .held_back
-                .push(held(r, &group.id, R::ScaleDownDisabledAnnotation));
+                .push(held(&r, &group.id, R::ScaleDownDisabledAnnotation));
             continue;
         }
         let group_options = GroupScaleDownOptions::of(Some(group), ctx.options);
@@ -226,7 +243,7 @@ pub(super) fn choose_nodes_to_delete(removables: Vec<Removable>, ctx: ChooseCont
         // A zero threshold means "no wait": the node goes in the loop that finds it unneeded,
         // as upstream applies the check only to a positive time (docs/behaviour.md SD-108).
         if !threshold.is_zero() && ctx.now.since(r.since) <= threshold {
-            chosen.held_back.push(held(r, &group.id, too_young));
+            chosen.held_back.push(held(&r, &group.id, too_young));
             continue;
         }
         if group.zero_or_max() {
@@ -241,20 +258,20 @@ pub(super) fn choose_nodes_to_delete(removables: Vec<Removable>, ctx: ChooseCont
         if remaining <= group.min_size {
             chosen
                 .held_back
-                .push(held(r, &group.id, R::NodeGroupMinSizeReached));
+                .push(held(&r, &group.id, R::NodeGroupMinSizeReached));
             continue;
         }
         let capacity = NodeCapacity::of(&r.node, ctx.gpu_label);
         if !margin.allows(std::slice::from_ref(&capacity)) {
             chosen
                 .held_back
-                .push(held(r, &group.id, R::MinimalResourceLimitExceeded));
+                .push(held(&r, &group.id, R::MinimalResourceLimitExceeded));
             continue;
         }
         if r.on_completion_pod.is_some() {
             chosen
                 .held_back
-                .push(held(r, &group.id, R::BlockedByOnCompletionPod));
+                .push(held(&r, &group.id, R::BlockedByOnCompletionPod));
             continue;
         }
         LazyCell::force_mut(&mut margin).subtract(std::slice::from_ref(&capacity));
@@ -263,7 +280,7 @@ pub(super) fn choose_nodes_to_delete(removables: Vec<Removable>, ctx: ChooseCont
     }
 
     // Zero-or-max groups go as a whole or not at all.
-    let mut atomic_accepted: Vec<(usize, Vec<&Removable>)> = Vec::new();
+    let mut atomic_accepted: Vec<(usize, Vec<Ranked<'_>>)> = Vec::new();
     for (group_index, nodes) in atomic {
         let Some(group) = ctx.groups.get(group_index) else {
             continue;
@@ -315,10 +332,8 @@ pub(super) fn choose_nodes_to_delete(removables: Vec<Removable>, ctx: ChooseCont
     let picks = crop_to_budgets(accepted, atomic_accepted, &ctx);
     chosen.budget_exhausted = picks.wanted > 0 && picks.empty.is_empty() && picks.drain.is_empty();
     let mut slots: Vec<Option<Removable>> = removables.into_iter().map(Some).collect();
-    let mut take = |(at, group_id): (usize, &str)| {
-        debug_assert!(slots[at].as_ref().is_some_and(|r| r.at == at));
-        slots[at].take().map(|r| r.into_removal(group_id))
-    };
+    let mut take =
+        |(at, group_id): (usize, &str)| slots[at].take().map(|r| r.into_removal(group_id));
     chosen.empty = picks.empty.into_iter().filter_map(&mut take).collect();
     chosen.drain = picks.drain.into_iter().filter_map(&mut take).collect();
     chosen
@@ -336,8 +351,8 @@ struct Picks<'g> {
 /// taken), then empty nodes up to the total budget, then drains up to the smaller of the total and
 /// drain budgets; nodes are taken group by group in order of first appearance.
 fn crop_to_budgets<'g>(
-    accepted: Vec<&Removable>,
-    atomic: Vec<(usize, Vec<&Removable>)>,
+    accepted: Vec<Ranked<'_>>,
+    atomic: Vec<(usize, Vec<Ranked<'_>>)>,
     ctx: &ChooseContext<'g>,
 ) -> Picks<'g> {
     let in_progress = ctx.deletions.empty_count() + ctx.deletions.drain_count();
@@ -378,7 +393,7 @@ fn crop_to_budgets<'g>(
         }
     }
 
-    let (empty, drain): (Vec<&Removable>, Vec<&Removable>) =
+    let (empty, drain): (Vec<Ranked<'_>>, Vec<Ranked<'_>>) =
         accepted.into_iter().partition(|r| r.empty);
     for r in group_by_group(empty) {
         if total_budget == 0 {
@@ -406,7 +421,7 @@ fn crop_to_budgets<'g>(
 
 /// The nodes reordered so that each group's nodes are together, groups in order of first
 /// appearance, nodes in their original order within a group.
-fn group_by_group(nodes: Vec<&Removable>) -> Vec<&Removable> {
+fn group_by_group(nodes: Vec<Ranked<'_>>) -> Vec<Ranked<'_>> {
     let mut first_seen: Vec<usize> = Vec::new();
     for r in &nodes {
         if !first_seen.contains(&r.group) {

@@ -483,9 +483,7 @@ impl<'a> RemovalSearch<'a> {
                 plan.skipped.extend(candidates.map(|c| c.node.name.clone()));
                 break;
             }
-            if let Some(mut removable) = self.simulate(snapshot, &candidate, ctx, next_state, plan)
-            {
-                removable.at = removables.len();
+            if let Some(removable) = self.simulate(snapshot, &candidate, ctx, next_state, plan) {
                 removables.push(removable);
             }
         }
@@ -592,7 +590,6 @@ impl<'a> RemovalSearch<'a> {
             options.daemonset_eviction_for_occupied_nodes
         };
         Removable {
-            at: 0,
             node: candidate.node.clone(),
             group: candidate.group,
             since,
